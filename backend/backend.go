@@ -1,0 +1,168 @@
+// Package backend defines the compute interface that model code calls. The
+// cpu and cuda packages implement it; model code never imports cgo.
+//
+// Conventions:
+//   - Tensors are row-major. Activations are F32; weights may be F32, F16 or
+//     BF16 and are read-only.
+//   - Every op writes into a destination the caller allocated, so a model can
+//     allocate its scratch once and a GPU backend can capture a pass in a
+//     graph. Shapes are checked and a mismatch is an error, never a panic.
+//   - A "matrix view" of a tensor folds all leading dimensions into rows:
+//     shape [a, b, c] is a matrix of a*b rows and c columns.
+package backend
+
+import (
+	"errors"
+	"fmt"
+
+	"vlanode/tensor"
+)
+
+// Tensor is a handle to memory owned by a backend.
+type Tensor interface {
+	DType() tensor.DType
+	// Shape returns the dimensions; callers must not modify the slice.
+	Shape() []int
+}
+
+// AttnOpts describes one scaled-dot-product attention call.
+//
+// Q is [Tq, Heads*HeadDim]; K and V are [>=NKV, KVHeads*HeadDim] (a KV
+// cache, of which the first NKV rows are valid). Heads must be a multiple of
+// KVHeads (grouped-query attention: query head h reads KV head
+// h/(Heads/KVHeads)). The output is [Tq, Heads*HeadDim].
+type AttnOpts struct {
+	Heads, KVHeads, HeadDim int
+	// NKV is the number of valid key/value rows.
+	NKV int
+	// Scale multiplies the dot products (usually 1/sqrt(HeadDim)).
+	Scale float32
+	// Causal masks key j for query i when j > QPos0+i.
+	Causal bool
+	// QPos0 is the key row of the first query, for causal masking.
+	QPos0 int
+	// Segments, when non-empty, are cumulative boundaries [0, s1, s2, ..., NKV]
+	// that split rows into independent blocks: query i attends only to keys of
+	// its own block (per-image attention in a vision encoder). It requires
+	// Tq == NKV and QPos0 == 0.
+	Segments []int
+}
+
+// Validate checks the options against the operand shapes.
+func (o AttnOpts) Validate(q, k, v, dst Tensor) error {
+	if o.Heads <= 0 || o.KVHeads <= 0 || o.HeadDim <= 0 || o.Heads%o.KVHeads != 0 {
+		return fmt.Errorf("attention: bad heads %d/%d, head dim %d", o.Heads, o.KVHeads, o.HeadDim)
+	}
+	qr, qc := Matrix(q)
+	kr, kc := Matrix(k)
+	vr, vc := Matrix(v)
+	dr, dc := Matrix(dst)
+	if qc != o.Heads*o.HeadDim || dc != qc || dr != qr {
+		return fmt.Errorf("attention: q %v / out %v do not hold %d heads of %d", q.Shape(), dst.Shape(), o.Heads, o.HeadDim)
+	}
+	if kc != o.KVHeads*o.HeadDim || vc != kc || kr < o.NKV || vr < o.NKV {
+		return fmt.Errorf("attention: k %v / v %v do not hold %d rows of %d kv heads of %d", k.Shape(), v.Shape(), o.NKV, o.KVHeads, o.HeadDim)
+	}
+	if o.NKV <= 0 {
+		return errors.New("attention: no keys")
+	}
+	if o.Causal && o.QPos0+qr > o.NKV {
+		return fmt.Errorf("attention: causal queries at %d..%d reach past the %d keys", o.QPos0, o.QPos0+qr-1, o.NKV)
+	}
+	if len(o.Segments) > 0 {
+		if qr != o.NKV || o.QPos0 != 0 {
+			return errors.New("attention: segments need as many queries as keys")
+		}
+		if o.Segments[0] != 0 || o.Segments[len(o.Segments)-1] != o.NKV {
+			return fmt.Errorf("attention: segments %v must run from 0 to %d", o.Segments, o.NKV)
+		}
+		for i := 1; i < len(o.Segments); i++ {
+			if o.Segments[i] <= o.Segments[i-1] {
+				return fmt.Errorf("attention: segments %v are not increasing", o.Segments)
+			}
+		}
+	}
+	return nil
+}
+
+// Backend is a compute device. Implementations are safe for use by one
+// goroutine at a time (a model forward pass); they may use many threads
+// inside each op.
+type Backend interface {
+	// Name identifies the backend ("cpu", "cuda").
+	Name() string
+	// Close releases everything the backend holds.
+	Close() error
+
+	// Alloc returns a zeroed tensor. Purpose names what the memory is for
+	// ("activations", "kv-cache", ...) so that memory can be accounted.
+	Alloc(purpose string, dt tensor.DType, shape ...int) (Tensor, error)
+	// Weight makes a read-only tensor from little-endian host bytes. A backend
+	// may alias data instead of copying it: the caller keeps data unchanged
+	// and alive for as long as the tensor is used.
+	Weight(purpose string, dt tensor.DType, shape []int, data []byte) (Tensor, error)
+	// Free releases a tensor from Alloc or Weight. Views are not freed.
+	Free(t Tensor)
+	// Rows is a view of rows [start, start+n) of the first dimension.
+	Rows(t Tensor, start, n int) (Tensor, error)
+	// Reshape is a view with another shape of the same element count.
+	Reshape(t Tensor, shape ...int) (Tensor, error)
+
+	// Upload copies float32 values into an F32 tensor (len must match).
+	Upload(dst Tensor, src []float32) error
+	// Download copies an F32 tensor to the host.
+	Download(src Tensor) ([]float32, error)
+	// Sync waits until all queued work is done.
+	Sync() error
+
+	// Ops. All inputs and outputs are F32 unless said otherwise.
+
+	// MatMul computes dst[M,N] = x[M,K] · wᵀ + bias, for w [N,K] (F32, F16 or
+	// BF16) and an optional bias [N] (nil for none), accumulating in float32.
+	MatMul(dst, x, w, bias Tensor) error
+	// RMSNorm normalizes each row of x over its last dimension n = len(w):
+	// dst = x / sqrt(mean(x²) + eps) · w. x may have any shape whose element
+	// count is a multiple of n (per-head norms use [T*heads, headDim]).
+	RMSNorm(dst, x, w Tensor, eps float32) error
+	// LayerNorm normalizes each row of x over its last dimension n = len(w):
+	// dst = (x - mean) / sqrt(var + eps) · w + b.
+	LayerNorm(dst, x, w, b Tensor, eps float32) error
+	// Rope rotates x [T, heads*headDim] in place with rotate-half (NeoX)
+	// rotary embeddings: for each row t, head and i < headDim/2,
+	//   x1, x2 = x[i], x[i+half]
+	//   x[i] = x1·cos[t,i] - x2·sin[t,i];  x[i+half] = x2·cos[t,i] + x1·sin[t,i]
+	// cos and sin are [T, headDim/2].
+	Rope(x, cos, sin Tensor, headDim int) error
+	// Attention computes softmax(q·kᵀ·scale + mask)·v; see AttnOpts.
+	Attention(dst, q, k, v Tensor, o AttnOpts) error
+	// SiLUMul computes dst = silu(gate) · up elementwise.
+	SiLUMul(dst, gate, up Tensor) error
+	// GELU computes dst = gelu(x), with the tanh approximation when tanh is set.
+	GELU(dst, x Tensor, tanh bool) error
+	// Add computes dst = a + b elementwise (dst may alias a or b).
+	Add(dst, a, b Tensor) error
+	// Copy copies src into dst of the same element count (e.g. into KV-cache
+	// rows obtained with Rows).
+	Copy(dst, src Tensor) error
+	// Embedding gathers rows ids of table [V, H] (F32, F16 or BF16) into
+	// dst [len(ids), H] as float32. An id out of range is an error.
+	Embedding(dst, table Tensor, ids []int32) error
+}
+
+// Matrix returns the matrix view of t: all leading dimensions folded into
+// rows, the last dimension as columns. A scalar is 1×1.
+func Matrix(t Tensor) (rows, cols int) {
+	s := t.Shape()
+	if len(s) == 0 {
+		return 1, 1
+	}
+	cols = s[len(s)-1]
+	rows = 1
+	for _, d := range s[:len(s)-1] {
+		rows *= d
+	}
+	return rows, cols
+}
+
+// Elements is the element count of t.
+func Elements(t Tensor) int { return tensor.NumElements(t.Shape()) }
