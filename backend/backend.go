@@ -9,6 +9,10 @@
 //     graph. Shapes are checked and a mismatch is an error, never a panic.
 //   - A "matrix view" of a tensor folds all leading dimensions into rows:
 //     shape [a, b, c] is a matrix of a*b rows and c columns.
+//   - Elementwise ops (Add, SiLUMul, GELU) and the destinations of the norms
+//     need equal element counts, not equal shapes, so a per-head view and
+//     its [T, heads*headDim] original can be mixed.
+//   - A nil optional operand (a bias) means none.
 package backend
 
 import (
@@ -66,6 +70,9 @@ func (o AttnOpts) Validate(q, k, v, dst Tensor) error {
 	if o.NKV <= 0 {
 		return errors.New("attention: no keys")
 	}
+	if o.QPos0 < 0 {
+		return fmt.Errorf("attention: negative QPos0 %d", o.QPos0)
+	}
 	if o.Causal && o.QPos0+qr > o.NKV {
 		return fmt.Errorf("attention: causal queries at %d..%d reach past the %d keys", o.QPos0, o.QPos0+qr-1, o.NKV)
 	}
@@ -121,11 +128,12 @@ type Backend interface {
 	// BF16) and an optional bias [N] (nil for none), accumulating in float32.
 	MatMul(dst, x, w, bias Tensor) error
 	// RMSNorm normalizes each row of x over its last dimension n = len(w):
-	// dst = x / sqrt(mean(x²) + eps) · w. x may have any shape whose element
-	// count is a multiple of n (per-head norms use [T*heads, headDim]).
+	// dst = x / sqrt(mean(x²) + eps) · w. The last dimension of x must be a
+	// multiple of n: [T, heads*headDim] with a [headDim] weight normalizes
+	// each head on its own.
 	RMSNorm(dst, x, w Tensor, eps float32) error
 	// LayerNorm normalizes each row of x over its last dimension n = len(w):
-	// dst = (x - mean) / sqrt(var + eps) · w + b.
+	// dst = (x - mean) / sqrt(var + eps) · w + b (b may be nil).
 	LayerNorm(dst, x, w, b Tensor, eps float32) error
 	// Rope rotates x [T, heads*headDim] in place with rotate-half (NeoX)
 	// rotary embeddings: for each row t, head and i < headDim/2,
