@@ -1,0 +1,50 @@
+# vlanode — build, test and run. `make test` and `make run` work on a fresh
+# Debian machine: they install what they need first (idempotently).
+
+GO        ?= go
+BIN       := bin/vlanode
+GOFLAGS   ?=
+REFERENCE := testdata/reference
+DEMO      := $(REFERENCE)/qwen3-mha-untied
+
+export CGO_ENABLED := 1
+
+.PHONY: all deps build test vet fmt-check run bench clean
+
+all: build
+
+# deps installs the toolchain pieces and Go modules the build needs. apt is
+# only touched when something is missing.
+deps:
+	@command -v $(GO) >/dev/null 2>&1 || { echo "make deps: Go is not installed (need Go 1.26+ on PATH)" >&2; exit 1; }
+	@command -v gcc >/dev/null 2>&1 || { echo "make deps: installing gcc (cgo)"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev; }
+	@$(GO) mod download
+
+build: deps
+	$(GO) build $(GOFLAGS) -o $(BIN) ./cmd/vlanode
+
+vet: deps
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+test: deps fmt-check vet
+	$(GO) test $(GOFLAGS) -count=1 ./...
+
+# run: the most useful end-to-end job there is so far — greedy generation
+# on a small Qwen3 checkpoint with random weights (made by Hugging Face
+# transformers, see scripts/reference), checked against transformers' own
+# greedy tokens and logits.
+run: build
+	@echo "== greedy generation on $(DEMO) (CPU backend)"
+	$(BIN) generate --model $(DEMO) --inputs $(DEMO)/inputs.safetensors --max-new-tokens 12 --expect $(DEMO)/expected.safetensors
+	@echo "== logits for every prompt position, against transformers"
+	$(BIN) eval --model $(DEMO) --inputs $(DEMO)/inputs.safetensors --out /tmp/vlanode-demo-logits.safetensors --expect $(DEMO)/expected.safetensors
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchtime 2x ./cpu
+
+clean:
+	rm -rf bin
