@@ -45,6 +45,10 @@ type AttnOpts struct {
 	Causal bool
 	// QPos0 is the key row of the first query, for causal masking.
 	QPos0 int
+	// MaskFrom and MaskTo, when MaskTo > MaskFrom, hide key rows
+	// [MaskFrom, MaskTo) from every query (the action expert ignores the VLM
+	// tokens generated after the trajectory start token).
+	MaskFrom, MaskTo int
 	// Segments, when non-empty, are cumulative boundaries [0, s1, s2, ..., NKV]
 	// that split rows into independent blocks: query i attends only to keys of
 	// its own block (per-image attention in a vision encoder). It requires
@@ -69,6 +73,9 @@ func (o AttnOpts) Validate(q, k, v, dst Tensor) error {
 	}
 	if o.NKV <= 0 {
 		return errors.New("attention: no keys")
+	}
+	if o.MaskTo > o.MaskFrom && (o.MaskFrom < 0 || o.MaskTo > o.NKV) {
+		return fmt.Errorf("attention: mask [%d, %d) outside the %d keys", o.MaskFrom, o.MaskTo, o.NKV)
 	}
 	if o.QPos0 < 0 {
 		return fmt.Errorf("attention: negative QPos0 %d", o.QPos0)
@@ -143,6 +150,8 @@ type Backend interface {
 	Rope(x, cos, sin Tensor, headDim int) error
 	// Attention computes softmax(q·kᵀ·scale + mask)·v; see AttnOpts.
 	Attention(dst, q, k, v Tensor, o AttnOpts) error
+	// SiLU computes dst = x·sigmoid(x) elementwise.
+	SiLU(dst, x Tensor) error
 	// SiLUMul computes dst = silu(gate) · up elementwise.
 	SiLUMul(dst, gate, up Tensor) error
 	// GELU computes dst = gelu(x), with the tanh approximation when tanh is set.

@@ -73,6 +73,24 @@ type attention struct {
 	dst     []float32
 }
 
+// keyRanges returns the (at most two) ranges of keys query i may attend
+// to: its visible range less the masked rows.
+func (a *attention) keyRanges(i int) [][2]int {
+	lo, hi := a.keys(i)
+	from, to := a.o.MaskFrom, a.o.MaskTo
+	if to <= from || to <= lo || from >= hi {
+		return [][2]int{{lo, hi}}
+	}
+	var r [][2]int
+	if from > lo {
+		r = append(r, [2]int{lo, from})
+	}
+	if to < hi {
+		r = append(r, [2]int{to, hi})
+	}
+	return r
+}
+
 // keys returns the range of keys query i may attend to.
 func (a *attention) keys(i int) (lo, hi int) {
 	lo, hi = 0, a.o.NKV
@@ -94,50 +112,51 @@ func (a *attention) one(i, h int, acc, scores []float32) {
 	qv := a.q[(i*o.Heads+h)*hd:][:hd]
 	kvStride := o.KVHeads * hd
 	off := h / (o.Heads / o.KVHeads) * hd // this head's KV head
-	lo, hi := a.keys(i)
-
 	clear(acc)
 	m := float32(math.Inf(-1))
 	var sum float64
-	for j0 := lo; j0 < hi; j0 += attnBlock {
-		s := scores[:min(hi-j0, attnBlock)]
-		bm := float32(math.Inf(-1))
-		j := 0
-		for ; j+4 <= len(s); j += 4 {
-			r := j0 + j
-			s[j], s[j+1], s[j+2], s[j+3] = dot4(qv,
-				a.k[r*kvStride+off:], a.k[(r+1)*kvStride+off:],
-				a.k[(r+2)*kvStride+off:], a.k[(r+3)*kvStride+off:])
-		}
-		for ; j < len(s); j++ {
-			s[j] = dot(qv, a.k[(j0+j)*kvStride+off:])
-		}
-		for j := range s {
-			s[j] *= o.Scale
-			bm = max(bm, s[j])
-		}
-		if bm > m {
-			if c := float32(math.Exp(float64(m - bm))); c != 1 {
-				sum *= float64(c)
-				for x := range acc {
-					acc[x] *= c
-				}
+	for _, kr := range a.keyRanges(i) {
+		lo, hi := kr[0], kr[1]
+		for j0 := lo; j0 < hi; j0 += attnBlock {
+			s := scores[:min(hi-j0, attnBlock)]
+			bm := float32(math.Inf(-1))
+			j := 0
+			for ; j+4 <= len(s); j += 4 {
+				r := j0 + j
+				s[j], s[j+1], s[j+2], s[j+3] = dot4(qv,
+					a.k[r*kvStride+off:], a.k[(r+1)*kvStride+off:],
+					a.k[(r+2)*kvStride+off:], a.k[(r+3)*kvStride+off:])
 			}
-			m = bm
-		}
-		for j := range s {
-			s[j] = float32(math.Exp(float64(s[j] - m)))
-			sum += float64(s[j])
-		}
-		j = 0
-		for ; j+4 <= len(s); j += 4 {
-			r := (j0 + j) * kvStride
-			axpy4(acc, s[j:j+4], a.v[r+off:], a.v[r+kvStride+off:], a.v[r+2*kvStride+off:], a.v[r+3*kvStride+off:])
-		}
-		for ; j < len(s); j++ {
-			p := s[j]
-			for x, vx := range a.v[(j0+j)*kvStride+off:][:hd] {
-				acc[x] += p * vx
+			for ; j < len(s); j++ {
+				s[j] = dot(qv, a.k[(j0+j)*kvStride+off:])
+			}
+			for j := range s {
+				s[j] *= o.Scale
+				bm = max(bm, s[j])
+			}
+			if bm > m {
+				if c := float32(math.Exp(float64(m - bm))); c != 1 {
+					sum *= float64(c)
+					for x := range acc {
+						acc[x] *= c
+					}
+				}
+				m = bm
+			}
+			for j := range s {
+				s[j] = float32(math.Exp(float64(s[j] - m)))
+				sum += float64(s[j])
+			}
+			j = 0
+			for ; j+4 <= len(s); j += 4 {
+				r := (j0 + j) * kvStride
+				axpy4(acc, s[j:j+4], a.v[r+off:], a.v[r+kvStride+off:], a.v[r+2*kvStride+off:], a.v[r+3*kvStride+off:])
+			}
+			for ; j < len(s); j++ {
+				p := s[j]
+				for x, vx := range a.v[(j0+j)*kvStride+off:][:hd] {
+					acc[x] += p * vx
+				}
 			}
 		}
 	}

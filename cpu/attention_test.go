@@ -28,7 +28,8 @@ func refAttention(q, k, v []float64, tq int, o backend.AttnOpts) (out, scale []f
 			scores := make([]float64, o.NKV)
 			m := math.Inf(-1)
 			for j := range o.NKV {
-				visible := j >= lo && j < hi && (!o.Causal || j <= o.QPos0+i)
+				masked := j >= o.MaskFrom && j < o.MaskTo
+				visible := j >= lo && j < hi && (!o.Causal || j <= o.QPos0+i) && !masked
 				if !visible {
 					scores[j] = math.Inf(-1)
 					continue
@@ -76,6 +77,8 @@ func TestAttention(t *testing.T) {
 		{"segments causal", 10, 12, 1, backend.AttnOpts{Heads: 4, KVHeads: 2, HeadDim: 8, NKV: 10, Causal: true, Segments: []int{0, 4, 10}}},
 		{"long, peaked", 3, 300, 4, backend.AttnOpts{Heads: 2, KVHeads: 1, HeadDim: 64, NKV: 290}},
 		{"long causal decode", 2, 300, 4, backend.AttnOpts{Heads: 4, KVHeads: 1, HeadDim: 32, NKV: 300, Causal: true, QPos0: 298}},
+		{"masked middle (expert)", 6, 90, 1, backend.AttnOpts{Heads: 4, KVHeads: 2, HeadDim: 8, NKV: 90, MaskFrom: 20, MaskTo: 84}},
+		{"masked prefix", 6, 90, 1, backend.AttnOpts{Heads: 4, KVHeads: 2, HeadDim: 8, NKV: 90, MaskFrom: 0, MaskTo: 30}},
 		{"odd head dim", 3, 5, 1, backend.AttnOpts{Heads: 3, KVHeads: 3, HeadDim: 5, NKV: 5}},
 	}
 	b := newBackend(t)

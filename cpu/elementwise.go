@@ -11,6 +11,22 @@ import (
 // least.
 const elemGrain = 32 << 10
 
+// SiLU computes dst = x·sigmoid(x) elementwise, evaluated in float64 and
+// rounded to float32. dst may be x.
+func (b *Backend) SiLU(dst, x backend.Tensor) error {
+	d, in, err := b.elementwise("silu", dst, []string{"x"}, x)
+	if err != nil {
+		return err
+	}
+	s := in[0]
+	return b.pool.ranges(len(d), elemGrain, func(_, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			v := float64(s[i])
+			d[i] = float32(v / (1 + math.Exp(-v)))
+		}
+	})
+}
+
 // SiLUMul computes dst = silu(gate) · up elementwise, silu(g) = g/(1+e^-g)
 // evaluated in float64 and rounded to float32 before the product. The
 // operands must have the same element count; dst may be gate or up.

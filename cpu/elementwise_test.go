@@ -10,6 +10,19 @@ import (
 	"vlanode/tensor"
 )
 
+func TestSiLU(t *testing.T) {
+	b := newBackend(t)
+	xv := randVals(newRand(5), 999, 12)
+	x := activation(t, b, xv, 9, 111)
+	want := make([]float64, len(xv))
+	for i, v := range xv {
+		want[i] = float64(v) / (1 + math.Exp(-float64(v)))
+	}
+	dst := alloc(t, b, 9, 111)
+	require.NoError(t, b.SiLU(dst, x))
+	requireClose(t, "silu", want, abs64(want), download(t, b, dst))
+}
+
 func TestSiLUMul(t *testing.T) {
 	b := newBackend(t)
 	rng := newRand(6)
