@@ -1,0 +1,255 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"vlanode/backend"
+	"vlanode/cuda/driver"
+	"vlanode/tensor"
+)
+
+// Backend is the CUDA implementation of backend.Backend on one GPU.
+//
+// Threading: one goroutine, locked to its OS thread, owns the CUDA context
+// and makes every CUDA call; each method hands it one closure that does
+// all of the method's work and waits for it (an op's kernels are queued,
+// not waited for: Sync and Download wait). Like every backend it serves
+// one goroutine at a time; Usage, Device and Kernels may be called
+// concurrently.
+type Backend struct {
+	th     *thread
+	g      *gpu       // only on th
+	mem    *allocator // its methods lock
+	info   DeviceInfo
+	kinfo  KernelInfo
+	closed atomic.Bool
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// New opens the GPU: it loads the driver, cuBLAS and NVRTC, retains the
+// device's primary context, compiles or loads the kernels, and starts the
+// budget with the memory those take. Close releases everything.
+func New(opts ...Option) (*Backend, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	b := &Backend{th: newThread()}
+	err := b.th.do(func() (err error) {
+		b.g, err = openGPU(o)
+		return err
+	})
+	if err != nil {
+		b.th.stop()
+		return nil, err
+	}
+	b.mem, b.info, b.kinfo = b.g.mem, b.g.info, b.g.kinfo
+	return b, nil
+}
+
+// Available says, in one line, why CUDA cannot be used here (no driver,
+// no GPU, no cuBLAS or NVRTC), or returns nil.
+func Available() error {
+	d, err := driver.OpenDriver()
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Init(); err != nil {
+		return fmt.Errorf("cuda: the NVIDIA driver did not initialize: %w", err)
+	}
+	if n, err := d.DeviceCount(); err != nil {
+		return fmt.Errorf("cuda: counting devices: %w", err)
+	} else if n == 0 {
+		return errNoDevice
+	}
+	blas, err := driver.OpenBLAS()
+	if err != nil {
+		return err
+	}
+	blas.Close()
+	rtc, err := driver.OpenNVRTC()
+	if err != nil {
+		return err
+	}
+	rtc.Close()
+	return nil
+}
+
+// run executes fn on the CUDA thread.
+func (b *Backend) run(fn func(g *gpu) error) error {
+	if b.closed.Load() {
+		return ErrClosed
+	}
+	return b.th.do(func() error { return fn(b.g) })
+}
+
+// Name returns "cuda".
+func (b *Backend) Name() string { return "cuda" }
+
+// Device describes the GPU and the libraries in use.
+func (b *Backend) Device() DeviceInfo { return b.info }
+
+// Kernels says how the kernels were obtained (compiled or cached).
+func (b *Backend) Kernels() KernelInfo { return b.kinfo }
+
+// Usage reports the device memory counted against the budget, per
+// purpose, with peaks.
+func (b *Backend) Usage() Report { return b.mem.report() }
+
+// Close waits for queued work, frees every tensor still allocated and
+// releases the GPU. Every later call returns ErrClosed; closing twice is
+// harmless.
+func (b *Backend) Close() error {
+	if b.closed.Swap(true) {
+		return nil
+	}
+	err := b.th.do(func() error { return b.g.close() })
+	b.th.stop()
+	return err
+}
+
+// Sync waits until all queued work is done. It reports errors of that
+// work and of earlier Free calls.
+func (b *Backend) Sync() error {
+	return b.run(func(g *gpu) error {
+		err := g.drv.StreamSynchronize(g.stream)
+		if err != nil {
+			err = fmt.Errorf("cuda: sync: %w", err)
+		}
+		d := g.deferred
+		g.deferred = nil
+		return errors.Join(d, err)
+	})
+}
+
+// Alloc returns a zeroed F32, F16 or BF16 tensor, counted under purpose.
+func (b *Backend) Alloc(purpose string, dt tensor.DType, shape ...int) (backend.Tensor, error) {
+	if err := checkFloat("alloc", dt); err != nil {
+		return nil, err
+	}
+	n, err := checkShape("alloc", shape)
+	if err != nil {
+		return nil, err
+	}
+	t := &Tensor{b: b, dt: dt, shape: append([]int(nil), shape...), root: true}
+	err = b.run(func(g *gpu) error {
+		blk, err := g.mem.alloc(purpose, n*int64(dt.Size()))
+		if err != nil {
+			return err
+		}
+		t.blk, t.ptr = blk, blk.ptr
+		if blk.bytes == 0 {
+			return nil
+		}
+		if err := g.drv.MemsetD8Async(blk.ptr, 0, blk.bytes, g.stream); err != nil {
+			return errors.Join(fmt.Errorf("cuda: alloc: %w", err), g.mem.free(blk))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Weight copies little-endian host bytes into a new read-only tensor,
+// counted under purpose. The copy is complete when Weight returns, so data
+// may be reused.
+func (b *Backend) Weight(purpose string, dt tensor.DType, shape []int, data []byte) (backend.Tensor, error) {
+	if err := checkFloat("weight", dt); err != nil {
+		return nil, err
+	}
+	n, err := checkShape("weight", shape)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) != n*int64(dt.Size()) {
+		return nil, fmt.Errorf("cuda: weight: %v%v needs %d bytes, got %d", dt, shape, n*int64(dt.Size()), len(data))
+	}
+	t := &Tensor{b: b, dt: dt, shape: append([]int(nil), shape...), root: true, readOnly: true}
+	err = b.run(func(g *gpu) error {
+		blk, err := g.mem.alloc(purpose, int64(len(data)))
+		if err != nil {
+			return err
+		}
+		t.blk, t.ptr = blk, blk.ptr
+		if err := g.drv.CopyHtoD(blk.ptr, data, g.stream); err != nil {
+			return errors.Join(fmt.Errorf("cuda: weight: %w", err), g.mem.free(blk))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Free releases a tensor from Alloc or Weight once the work queued before
+// it has run. Freeing a view, a freed tensor or another backend's tensor
+// does nothing. Errors surface at the next Sync.
+func (b *Backend) Free(bt backend.Tensor) {
+	t, ok := bt.(*Tensor)
+	if !ok || t == nil || t.b != b || !t.root || !t.blk.live {
+		return
+	}
+	_ = b.run(func(g *gpu) error {
+		// Queued kernels may still use the memory.
+		err := g.drv.StreamSynchronize(g.stream)
+		if err != nil {
+			err = fmt.Errorf("cuda: free: %w", err)
+		}
+		g.deferred = errors.Join(g.deferred, err, g.mem.free(t.blk))
+		return nil
+	})
+}
+
+// Rows is a view of rows [start, start+n) of the first dimension.
+func (b *Backend) Rows(bt backend.Tensor, start, n int) (backend.Tensor, error) {
+	if b.closed.Load() {
+		return nil, ErrClosed
+	}
+	t, err := b.arg("rows", "tensor", bt)
+	if err != nil {
+		return nil, err
+	}
+	if len(t.shape) == 0 {
+		return nil, fmt.Errorf("cuda: rows: %v is a scalar", t)
+	}
+	if start < 0 || n < 0 || start+n > t.shape[0] {
+		return nil, fmt.Errorf("cuda: rows: [%d, %d) outside the %d rows of %v", start, start+n, t.shape[0], t)
+	}
+	rowBytes := int64(tensor.NumElements(t.shape[1:])) * int64(t.dt.Size())
+	v := *t
+	v.root = false
+	v.ptr = t.ptr + driver.DevicePtr(int64(start)*rowBytes)
+	v.shape = append([]int{n}, t.shape[1:]...)
+	return &v, nil
+}
+
+// Reshape is a view with another shape of the same element count.
+func (b *Backend) Reshape(bt backend.Tensor, shape ...int) (backend.Tensor, error) {
+	if b.closed.Load() {
+		return nil, ErrClosed
+	}
+	t, err := b.arg("reshape", "tensor", bt)
+	if err != nil {
+		return nil, err
+	}
+	n, err := checkShape("reshape", shape)
+	if err != nil {
+		return nil, err
+	}
+	if n != t.elements() {
+		return nil, fmt.Errorf("cuda: reshape: %v has %d elements, shape %v has %d", t, t.elements(), shape, n)
+	}
+	v := *t
+	v.root = false
+	v.shape = append([]int(nil), shape...)
+	return &v, nil
+}

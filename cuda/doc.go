@@ -1,0 +1,43 @@
+// Package cuda is the NVIDIA GPU implementation of backend.Backend.
+//
+// Nothing of CUDA is needed to build it: package cuda/driver opens the
+// driver (libcuda.so.1), cuBLAS (libcublas.so.13) and NVRTC
+// (libnvrtc.so.13) with dlopen at run time, and New or Available says in
+// one line what is missing on a machine without them.
+//
+// # Threads
+//
+// A CUDA context is current per OS thread. Each Backend runs one goroutine
+// locked to its OS thread, where the device's primary context is current;
+// every public method hands it one closure with all of its CUDA calls and
+// waits for the closure (not for the GPU: ops are queued in order on one
+// stream; Sync and Download wait for the GPU).
+//
+// # Memory
+//
+// Every device byte is counted by one allocator against the budget
+// (WithBudget; 0 means the device's memory), per purpose: the caller's
+// ("weights", "kv-cache", "activations", ...) and the backend's own
+// ("cuda-context", measured at start; "cublas", the handle measured with
+// cuMemGetInfo plus a margin for the kernels cuBLAS loads lazily;
+// "cublas-workspace"; "kernels", the CUBIN plus a margin; "scratch").
+// Blocks are counted as the device gives them up (256-byte granules, 2 MiB
+// pages from 1 MiB on). An allocation over the budget fails with a
+// *BudgetError naming the purpose, the request and the budget, before the
+// GPU is asked. Usage reports the accounts and their peaks.
+//
+// Uploads, downloads and token ids pass through one pinned staging buffer
+// with an event, so transfers are asynchronous DMA in stream order. Weight
+// copies from Go memory and waits.
+//
+// # Kernels
+//
+// The kernels are CUDA C sources embedded from kernels/ (header-free: bf16
+// and f16 are handled as bits), compiled by NVRTC for the device's
+// architecture on first use into a CUBIN, cached under
+// $XDG_CACHE_HOME/vlanode/kernels (or ~/.cache/vlanode/kernels) by a hash
+// of source, options and NVRTC version. GEMMs go to cublasGemmEx with
+// float32 accumulation (CUBLAS_COMPUTE_32F): F16/BF16 weights multiply
+// activations rounded to the weight's type, F32 weights multiply float32
+// activations; the output is float32.
+package cuda

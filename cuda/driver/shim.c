@@ -1,0 +1,229 @@
+// shim.c: the C trampolines declared in shim.h. Each one casts a pointer
+// from dlsym to the library's prototype, written out here from NVIDIA's
+// documentation, and calls it.
+#include <dlfcn.h>
+#include <string.h>
+
+#include "shim.h"
+
+typedef void *H; // any CUDA handle type (CUcontext, CUstream, ...)
+
+static void copy_err(char *err, size_t errlen) {
+	const char *e = dlerror();
+	if (errlen == 0) return;
+	if (e == NULL) e = "unknown dlopen error";
+	strncpy(err, e, errlen - 1);
+	err[errlen - 1] = 0;
+}
+
+void *vla_dlopen(const char *name, char *err, size_t errlen) {
+	// RTLD_NODELETE: the CUDA libraries run threads of their own; a later
+	// dlclose must never unmap them under those threads.
+	void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+	if (h == NULL) copy_err(err, errlen);
+	return h;
+}
+
+void *vla_dlsym(void *lib, const char *name, char *err, size_t errlen) {
+	dlerror();
+	void *p = dlsym(lib, name);
+	if (p == NULL) copy_err(err, errlen);
+	return p;
+}
+
+int vla_dlclose(void *lib) { return dlclose(lib); }
+
+// ---- libcuda: initialization, devices, contexts ----
+
+vla_status vla_cuInit(void *fn, unsigned flags) { return ((vla_status(*)(unsigned))fn)(flags); }
+vla_status vla_cuDriverGetVersion(void *fn, int *v) { return ((vla_status(*)(int *))fn)(v); }
+vla_status vla_cuDeviceGetCount(void *fn, int *n) { return ((vla_status(*)(int *))fn)(n); }
+vla_status vla_cuDeviceGet(void *fn, int *dev, int ordinal) { return ((vla_status(*)(int *, int))fn)(dev, ordinal); }
+vla_status vla_cuDeviceGetName(void *fn, char *name, int len, int dev) {
+	return ((vla_status(*)(char *, int, int))fn)(name, len, dev);
+}
+vla_status vla_cuDeviceGetAttribute(void *fn, int *v, int attr, int dev) {
+	return ((vla_status(*)(int *, int, int))fn)(v, attr, dev);
+}
+vla_status vla_cuDeviceTotalMem(void *fn, size_t *bytes, int dev) {
+	return ((vla_status(*)(size_t *, int))fn)(bytes, dev);
+}
+vla_status vla_cuDevicePrimaryCtxRetain(void *fn, uintptr_t *ctx, int dev) {
+	H c = NULL;
+	vla_status s = ((vla_status(*)(H *, int))fn)(&c, dev);
+	*ctx = (uintptr_t)c;
+	return s;
+}
+vla_status vla_cuDevicePrimaryCtxRelease(void *fn, int dev) { return ((vla_status(*)(int))fn)(dev); }
+vla_status vla_cuCtxSetCurrent(void *fn, uintptr_t ctx) { return ((vla_status(*)(H))fn)((H)ctx); }
+
+// vla_cuGetErrorText calls cuGetErrorName or cuGetErrorString (same
+// prototype) and returns NULL when the status is unknown.
+const char *vla_cuGetErrorText(void *fn, vla_status s) {
+	const char *p = NULL;
+	if (((vla_status(*)(vla_status, const char **))fn)(s, &p) != 0) return NULL;
+	return p;
+}
+
+// ---- libcuda: memory ----
+
+vla_status vla_cuMemGetInfo(void *fn, size_t *free, size_t *total) {
+	return ((vla_status(*)(size_t *, size_t *))fn)(free, total);
+}
+vla_status vla_cuMemAlloc(void *fn, vla_dptr *p, size_t bytes) {
+	return ((vla_status(*)(vla_dptr *, size_t))fn)(p, bytes);
+}
+vla_status vla_cuMemFree(void *fn, vla_dptr p) { return ((vla_status(*)(vla_dptr))fn)(p); }
+vla_status vla_cuMemHostAlloc(void *fn, void **p, size_t bytes, unsigned flags) {
+	return ((vla_status(*)(void **, size_t, unsigned))fn)(p, bytes, flags);
+}
+vla_status vla_cuMemFreeHost(void *fn, void *p) { return ((vla_status(*)(void *))fn)(p); }
+vla_status vla_cuMemHostRegister(void *fn, void *p, size_t bytes, unsigned flags) {
+	return ((vla_status(*)(void *, size_t, unsigned))fn)(p, bytes, flags);
+}
+vla_status vla_cuMemHostUnregister(void *fn, void *p) { return ((vla_status(*)(void *))fn)(p); }
+vla_status vla_cuMemcpyHtoDAsync(void *fn, vla_dptr dst, const void *src, size_t bytes, uintptr_t stream) {
+	return ((vla_status(*)(vla_dptr, const void *, size_t, H))fn)(dst, src, bytes, (H)stream);
+}
+vla_status vla_cuMemcpyDtoHAsync(void *fn, void *dst, vla_dptr src, size_t bytes, uintptr_t stream) {
+	return ((vla_status(*)(void *, vla_dptr, size_t, H))fn)(dst, src, bytes, (H)stream);
+}
+vla_status vla_cuMemcpyDtoDAsync(void *fn, vla_dptr dst, vla_dptr src, size_t bytes, uintptr_t stream) {
+	return ((vla_status(*)(vla_dptr, vla_dptr, size_t, H))fn)(dst, src, bytes, (H)stream);
+}
+vla_status vla_cuMemsetD8Async(void *fn, vla_dptr dst, unsigned char v, size_t n, uintptr_t stream) {
+	return ((vla_status(*)(vla_dptr, unsigned char, size_t, H))fn)(dst, v, n, (H)stream);
+}
+vla_status vla_copyHtoDWait(void *copy, void *sync, vla_dptr dst, const void *src, size_t bytes, uintptr_t stream,
+                            int *which) {
+	*which = 0;
+	vla_status s = vla_cuMemcpyHtoDAsync(copy, dst, src, bytes, stream);
+	if (s != 0) return s;
+	*which = 1;
+	return vla_cuStreamSynchronize(sync, stream);
+}
+vla_status vla_copyDtoHWait(void *copy, void *sync, void *dst, vla_dptr src, size_t bytes, uintptr_t stream,
+                            int *which) {
+	*which = 0;
+	vla_status s = vla_cuMemcpyDtoHAsync(copy, dst, src, bytes, stream);
+	if (s != 0) return s;
+	*which = 1;
+	return vla_cuStreamSynchronize(sync, stream);
+}
+
+// ---- libcuda: streams and events ----
+
+vla_status vla_cuStreamCreate(void *fn, uintptr_t *s, unsigned flags) {
+	H h = NULL;
+	vla_status r = ((vla_status(*)(H *, unsigned))fn)(&h, flags);
+	*s = (uintptr_t)h;
+	return r;
+}
+vla_status vla_cuStreamDestroy(void *fn, uintptr_t s) { return ((vla_status(*)(H))fn)((H)s); }
+vla_status vla_cuStreamSynchronize(void *fn, uintptr_t s) { return ((vla_status(*)(H))fn)((H)s); }
+vla_status vla_cuStreamWaitEvent(void *fn, uintptr_t s, uintptr_t e, unsigned flags) {
+	return ((vla_status(*)(H, H, unsigned))fn)((H)s, (H)e, flags);
+}
+vla_status vla_cuEventCreate(void *fn, uintptr_t *e, unsigned flags) {
+	H h = NULL;
+	vla_status r = ((vla_status(*)(H *, unsigned))fn)(&h, flags);
+	*e = (uintptr_t)h;
+	return r;
+}
+vla_status vla_cuEventDestroy(void *fn, uintptr_t e) { return ((vla_status(*)(H))fn)((H)e); }
+vla_status vla_cuEventRecord(void *fn, uintptr_t e, uintptr_t s) { return ((vla_status(*)(H, H))fn)((H)e, (H)s); }
+vla_status vla_cuEventSynchronize(void *fn, uintptr_t e) { return ((vla_status(*)(H))fn)((H)e); }
+vla_status vla_cuEventQuery(void *fn, uintptr_t e) { return ((vla_status(*)(H))fn)((H)e); }
+vla_status vla_cuEventElapsedTime(void *fn, float *ms, uintptr_t start, uintptr_t end) {
+	return ((vla_status(*)(float *, H, H))fn)(ms, (H)start, (H)end);
+}
+
+// ---- libcuda: modules and launches ----
+
+vla_status vla_cuModuleLoadData(void *fn, uintptr_t *m, const void *image) {
+	H h = NULL;
+	vla_status r = ((vla_status(*)(H *, const void *))fn)(&h, image);
+	*m = (uintptr_t)h;
+	return r;
+}
+vla_status vla_cuModuleUnload(void *fn, uintptr_t m) { return ((vla_status(*)(H))fn)((H)m); }
+vla_status vla_cuModuleGetFunction(void *fn, uintptr_t *f, uintptr_t m, const char *name) {
+	H h = NULL;
+	vla_status r = ((vla_status(*)(H *, H, const char *))fn)(&h, (H)m, name);
+	*f = (uintptr_t)h;
+	return r;
+}
+vla_status vla_cuLaunchKernel(void *fn, uintptr_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                              unsigned by, unsigned bz, unsigned shmem, uintptr_t stream, void *buf,
+                              const int *offs, int nargs) {
+	void *params[VLA_MAX_KERNEL_ARGS];
+	if (nargs < 0 || nargs > VLA_MAX_KERNEL_ARGS) return 1; // CUDA_ERROR_INVALID_VALUE
+	for (int i = 0; i < nargs; i++) params[i] = (char *)buf + offs[i];
+	// cuLaunchKernel copies the parameter values before it returns.
+	return ((vla_status(*)(H, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, H, void **,
+	                       void **))fn)((H)f, gx, gy, gz, bx, by, bz, shmem, (H)stream, params, NULL);
+}
+
+// ---- libcublas ----
+
+vla_status vla_cublasCreate(void *fn, uintptr_t *h) {
+	H p = NULL;
+	vla_status r = ((vla_status(*)(H *))fn)(&p);
+	*h = (uintptr_t)p;
+	return r;
+}
+vla_status vla_cublasDestroy(void *fn, uintptr_t h) { return ((vla_status(*)(H))fn)((H)h); }
+vla_status vla_cublasSetStream(void *fn, uintptr_t h, uintptr_t s) { return ((vla_status(*)(H, H))fn)((H)h, (H)s); }
+vla_status vla_cublasSetWorkspace(void *fn, uintptr_t h, vla_dptr ws, size_t bytes) {
+	return ((vla_status(*)(H, void *, size_t))fn)((H)h, (void *)(uintptr_t)ws, bytes);
+}
+vla_status vla_cublasGetProperty(void *fn, int prop, int *v) { return ((vla_status(*)(int, int *))fn)(prop, v); }
+const char *vla_cublasGetStatusName(void *fn, vla_status s) { return ((const char *(*)(vla_status))fn)(s); }
+vla_status vla_cublasGemmEx(void *fn, uintptr_t h, int transa, int transb, int m, int n, int k, float alpha,
+                            vla_dptr a, int atype, int lda, vla_dptr b, int btype, int ldb, float beta, vla_dptr c,
+                            int ctype, int ldc, int compute, int algo) {
+	// alpha and beta are host scalars (the default pointer mode), read
+	// before cublasGemmEx returns.
+	typedef vla_status (*gemm_t)(H, int, int, int, int, int, const void *, const void *, int, int, const void *,
+	                             int, int, const void *, void *, int, int, int, int);
+	return ((gemm_t)fn)((H)h, transa, transb, m, n, k, &alpha, (const void *)(uintptr_t)a, atype, lda,
+	                    (const void *)(uintptr_t)b, btype, ldb, &beta, (void *)(uintptr_t)c, ctype, ldc, compute,
+	                    algo);
+}
+
+// ---- libnvrtc ----
+
+vla_status vla_nvrtcVersion(void *fn, int *major, int *minor) {
+	return ((vla_status(*)(int *, int *))fn)(major, minor);
+}
+vla_status vla_nvrtcGetNumSupportedArchs(void *fn, int *n) { return ((vla_status(*)(int *))fn)(n); }
+vla_status vla_nvrtcGetSupportedArchs(void *fn, int *archs) { return ((vla_status(*)(int *))fn)(archs); }
+const char *vla_nvrtcGetErrorString(void *fn, vla_status s) { return ((const char *(*)(vla_status))fn)(s); }
+vla_status vla_nvrtcCreateProgram(void *fn, uintptr_t *prog, const char *src, const char *name) {
+	H p = NULL;
+	vla_status r = ((vla_status(*)(H *, const char *, const char *, int, const char *const *,
+	                               const char *const *))fn)(&p, src, name, 0, NULL, NULL);
+	*prog = (uintptr_t)p;
+	return r;
+}
+vla_status vla_nvrtcCompileProgram(void *fn, uintptr_t prog, int nopts, char **opts) {
+	return ((vla_status(*)(H, int, const char *const *))fn)((H)prog, nopts, (const char *const *)opts);
+}
+vla_status vla_nvrtcGetProgramLogSize(void *fn, uintptr_t prog, size_t *n) {
+	return ((vla_status(*)(H, size_t *))fn)((H)prog, n);
+}
+vla_status vla_nvrtcGetProgramLog(void *fn, uintptr_t prog, char *log) {
+	return ((vla_status(*)(H, char *))fn)((H)prog, log);
+}
+vla_status vla_nvrtcGetCUBINSize(void *fn, uintptr_t prog, size_t *n) {
+	return ((vla_status(*)(H, size_t *))fn)((H)prog, n);
+}
+vla_status vla_nvrtcGetCUBIN(void *fn, uintptr_t prog, char *cubin) {
+	return ((vla_status(*)(H, char *))fn)((H)prog, cubin);
+}
+vla_status vla_nvrtcDestroyProgram(void *fn, uintptr_t *prog) {
+	H p = (H)*prog;
+	vla_status r = ((vla_status(*)(H *))fn)(&p);
+	*prog = (uintptr_t)p;
+	return r;
+}

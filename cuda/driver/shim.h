@@ -1,0 +1,105 @@
+// shim.h declares the C trampolines of package driver. No CUDA header is
+// used: the few types the trampolines need are declared here, and every
+// library function is called through a pointer that dlsym returned.
+//
+// Conventions:
+//   - fn is the function pointer from dlsym; the trampoline casts it to the
+//     prototype it documents and calls it.
+//   - Handles (CUcontext, CUstream, CUevent, CUmodule, CUfunction,
+//     cublasHandle_t, nvrtcProgram) travel as uintptr_t so that Go keeps
+//     them as plain integers.
+//   - Every status (CUresult, cublasStatus_t, nvrtcResult) is an int.
+#ifndef VLANODE_CUDA_SHIM_H
+#define VLANODE_CUDA_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int vla_status;              // CUresult, cublasStatus_t, nvrtcResult
+typedef unsigned long long vla_dptr; // CUdeviceptr
+
+// Upper bound on kernel parameters per launch.
+#define VLA_MAX_KERNEL_ARGS 64
+
+// dl: dlopen / dlsym / dlclose with dlerror read on the same thread.
+void *vla_dlopen(const char *name, char *err, size_t errlen);
+void *vla_dlsym(void *lib, const char *name, char *err, size_t errlen);
+int vla_dlclose(void *lib);
+
+// libcuda: initialization, devices, contexts.
+vla_status vla_cuInit(void *fn, unsigned flags);
+vla_status vla_cuDriverGetVersion(void *fn, int *v);
+vla_status vla_cuDeviceGetCount(void *fn, int *n);
+vla_status vla_cuDeviceGet(void *fn, int *dev, int ordinal);
+vla_status vla_cuDeviceGetName(void *fn, char *name, int len, int dev);
+vla_status vla_cuDeviceGetAttribute(void *fn, int *v, int attr, int dev);
+vla_status vla_cuDeviceTotalMem(void *fn, size_t *bytes, int dev);
+vla_status vla_cuDevicePrimaryCtxRetain(void *fn, uintptr_t *ctx, int dev);
+vla_status vla_cuDevicePrimaryCtxRelease(void *fn, int dev);
+vla_status vla_cuCtxSetCurrent(void *fn, uintptr_t ctx);
+const char *vla_cuGetErrorText(void *fn, vla_status s);
+
+// libcuda: memory.
+vla_status vla_cuMemGetInfo(void *fn, size_t *free, size_t *total);
+vla_status vla_cuMemAlloc(void *fn, vla_dptr *p, size_t bytes);
+vla_status vla_cuMemFree(void *fn, vla_dptr p);
+vla_status vla_cuMemHostAlloc(void *fn, void **p, size_t bytes, unsigned flags);
+vla_status vla_cuMemFreeHost(void *fn, void *p);
+vla_status vla_cuMemHostRegister(void *fn, void *p, size_t bytes, unsigned flags);
+vla_status vla_cuMemHostUnregister(void *fn, void *p);
+vla_status vla_cuMemcpyHtoDAsync(void *fn, vla_dptr dst, const void *src, size_t bytes, uintptr_t stream);
+vla_status vla_cuMemcpyDtoHAsync(void *fn, void *dst, vla_dptr src, size_t bytes, uintptr_t stream);
+vla_status vla_cuMemcpyDtoDAsync(void *fn, vla_dptr dst, vla_dptr src, size_t bytes, uintptr_t stream);
+vla_status vla_cuMemsetD8Async(void *fn, vla_dptr dst, unsigned char v, size_t n, uintptr_t stream);
+// Copies between Go memory and the device: the async copy and a stream
+// synchronization in one C call, so that the Go memory is not used after
+// the call returns. *which is 0 when the copy failed, 1 when the sync did.
+vla_status vla_copyHtoDWait(void *copy, void *sync, vla_dptr dst, const void *src, size_t bytes, uintptr_t stream, int *which);
+vla_status vla_copyDtoHWait(void *copy, void *sync, void *dst, vla_dptr src, size_t bytes, uintptr_t stream, int *which);
+
+// libcuda: streams and events.
+vla_status vla_cuStreamCreate(void *fn, uintptr_t *s, unsigned flags);
+vla_status vla_cuStreamDestroy(void *fn, uintptr_t s);
+vla_status vla_cuStreamSynchronize(void *fn, uintptr_t s);
+vla_status vla_cuStreamWaitEvent(void *fn, uintptr_t s, uintptr_t e, unsigned flags);
+vla_status vla_cuEventCreate(void *fn, uintptr_t *e, unsigned flags);
+vla_status vla_cuEventDestroy(void *fn, uintptr_t e);
+vla_status vla_cuEventRecord(void *fn, uintptr_t e, uintptr_t s);
+vla_status vla_cuEventSynchronize(void *fn, uintptr_t e);
+vla_status vla_cuEventQuery(void *fn, uintptr_t e);
+vla_status vla_cuEventElapsedTime(void *fn, float *ms, uintptr_t start, uintptr_t end);
+
+// libcuda: modules and launches.
+vla_status vla_cuModuleLoadData(void *fn, uintptr_t *m, const void *image);
+vla_status vla_cuModuleUnload(void *fn, uintptr_t m);
+vla_status vla_cuModuleGetFunction(void *fn, uintptr_t *f, uintptr_t m, const char *name);
+// Launches f with nargs parameters, parameter i at buf+offs[i].
+vla_status vla_cuLaunchKernel(void *fn, uintptr_t f, unsigned gx, unsigned gy, unsigned gz,
+                              unsigned bx, unsigned by, unsigned bz, unsigned shmem, uintptr_t stream,
+                              void *buf, const int *offs, int nargs);
+
+// libcublas.
+vla_status vla_cublasCreate(void *fn, uintptr_t *h);
+vla_status vla_cublasDestroy(void *fn, uintptr_t h);
+vla_status vla_cublasSetStream(void *fn, uintptr_t h, uintptr_t s);
+vla_status vla_cublasSetWorkspace(void *fn, uintptr_t h, vla_dptr ws, size_t bytes);
+vla_status vla_cublasGetProperty(void *fn, int prop, int *v);
+const char *vla_cublasGetStatusName(void *fn, vla_status s);
+vla_status vla_cublasGemmEx(void *fn, uintptr_t h, int transa, int transb, int m, int n, int k,
+                            float alpha, vla_dptr a, int atype, int lda, vla_dptr b, int btype, int ldb,
+                            float beta, vla_dptr c, int ctype, int ldc, int compute, int algo);
+
+// libnvrtc.
+vla_status vla_nvrtcVersion(void *fn, int *major, int *minor);
+vla_status vla_nvrtcGetNumSupportedArchs(void *fn, int *n);
+vla_status vla_nvrtcGetSupportedArchs(void *fn, int *archs);
+const char *vla_nvrtcGetErrorString(void *fn, vla_status s);
+vla_status vla_nvrtcCreateProgram(void *fn, uintptr_t *prog, const char *src, const char *name);
+vla_status vla_nvrtcCompileProgram(void *fn, uintptr_t prog, int nopts, char **opts);
+vla_status vla_nvrtcGetProgramLogSize(void *fn, uintptr_t prog, size_t *n);
+vla_status vla_nvrtcGetProgramLog(void *fn, uintptr_t prog, char *log);
+vla_status vla_nvrtcGetCUBINSize(void *fn, uintptr_t prog, size_t *n);
+vla_status vla_nvrtcGetCUBIN(void *fn, uintptr_t prog, char *cubin);
+vla_status vla_nvrtcDestroyProgram(void *fn, uintptr_t *prog);
+
+#endif

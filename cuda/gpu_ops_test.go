@@ -1,0 +1,378 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"vlanode/backend"
+	"vlanode/tensor"
+)
+
+// Each op on the GPU against a naive reference in float64 (or in the
+// cpu backend's exact float32 steps where the kernel promises them).
+
+func TestGPUMatMul(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(2, 2))
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
+		for _, sh := range [][3]int{{1, 64, 128}, {37, 96, 160}, {128, 512, 1024}, {3, 5, 1}} {
+			for _, withBias := range []bool{false, true} {
+				M, N, K := sh[0], sh[1], sh[2]
+				t.Run(fmt.Sprintf("%v/%dx%dx%d/bias=%v", dt, M, N, K, withBias), func(t *testing.T) {
+					xv := randVals(r, M*K, 1)
+					x := upload(t, b, xv, M, K)
+					w, wv := weight(t, b, dt, randVals(r, N*K, 0.5), N, K)
+					var bias backend.Tensor
+					var bv []float32
+					if withBias {
+						bias, bv = weight(t, b, tensor.BF16, randVals(r, N, 1), N)
+					}
+					dst := alloc(t, b, M, N)
+					if err := b.MatMul(dst, x, w, bias); err != nil {
+						t.Fatal(err)
+					}
+					xr := roundTo(dt, xv)
+					want, tol := make([]float64, M*N), make([]float64, M*N)
+					for i := 0; i < M; i++ {
+						for j := 0; j < N; j++ {
+							var s, mag float64
+							for l := 0; l < K; l++ {
+								p := float64(xr[i*K+l]) * float64(wv[j*K+l])
+								s, mag = s+p, mag+math.Abs(p)
+							}
+							if bv != nil {
+								s += float64(bv[j])
+							}
+							want[i*N+j], tol[i*N+j] = s, 1e-6+1e-5*mag
+						}
+					}
+					closeTo(t, "matmul", download(t, b, dst), want, 0, 0, tol)
+				})
+			}
+		}
+	}
+}
+
+func refRMSNorm(x, w []float32, n int, eps float32) []float64 {
+	out := make([]float64, len(x))
+	for r := 0; r < len(x)/n; r++ {
+		var ss float64
+		for _, v := range x[r*n : (r+1)*n] {
+			ss += float64(v) * float64(v)
+		}
+		s := 1 / math.Sqrt(ss/float64(n)+float64(eps))
+		for i := 0; i < n; i++ {
+			out[r*n+i] = float64(w[i]) * float64(x[r*n+i]) * s
+		}
+	}
+	return out
+}
+
+func refLayerNorm(x, w, bias []float32, n int, eps float32) []float64 {
+	out := make([]float64, len(x))
+	for r := 0; r < len(x)/n; r++ {
+		var sum, ss float64
+		for _, v := range x[r*n : (r+1)*n] {
+			sum += float64(v)
+		}
+		mean := sum / float64(n)
+		for _, v := range x[r*n : (r+1)*n] {
+			ss += (float64(v) - mean) * (float64(v) - mean)
+		}
+		s := 1 / math.Sqrt(ss/float64(n)+float64(eps))
+		for i := 0; i < n; i++ {
+			out[r*n+i] = (float64(x[r*n+i])-mean)*s*float64(w[i]) + float64(bias[i])
+		}
+	}
+	return out
+}
+
+func TestGPUNorms(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(3, 3))
+	const eps = 1e-6
+	for _, c := range []struct {
+		rows, n int
+		wdt     tensor.DType
+		offset  float32 // added to x: LayerNorm must keep precision over a large mean
+	}{{5, 4096, tensor.F32, 0}, {96, 128, tensor.BF16, 0}, {7, 72, tensor.F16, 0}, {3, 1152, tensor.BF16, 100}, {2, 33, tensor.F32, 0}} {
+		t.Run(fmt.Sprintf("%dx%d/%v", c.rows, c.n, c.wdt), func(t *testing.T) {
+			xv := randVals(r, c.rows*c.n, 2)
+			for i := range xv {
+				xv[i] += c.offset
+			}
+			w, wv := weight(t, b, c.wdt, randVals(r, c.n, 1), c.n)
+			bias, bv := weight(t, b, c.wdt, randVals(r, c.n, 1), c.n)
+
+			x := upload(t, b, xv, c.rows, c.n)
+			dst := alloc(t, b, c.rows, c.n)
+			if err := b.RMSNorm(dst, x, w, eps); err != nil {
+				t.Fatal(err)
+			}
+			closeTo(t, "rmsnorm", download(t, b, dst), refRMSNorm(xv, wv, c.n, eps), 1e-6, 1e-5, nil)
+			if err := b.RMSNorm(x, x, w, eps); err != nil { // in place
+				t.Fatal(err)
+			}
+			closeTo(t, "rmsnorm in place", download(t, b, x), refRMSNorm(xv, wv, c.n, eps), 1e-6, 1e-5, nil)
+
+			x = upload(t, b, xv, c.rows, c.n)
+			if err := b.LayerNorm(dst, x, w, bias, eps); err != nil {
+				t.Fatal(err)
+			}
+			closeTo(t, "layernorm", download(t, b, dst), refLayerNorm(xv, wv, bv, c.n, eps), 1e-5, 1e-5, nil)
+			if err := b.LayerNorm(x, x, w, nil, eps); err != nil { // in place, no bias
+				t.Fatal(err)
+			}
+			closeTo(t, "layernorm without bias", download(t, b, x), refLayerNorm(xv, wv, make([]float32, c.n), c.n, eps), 1e-5, 1e-5, nil)
+		})
+	}
+	x := alloc(t, b, 2, 10)
+	w, _ := weight(t, b, tensor.F32, make([]float32, 3), 3)
+	if err := b.RMSNorm(x, x, w, eps); err == nil {
+		t.Error("rows of 10 normalized by a weight of 3")
+	}
+}
+
+func TestGPURope(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(4, 4))
+	for _, c := range []struct{ T, heads, hd int }{{7, 4, 128}, {1, 32, 128}, {50, 16, 72}} {
+		half := c.hd / 2
+		xv := randVals(r, c.T*c.heads*c.hd, 1)
+		cv, sv := make([]float32, c.T*half), make([]float32, c.T*half)
+		for i := range cv {
+			a := r.Float64() * 2 * math.Pi
+			cv[i], sv[i] = float32(math.Cos(a)), float32(math.Sin(a))
+		}
+		x := upload(t, b, xv, c.T, c.heads*c.hd)
+		if err := b.Rope(x, upload(t, b, cv, c.T, half), upload(t, b, sv, c.T, half), c.hd); err != nil {
+			t.Fatal(err)
+		}
+		want := append([]float32(nil), xv...)
+		for tt := 0; tt < c.T; tt++ {
+			for h := 0; h < c.heads; h++ {
+				row := want[(tt*c.heads+h)*c.hd:]
+				for i := 0; i < half; i++ {
+					u, v := row[i], row[i+half]
+					co, si := cv[tt*half+i], sv[tt*half+i]
+					row[i] = float32(u*co) - float32(v*si)
+					row[i+half] = float32(v*co) + float32(u*si)
+				}
+			}
+		}
+		exactly(t, fmt.Sprintf("rope %d×%d×%d", c.T, c.heads, c.hd), download(t, b, x), want)
+	}
+}
+
+// refAttention is softmax(q·kᵀ·scale + mask)·v in float64, query by query.
+func refAttention(q, k, v []float32, tq int, o backend.AttnOpts) []float64 {
+	hd, group := o.HeadDim, o.Heads/o.KVHeads
+	qs, ks := o.Heads*hd, o.KVHeads*hd
+	out := make([]float64, tq*qs)
+	for i := 0; i < tq; i++ {
+		lo, hi := 0, o.NKV
+		for s := 0; s+1 < len(o.Segments); s++ {
+			if o.Segments[s] <= i && i < o.Segments[s+1] {
+				lo, hi = o.Segments[s], o.Segments[s+1]
+			}
+		}
+		if o.Causal {
+			hi = min(hi, o.QPos0+i+1)
+		}
+		visible := func(j int) bool { return o.MaskTo <= o.MaskFrom || j < o.MaskFrom || j >= o.MaskTo }
+		for h := 0; h < o.Heads; h++ {
+			kv := h / group
+			scores := make([]float64, hi-lo)
+			m := math.Inf(-1)
+			for j := lo; j < hi; j++ {
+				if !visible(j) {
+					scores[j-lo] = math.Inf(-1)
+					continue
+				}
+				var dot float64
+				for d := 0; d < hd; d++ {
+					dot += float64(q[i*qs+h*hd+d]) * float64(k[j*ks+kv*hd+d])
+				}
+				scores[j-lo] = dot * float64(o.Scale)
+				m = math.Max(m, scores[j-lo])
+			}
+			var sum float64
+			for j := range scores {
+				scores[j] = math.Exp(scores[j] - m)
+				sum += scores[j]
+			}
+			for d := 0; d < hd; d++ {
+				var acc float64
+				for j := lo; j < hi; j++ {
+					acc += scores[j-lo] * float64(v[j*ks+kv*hd+d])
+				}
+				out[i*qs+h*hd+d] = acc / sum
+			}
+		}
+	}
+	return out
+}
+
+func TestGPUAttention(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(5, 5))
+	for _, c := range []struct {
+		name     string
+		tq, rows int // query rows; K/V rows (>= NKV; rows past NKV hold NaN)
+		o        backend.AttnOpts
+	}{
+		{"prefill causal GQA", 70, 70, backend.AttnOpts{Heads: 8, KVHeads: 2, HeadDim: 64, NKV: 70, Causal: true}},
+		{"decode", 1, 160, backend.AttnOpts{Heads: 8, KVHeads: 2, HeadDim: 128, NKV: 130, Causal: true, QPos0: 129}},
+		{"chunked prefill", 5, 40, backend.AttnOpts{Heads: 4, KVHeads: 4, HeadDim: 128, NKV: 25, Causal: true, QPos0: 20}},
+		{"expert, non-causal over a cache", 64, 300, backend.AttnOpts{Heads: 32, KVHeads: 8, HeadDim: 128, NKV: 250}},
+		{"vision segments", 97, 97, backend.AttnOpts{Heads: 4, KVHeads: 4, HeadDim: 72, NKV: 97, Segments: []int{0, 30, 50, 97}}},
+		{"segments and causal", 40, 40, backend.AttnOpts{Heads: 2, KVHeads: 1, HeadDim: 256, NKV: 40, Causal: true, Segments: []int{0, 10, 40}}},
+		{"head dim 512", 3, 3, backend.AttnOpts{Heads: 1, KVHeads: 1, HeadDim: 512, NKV: 3, Causal: true}},
+		{"expert with a mask", 64, 200, backend.AttnOpts{Heads: 8, KVHeads: 2, HeadDim: 128, NKV: 190, MaskFrom: 60, MaskTo: 130}},
+		{"mask at the start", 10, 100, backend.AttnOpts{Heads: 2, KVHeads: 2, HeadDim: 64, NKV: 100, MaskFrom: 0, MaskTo: 70}},
+		{"mask past the causal edge", 30, 30, backend.AttnOpts{Heads: 2, KVHeads: 1, HeadDim: 64, NKV: 30, Causal: true, MaskFrom: 20, MaskTo: 30}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := c.o
+			o.Scale = float32(1 / math.Sqrt(float64(o.HeadDim)))
+			qv := randVals(r, c.tq*o.Heads*o.HeadDim, 1)
+			kv := randVals(r, c.rows*o.KVHeads*o.HeadDim, 1)
+			vv := randVals(r, c.rows*o.KVHeads*o.HeadDim, 1)
+			for i := o.NKV * o.KVHeads * o.HeadDim; i < len(kv); i++ {
+				kv[i], vv[i] = float32(math.NaN()), float32(math.NaN()) // must never be read
+			}
+			q := upload(t, b, qv, c.tq, o.Heads*o.HeadDim)
+			k := upload(t, b, kv, c.rows, o.KVHeads*o.HeadDim)
+			v := upload(t, b, vv, c.rows, o.KVHeads*o.HeadDim)
+			dst := alloc(t, b, c.tq, o.Heads*o.HeadDim)
+			if err := b.Attention(dst, q, k, v, o); err != nil {
+				t.Fatal(err)
+			}
+			closeTo(t, "attention", download(t, b, dst), refAttention(qv, kv, vv, c.tq, o), 1e-5, 1e-4, nil)
+		})
+	}
+	q := alloc(t, b, 2, 64)
+	if err := b.Attention(q, q, q, q, backend.AttnOpts{Heads: 1, KVHeads: 1, HeadDim: 64, NKV: 2, Scale: 1}); err == nil {
+		t.Error("attention into its own q accepted")
+	}
+}
+
+func TestGPUElementwise(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(6, 6))
+	const n = 100003
+	av, bv := randVals(r, n, 3), randVals(r, n, 3)
+	av[0], av[1], av[2] = -30, 30, 0 // saturated silu and gelu
+
+	check := func(name string, got []float32, f func(i int) float64) {
+		t.Helper()
+		want := make([]float64, n)
+		for i := range want {
+			want[i] = f(i)
+		}
+		closeTo(t, name, got, want, 1e-7, 5e-7, nil)
+	}
+	s := upload(t, b, av, n)
+	if err := b.SiLU(s, s); err != nil { // in place
+		t.Fatal(err)
+	}
+	check("silu", download(t, b, s), func(i int) float64 {
+		x := float64(av[i])
+		return x / (1 + math.Exp(-x))
+	})
+
+	a, c := upload(t, b, av, n), upload(t, b, bv, n)
+	if err := b.SiLUMul(a, a, c); err != nil { // dst = gate
+		t.Fatal(err)
+	}
+	check("silumul", download(t, b, a), func(i int) float64 {
+		x := float64(av[i])
+		return float64(float32(x/(1+math.Exp(-x)))) * float64(bv[i])
+	})
+
+	for _, tanh := range []bool{false, true} {
+		x := upload(t, b, av, n)
+		if err := b.GELU(x, x, tanh); err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("gelu tanh=%v", tanh), download(t, b, x), func(i int) float64 {
+			v := float64(av[i])
+			if tanh {
+				return 0.5 * v * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(v+0.044715*v*v*v)))
+			}
+			return 0.5 * v * math.Erfc(-v/math.Sqrt2)
+		})
+	}
+
+	a, c = upload(t, b, av, n), upload(t, b, bv, n)
+	if err := b.Add(c, a, c); err != nil { // dst = b
+		t.Fatal(err)
+	}
+	want := make([]float32, n)
+	for i := range want {
+		want[i] = av[i] + bv[i]
+	}
+	exactly(t, "add", download(t, b, c), want)
+	if err := b.Add(alloc(t, b, n-1), a, c); err == nil {
+		t.Error("add of different sizes accepted")
+	}
+}
+
+func TestGPUCopyIntoCache(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(7, 7))
+	cache := alloc(t, b, 10, 256)
+	src := randVals(r, 3*256, 1)
+	rows, err := b.Rows(cache, 4, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Copy(rows, upload(t, b, src, 3, 256)); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, 10*256)
+	copy(want[4*256:], src)
+	exactly(t, "kv cache after copy", download(t, b, cache), want)
+	all, _ := b.Rows(cache, 0, 10)
+	part, _ := b.Rows(cache, 2, 3)
+	other, _ := b.Rows(cache, 3, 3)
+	if err := b.Copy(part, other); err == nil || !strings.Contains(err.Error(), "overlaps") {
+		t.Errorf("overlapping copy: %v", err)
+	}
+	if err := b.Copy(all, cache); err != nil {
+		t.Errorf("copy onto itself: %v", err)
+	}
+}
+
+func TestGPUEmbedding(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(8, 8))
+	const V, H = 1000, 96
+	ids := []int32{0, 999, 5, 5, 123, 42, 7}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
+		table, held := weight(t, b, dt, randVals(r, V*H, 1), V, H)
+		dst := alloc(t, b, len(ids), H)
+		if err := b.Embedding(dst, table, ids); err != nil {
+			t.Fatal(err)
+		}
+		want := make([]float32, 0, len(ids)*H)
+		for _, id := range ids {
+			want = append(want, held[int(id)*H:int(id+1)*H]...)
+		}
+		exactly(t, fmt.Sprintf("embedding %v", dt), download(t, b, dst), want)
+		// Decode: one id at a time, through the same staging buffer.
+		one := alloc(t, b, 1, H)
+		for _, id := range []int32{3, 4} {
+			if err := b.Embedding(one, table, []int32{id}); err != nil {
+				t.Fatal(err)
+			}
+			exactly(t, "one id", download(t, b, one), held[int(id)*H:int(id+1)*H])
+		}
+		if err := b.Embedding(dst, table, []int32{0, 1, 2, 3, 4, 5, V}); err == nil || !strings.Contains(err.Error(), "outside") {
+			t.Errorf("id %d of %d: %v", V, V, err)
+		}
+	}
+}

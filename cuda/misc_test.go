@@ -1,0 +1,97 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+func TestThreadRunsOnOneOSThread(t *testing.T) {
+	th := newThread()
+	defer th.stop()
+	var first int
+	th.do(func() error { first = syscall.Gettid(); return nil })
+	for i := 0; i < 20; i++ {
+		var tid int
+		if err := th.do(func() error { tid = syscall.Gettid(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if tid != first {
+			t.Fatalf("call %d ran on thread %d, the first on %d", i, tid, first)
+		}
+	}
+	want := errors.New("boom")
+	if err := th.do(func() error { return want }); err != want {
+		t.Errorf("do returned %v, want %v", err, want)
+	}
+	err := th.do(func() error { var m map[string]int; m["x"] = 1; return nil })
+	if err == nil || !strings.Contains(err.Error(), "cuda: internal error") {
+		t.Errorf("a panic came back as %v", err)
+	}
+	th.stop()
+	th.stop()
+	if err := th.do(func() error { return nil }); err != ErrClosed {
+		t.Errorf("do after stop: %v", err)
+	}
+}
+
+func TestSegmentBytes(t *testing.T) {
+	b := segmentBytes([]int{0, 30, 50, 97})
+	if len(b) != attSegsBytes || attSegsBytes != 2056 {
+		t.Fatalf("%d bytes, want sizeof(struct vla_segments) = 2056", len(b))
+	}
+	ne := binary.NativeEndian
+	if ne.Uint32(b) != 4 || ne.Uint32(b[4:]) != 0 || ne.Uint32(b[8:]) != 30 || ne.Uint32(b[16:]) != 97 || ne.Uint32(b[20:]) != 0 {
+		t.Errorf("layout % x", b[:24])
+	}
+}
+
+func TestElementwiseGrid(t *testing.T) {
+	for _, c := range []struct {
+		n    int64
+		want uint32
+	}{{1, 1}, {256, 1}, {257, 2}, {1 << 40, maxGridBlocks}} {
+		if g := elementwiseGrid(c.n); g[0] != c.want || g[1] != 1 || g[2] != 1 {
+			t.Errorf("elementwiseGrid(%d) = %v, want %d blocks", c.n, g, c.want)
+		}
+	}
+	for n, want := range map[int]int{1: 32, 72: 96, 128: 128, 4096: 256} {
+		if got := rowThreads(n); got != want {
+			t.Errorf("rowThreads(%d) = %d, want %d", n, got, want)
+		}
+	}
+}
+
+func TestOptions(t *testing.T) {
+	o := defaultOptions()
+	for _, opt := range []Option{WithDevice(1), WithBudget(4 << 30), WithKernelCache("/tmp/k"), WithKernelRebuild(), WithCUBLASWorkspace(4 << 20)} {
+		if err := opt(&o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.device != 1 || o.budget != 4<<30 || o.cacheDir != "/tmp/k" || !o.noCache || o.workspace != 4<<20 {
+		t.Errorf("options %+v", o)
+	}
+	for _, bad := range []Option{WithDevice(-1), WithBudget(-1), WithCUBLASWorkspace(-1)} {
+		if err := bad(&o); err == nil {
+			t.Error("a bad option was accepted")
+		}
+	}
+}
+
+// TestAvailableWithoutGPU checks the one-line reason on a machine without
+// the driver; on a GPU machine there is nothing to check.
+func TestAvailableWithoutGPU(t *testing.T) {
+	err := Available()
+	if err == nil {
+		t.Skip("CUDA is available here")
+	}
+	if strings.Contains(err.Error(), "\n") || !strings.HasPrefix(err.Error(), "cuda: ") {
+		t.Errorf("Available() = %q: want one line starting with \"cuda: \"", err)
+	}
+	if _, nerr := New(); nerr == nil || nerr.Error() != err.Error() {
+		t.Errorf("New() without CUDA: %v; want the same reason as Available: %v", nerr, err)
+	}
+}

@@ -1,0 +1,290 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+
+	"vlanode/backend"
+	"vlanode/cuda/driver"
+)
+
+// rowThreads is the block size of a kernel that reduces rows of n: a
+// multiple of 32 up to threadsPerBlock.
+func rowThreads(n int) int { return int(min(max(roundUp(int64(n), 32), 32), threadsPerBlock)) }
+
+// normArgs checks the operands of a row-wise norm and returns the row
+// count and length.
+func (b *Backend) normArgs(op string, dst, x, w backend.Tensor) (d, xt, wt *Tensor, rows, n int64, err error) {
+	if d, err = b.dstArg(op, "dst", dst); err != nil {
+		return
+	}
+	if xt, err = b.f32Arg(op, "x", x); err != nil {
+		return
+	}
+	if wt, err = b.floatArg(op, "w", w); err != nil {
+		return
+	}
+	n = wt.elements()
+	switch {
+	case n == 0 || n > math.MaxInt32 || xt.elements()%n != 0:
+		err = fmt.Errorf("cuda: %s: x %v is not made of rows of len(w) = %d", op, xt, n)
+	case d.elements() != xt.elements():
+		err = fmt.Errorf("cuda: %s: dst %v and x %v differ in size", op, d, xt)
+	case d.overlaps(xt) && !d.same(xt):
+		err = fmt.Errorf("cuda: %s: dst %v partly overlaps x", op, d)
+	case xt.elements()/max(n, 1) > math.MaxInt32:
+		err = fmt.Errorf("cuda: %s: x %v has more rows than a grid holds", op, xt)
+	}
+	return d, xt, wt, xt.elements() / max(n, 1), n, err
+}
+
+// RMSNorm normalizes each row of x over its last n = len(w) elements:
+// dst = w · (x · rsqrt(mean(x²) + eps)), the sum of squares in double. w may
+// be F32, F16 or BF16; dst may be x.
+func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
+	d, xt, wt, rows, n, err := b.normArgs("rmsnorm", dst, x, w)
+	if err != nil || rows == 0 {
+		return err
+	}
+	return b.run(func(g *gpu) error {
+		g.args.Reset()
+		g.args.Ptr(d.ptr).Ptr(xt.ptr).Ptr(wt.ptr).I32(dtypeCode(wt.dt)).I32(int32(n)).F32(eps)
+		return g.launch("rmsnorm", g.k.rmsNorm, driver.Dim3{uint32(rows), 1, 1}, block1D(rowThreads(int(n))), 0)
+	})
+}
+
+// LayerNorm normalizes each row of x over its last n = len(w) elements:
+// dst = (x - mean) / sqrt(var + eps) · w + bias (biased variance, sums in
+// double). w and bias may be F32, F16 or BF16; bias may be nil; dst may be
+// x.
+func (b *Backend) LayerNorm(dst, x, w, bias backend.Tensor, eps float32) error {
+	d, xt, wt, rows, n, err := b.normArgs("layernorm", dst, x, w)
+	if err != nil {
+		return err
+	}
+	bt, err := b.optArg("layernorm", "bias", bias)
+	if err != nil {
+		return err
+	}
+	if bt != nil && bt.elements() != n {
+		return fmt.Errorf("cuda: layernorm: bias %v for rows of %d", bt, n)
+	}
+	if rows == 0 {
+		return nil
+	}
+	var bp driver.DevicePtr
+	bdt := int32(0)
+	if bt != nil {
+		bp, bdt = bt.ptr, dtypeCode(bt.dt)
+	}
+	return b.run(func(g *gpu) error {
+		g.args.Reset()
+		g.args.Ptr(d.ptr).Ptr(xt.ptr).Ptr(wt.ptr).I32(dtypeCode(wt.dt)).Ptr(bp).I32(bdt).I32(int32(n)).F32(eps)
+		return g.launch("layernorm", g.k.layerNorm, driver.Dim3{uint32(rows), 1, 1}, block1D(rowThreads(int(n))), 0)
+	})
+}
+
+// Rope rotates x [T, heads*headDim] in place with rotate-half (NeoX)
+// rotary embeddings; cos and sin are [T, headDim/2]. Each product is
+// rounded before the sum, as the cpu backend does.
+func (b *Backend) Rope(x, cos, sin backend.Tensor, headDim int) error {
+	const op = "rope"
+	xt, err := b.dstArg(op, "x", x)
+	if err != nil {
+		return err
+	}
+	ct, err := b.f32Arg(op, "cos", cos)
+	if err != nil {
+		return err
+	}
+	st, err := b.f32Arg(op, "sin", sin)
+	if err != nil {
+		return err
+	}
+	rows, cols := backend.Matrix(xt)
+	if headDim <= 0 || headDim%2 != 0 || cols%headDim != 0 {
+		return fmt.Errorf("cuda: rope: head dim %d does not divide the rows of x %v in even halves", headDim, xt)
+	}
+	half := headDim / 2
+	cr, cc := backend.Matrix(ct)
+	sr, sc := backend.Matrix(st)
+	if cr != rows || cc != half || sr != rows || sc != half {
+		return fmt.Errorf("cuda: rope: cos %v / sin %v must be [%d, %d] for x %v", ct, st, rows, half, xt)
+	}
+	if xt.overlaps(ct) || xt.overlaps(st) {
+		return fmt.Errorf("cuda: rope: x %v overlaps cos or sin", xt)
+	}
+	heads := cols / headDim
+	n := int64(rows) * int64(heads) * int64(half)
+	if n == 0 {
+		return nil
+	}
+	return b.run(func(g *gpu) error {
+		g.args.Reset()
+		g.args.Ptr(xt.ptr).Ptr(ct.ptr).Ptr(st.ptr).U64(uint64(rows)).I32(int32(heads)).I32(int32(headDim))
+		return g.elementwise("rope", g.k.rope, n)
+	})
+}
+
+// elementwiseArgs checks an elementwise op: dst and every input F32 of
+// one element count; dst may be an input but not overlap one partly.
+func (b *Backend) elementwiseArgs(op string, dst backend.Tensor, names []string, in ...backend.Tensor) (*Tensor, []*Tensor, error) {
+	d, err := b.dstArg(op, "dst", dst)
+	if err != nil {
+		return nil, nil, err
+	}
+	ts := make([]*Tensor, len(in))
+	for i, t := range in {
+		if ts[i], err = b.f32Arg(op, names[i], t); err != nil {
+			return nil, nil, err
+		}
+		if ts[i].elements() != d.elements() {
+			return nil, nil, fmt.Errorf("cuda: %s: %s %v and dst %v differ in size", op, names[i], ts[i], d)
+		}
+		if d.overlaps(ts[i]) && !d.same(ts[i]) {
+			return nil, nil, fmt.Errorf("cuda: %s: dst %v partly overlaps %s", op, d, names[i])
+		}
+	}
+	return d, ts, nil
+}
+
+// SiLU computes dst = x·sigmoid(x) = x/(1+e^-x) elementwise, in double
+// rounded to float. dst may be x.
+func (b *Backend) SiLU(dst, x backend.Tensor) error {
+	d, in, err := b.elementwiseArgs("silu", dst, []string{"x"}, x)
+	if err != nil || d.elements() == 0 {
+		return err
+	}
+	return b.run(func(g *gpu) error {
+		g.args.Reset()
+		g.args.Ptr(d.ptr).Ptr(in[0].ptr).U64(uint64(d.elements()))
+		return g.elementwise("silu", g.k.silu, d.elements())
+	})
+}
+
+// SiLUMul computes dst = silu(gate) · up elementwise (silu in double,
+// rounded before the product). dst may be gate or up.
+func (b *Backend) SiLUMul(dst, gate, up backend.Tensor) error {
+	d, in, err := b.elementwiseArgs("silumul", dst, []string{"gate", "up"}, gate, up)
+	if err != nil || d.elements() == 0 {
+		return err
+	}
+	return b.run(func(g *gpu) error {
+		g.args.Reset()
+		g.args.Ptr(d.ptr).Ptr(in[0].ptr).Ptr(in[1].ptr).U64(uint64(d.elements()))
+		return g.elementwise("silumul", g.k.siluMul, d.elements())
+	})
+}
+
+// GELU computes dst = gelu(x) in double, exact (erf) or with the tanh
+// approximation when tanh is set. dst may be x.
+func (b *Backend) GELU(dst, x backend.Tensor, tanh bool) error {
+	d, in, err := b.elementwiseArgs("gelu", dst, []string{"x"}, x)
+	if err != nil || d.elements() == 0 {
+		return err
+	}
+	approx := int32(0)
+	if tanh {
+		approx = 1
+	}
+	return b.run(func(g *gpu) error {
+		g.args.Reset()
+		g.args.Ptr(d.ptr).Ptr(in[0].ptr).U64(uint64(d.elements())).I32(approx)
+		return g.elementwise("gelu", g.k.gelu, d.elements())
+	})
+}
+
+// Add computes dst = a + b elementwise; dst may be a or b.
+func (b *Backend) Add(dst, x, y backend.Tensor) error {
+	d, in, err := b.elementwiseArgs("add", dst, []string{"a", "b"}, x, y)
+	if err != nil || d.elements() == 0 {
+		return err
+	}
+	return b.run(func(g *gpu) error {
+		g.args.Reset()
+		g.args.Ptr(d.ptr).Ptr(in[0].ptr).Ptr(in[1].ptr).U64(uint64(d.elements()))
+		return g.elementwise("add", g.k.add, d.elements())
+	})
+}
+
+// Copy copies src into dst of the same element count and type (into
+// KV-cache rows obtained with Rows, say), in order on the stream.
+func (b *Backend) Copy(dst, src backend.Tensor) error {
+	const op = "copy"
+	d, err := b.arg(op, "dst", dst)
+	if err != nil {
+		return err
+	}
+	s, err := b.arg(op, "src", src)
+	if err != nil {
+		return err
+	}
+	switch {
+	case d.readOnly:
+		return fmt.Errorf("cuda: copy: dst %v is a read-only weight", d)
+	case d.dt != s.dt || d.elements() != s.elements():
+		return fmt.Errorf("cuda: copy: src %v into dst %v", s, d)
+	case d.same(s) || d.bytes() == 0:
+		return nil
+	case d.overlaps(s):
+		return fmt.Errorf("cuda: copy: dst %v partly overlaps src", d)
+	}
+	return b.run(func(g *gpu) error {
+		if err := g.drv.CopyDtoDAsync(d.ptr, s.ptr, d.bytes(), g.stream); err != nil {
+			return fmt.Errorf("cuda: copy: %w", err)
+		}
+		return nil
+	})
+}
+
+// Embedding gathers rows ids of table [V, H] (F32, F16 or BF16) into
+// dst [len(ids), H] as float32. The ids travel through the pinned staging
+// buffer; an id out of range is an error before anything is queued.
+func (b *Backend) Embedding(dst, table backend.Tensor, ids []int32) error {
+	const op = "embedding"
+	d, err := b.dstArg(op, "dst", dst)
+	if err != nil {
+		return err
+	}
+	tt, err := b.floatArg(op, "table", table)
+	if err != nil {
+		return err
+	}
+	if len(tt.shape) != 2 {
+		return fmt.Errorf("cuda: embedding: table %v must be [V, H]", tt)
+	}
+	V, H := tt.shape[0], tt.shape[1]
+	if dr, dc := backend.Matrix(d); dr != len(ids) || dc != H {
+		return fmt.Errorf("cuda: embedding: dst %v for %d ids of %d", d, len(ids), H)
+	}
+	for i, id := range ids {
+		if id < 0 || int(id) >= V {
+			return fmt.Errorf("cuda: embedding: id %d (at %d) outside the %d rows of the table", id, i, V)
+		}
+	}
+	if len(ids) == 0 || H == 0 {
+		return nil
+	}
+	return b.run(func(g *gpu) error {
+		n := int64(len(ids)) * 4
+		idp, err := g.scratch(&g.idsDev, n)
+		if err != nil {
+			return fmt.Errorf("cuda: embedding: %w", err)
+		}
+		buf, err := g.stage.take(g.drv, n)
+		if err != nil {
+			return fmt.Errorf("cuda: embedding: %w", err)
+		}
+		copy(unsafe.Slice((*int32)(unsafe.Pointer(&buf[0])), len(ids)), ids)
+		if err := g.drv.CopyHtoDAsync(idp, unsafe.Pointer(&buf[0]), n, g.stream); err != nil {
+			return fmt.Errorf("cuda: embedding: %w", err)
+		}
+		if err := g.stage.queued(g.drv, g.stream); err != nil {
+			return err
+		}
+		g.args.Reset()
+		g.args.Ptr(d.ptr).Ptr(tt.ptr).I32(dtypeCode(tt.dt)).Ptr(idp).U64(uint64(len(ids))).U64(uint64(H))
+		return g.elementwise("embedding", g.k.embedding, int64(len(ids))*int64(H))
+	})
+}

@@ -1,0 +1,78 @@
+package cuda
+
+import "fmt"
+
+// Option configures New.
+type Option func(*options) error
+
+type options struct {
+	device     int    // ordinal
+	budget     int64  // bytes; 0 = the device's memory
+	cacheDir   string // kernel cache; "" = none
+	noCache    bool   // compile even when the cache has the kernels
+	workspace  int64  // cuBLAS workspace bytes
+	stagingMin int64  // initial pinned staging bytes
+}
+
+// Defaults.
+const (
+	// defaultWorkspace is the cuBLAS workspace NVIDIA recommends for
+	// Hopper (32 MiB; 4 MiB suffices for older GPUs).
+	defaultWorkspace = 32 << 20
+	// defaultStaging is the first size of the pinned buffer that uploads,
+	// downloads and token ids pass through; it grows on demand.
+	defaultStaging = 1 << 20
+)
+
+func defaultOptions() options {
+	return options{cacheDir: defaultKernelCacheDir(), workspace: defaultWorkspace, stagingMin: defaultStaging}
+}
+
+// WithDevice picks the GPU by ordinal (default 0).
+func WithDevice(ordinal int) Option {
+	return func(o *options) error {
+		if ordinal < 0 {
+			return fmt.Errorf("cuda: device ordinal %d", ordinal)
+		}
+		o.device = ordinal
+		return nil
+	}
+}
+
+// WithBudget limits the device memory the backend may make the GPU use,
+// in bytes, its own (context, cuBLAS, kernels) included. 0 (the default)
+// allows the device's whole memory.
+func WithBudget(bytes int64) Option {
+	return func(o *options) error {
+		if bytes < 0 {
+			return fmt.Errorf("cuda: negative budget %d", bytes)
+		}
+		o.budget = bytes
+		return nil
+	}
+}
+
+// WithKernelCache sets the folder where compiled kernels are cached
+// (default $XDG_CACHE_HOME/vlanode/kernels or ~/.cache/vlanode/kernels);
+// "" disables the cache.
+func WithKernelCache(dir string) Option {
+	return func(o *options) error { o.cacheDir = dir; return nil }
+}
+
+// WithKernelRebuild compiles the kernels even when the cache holds them
+// (and refreshes the cache).
+func WithKernelRebuild() Option {
+	return func(o *options) error { o.noCache = true; return nil }
+}
+
+// WithCUBLASWorkspace sets the bytes of the cuBLAS workspace (default
+// 32 MiB).
+func WithCUBLASWorkspace(bytes int64) Option {
+	return func(o *options) error {
+		if bytes < 0 {
+			return fmt.Errorf("cuda: negative cuBLAS workspace %d", bytes)
+		}
+		o.workspace = bytes
+		return nil
+	}
+}

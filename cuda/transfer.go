@@ -1,0 +1,68 @@
+package cuda
+
+import (
+	"fmt"
+	"unsafe"
+
+	"vlanode/backend"
+)
+
+// Upload copies float32 values into an F32 tensor. The values pass through
+// the pinned staging buffer, so src may be reused at once and the copy
+// runs in order with the queued ops without waiting for them.
+func (b *Backend) Upload(dst backend.Tensor, src []float32) error {
+	d, err := b.dstArg("upload", "dst", dst)
+	if err != nil {
+		return err
+	}
+	if int64(len(src)) != d.elements() {
+		return fmt.Errorf("cuda: upload: %d values into %v", len(src), d)
+	}
+	if len(src) == 0 {
+		return nil
+	}
+	return b.run(func(g *gpu) error {
+		n := d.bytes()
+		buf, err := g.stage.take(g.drv, n)
+		if err != nil {
+			return fmt.Errorf("cuda: upload: %w", err)
+		}
+		copy(unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), len(src)), src)
+		if err := g.drv.CopyHtoDAsync(d.ptr, unsafe.Pointer(&buf[0]), n, g.stream); err != nil {
+			return fmt.Errorf("cuda: upload: %w", err)
+		}
+		return g.stage.queued(g.drv, g.stream)
+	})
+}
+
+// Download waits for the queued work and copies an F32 tensor to the host.
+func (b *Backend) Download(src backend.Tensor) ([]float32, error) {
+	s, err := b.f32Arg("download", "src", src)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, s.elements())
+	if len(out) == 0 {
+		return out, nil
+	}
+	err = b.run(func(g *gpu) error {
+		n := s.bytes()
+		buf, err := g.stage.take(g.drv, n)
+		if err != nil {
+			return fmt.Errorf("cuda: download: %w", err)
+		}
+		if err := g.drv.CopyDtoHAsync(unsafe.Pointer(&buf[0]), s.ptr, n, g.stream); err != nil {
+			return fmt.Errorf("cuda: download: %w", err)
+		}
+		if err := g.drv.StreamSynchronize(g.stream); err != nil {
+			return fmt.Errorf("cuda: download: %w", err)
+		}
+		g.stage.idle()
+		copy(out, unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), len(out)))
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
