@@ -48,3 +48,17 @@ bench: build
 
 clean:
 	rm -rf bin
+
+# gpu-test builds the GPU test binaries (without OpenCV: tag nogocv) into
+# .gpu/ and runs them. On the GPU machine the same binaries run against the
+# driver; on a machine without a GPU every GPU test reports itself as
+# SKIPPED (run with -test.v, so the skips are visible).
+GPU_PKGS := ./cuda ./cuda/driver ./models/qwen3
+gpu-test: deps
+	@mkdir -p .gpu
+	@for p in $(GPU_PKGS); do \
+		n=$$(echo $$p | sed 's#^\./##; s#/#-#g'); \
+		$(GO) test -tags nogocv -c -o .gpu/$$n.test $$p || exit 1; \
+	done
+	$(GO) build -tags nogocv -o .gpu/vlanode ./cmd/vlanode
+	bash scripts/gpu-test.sh .gpu

@@ -19,6 +19,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	expect := fs.String("expect", "", "optional reference safetensors file whose logits to compare with")
 	atol := fs.Float64("atol", defaultAtol, "absolute tolerance of --expect")
 	rtol := fs.Float64("rtol", defaultRtol, "relative tolerance of --expect")
+	scaleTol := fs.Float64("scale-tol", -1, "--expect tolerance as a fraction of the reference's max |logit| (default: 0.02 on cuda, off on cpu)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -54,7 +55,14 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	fmt.Fprintf(stdout, "wrote logits [%d, %d] to %s\n", len(ids), vocab, *out)
 	if *expect != "" {
-		return expectLogits(stdout, *expect, logits, *atol, *rtol)
+		tol := tolerance{atol: *atol, rtol: *rtol, scale: *scaleTol}
+		if tol.scale < 0 {
+			tol.scale = 0
+			if lm.be.Name() == "cuda" {
+				tol.scale = cudaScaleTol
+			}
+		}
+		return expectLogits(stdout, *expect, logits, tol)
 	}
 	return nil
 }

@@ -9,7 +9,7 @@ import (
 
 	"vlanode/backend"
 	"vlanode/configs"
-	"vlanode/cpu"
+	"vlanode/device"
 	"vlanode/models/qwen3"
 	"vlanode/safetensors"
 )
@@ -23,8 +23,8 @@ type modelFlags struct {
 
 func (f *modelFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dir, "model", "", "model directory (config.json and safetensors)")
-	fs.StringVar(&f.device, "device", "cpu", "compute device: cpu")
-	fs.IntVar(&f.threads, "threads", runtime.NumCPU(), "CPU threads for the cpu backend")
+	fs.StringVar(&f.device, "device", "auto", "compute device: cpu, cuda, or auto (cuda when a driver and a GPU are found)")
+	fs.IntVar(&f.threads, "threads", runtime.NumCPU(), "threads of the cpu backend")
 }
 
 func (f *modelFlags) check() error {
@@ -34,27 +34,15 @@ func (f *modelFlags) check() error {
 	if f.threads <= 0 {
 		return usagef("--threads must be positive")
 	}
-	switch f.device {
-	case "cpu":
-	default:
-		return usagef("unknown --device %q (want cpu)", f.device)
+	if !device.Valid(f.device) {
+		return usagef("unknown --device %q (want one of %v)", f.device, device.Names)
 	}
 	return nil
 }
 
 // openBackend starts the compute backend the flags name.
 func (f *modelFlags) openBackend(log io.Writer) (backend.Backend, error) {
-	switch f.device {
-	case "cpu":
-		be, err := cpu.New(cpu.WithThreads(f.threads))
-		if err != nil {
-			return nil, err
-		}
-		fmt.Fprintf(log, "vlanode: cpu backend, %d threads\n", f.threads)
-		return be, nil
-	default:
-		return nil, usagef("unknown --device %q (want cpu)", f.device)
-	}
+	return device.Open(f.device, device.Options{Threads: f.threads}, log)
 }
 
 // loadedModel is a text model with what keeps it alive.

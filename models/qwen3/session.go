@@ -3,25 +3,11 @@ package qwen3
 import (
 	"context"
 	"fmt"
-	"math"
 
 	"vlanode/backend"
 	"vlanode/models"
 	"vlanode/tensor"
 )
-
-// scratch is the activation memory of one forward call of t tokens.
-type scratch struct {
-	t          int
-	h          backend.Tensor // [t, hidden]
-	q, attn    backend.Tensor // [t, heads*headDim]
-	k, v       backend.Tensor // [t, kvHeads*headDim]
-	gate, up   backend.Tensor // [t, intermediate]
-	cos, sin   backend.Tensor // [t, headDim/2]
-	scale      float32
-	allocated  []backend.Tensor
-	cosH, sinH []float32
-}
 
 // Session is the state of one sequence: its KV cache and position.
 type Session struct {
@@ -30,6 +16,11 @@ type Session struct {
 	len    int
 	cap    int
 }
+
+// LayerHook runs after decoder layer i with the residual stream x
+// [T, hidden] of the tokens being appended; it may modify x in place
+// (Qwen3-VL adds its DeepStack visual features there).
+type LayerHook func(layer int, x backend.Tensor) error
 
 // NewSession allocates a KV cache for up to capacity tokens.
 func (m *Model) NewSession(capacity int) (*Session, error) {
@@ -59,6 +50,24 @@ func (m *Model) NewSession(capacity int) (*Session, error) {
 // Len is the number of tokens in the cache.
 func (s *Session) Len() int { return s.len }
 
+// Cap is the number of tokens the cache can hold.
+func (s *Session) Cap() int { return s.cap }
+
+// Cache returns layer i's key and value caches, each [Cap(), kvHeads*headDim]
+// F32 with rotary-embedded keys; rows [0, Len()) are valid. The tensors
+// belong to the session: valid until Close, not to be freed.
+func (s *Session) Cache(layer int) (k, v backend.Tensor) { return s.kc[layer], s.vc[layer] }
+
+// Truncate drops the cached tokens from position n on (n <= Len()), so that
+// the next Forward overwrites them.
+func (s *Session) Truncate(n int) error {
+	if n < 0 || n > s.len {
+		return fmt.Errorf("qwen3: truncate to %d tokens, the cache holds %d: %w", n, s.len, models.ErrBadInput)
+	}
+	s.len = n
+	return nil
+}
+
 // Close frees the KV cache.
 func (s *Session) Close() {
 	for i := range s.kc {
@@ -80,50 +89,87 @@ func (s *Session) Forward(ctx context.Context, ids []int32, all bool) ([]float32
 	if s.len+T > s.cap {
 		return nil, fmt.Errorf("qwen3: %d tokens after %d do not fit the session's %d: %w", T, s.len, s.cap, models.ErrBadInput)
 	}
+	x, err := m.Embed(ids)
+	if err != nil {
+		return nil, err
+	}
+	defer m.be.Free(x)
+	half := c.HeadDim / 2
+	cos, sin := make([]float32, T*half), make([]float32, T*half)
+	pos := make([]int, T)
+	for i := range pos {
+		pos[i] = s.len + i
+	}
+	models.RopeTables(cos, sin, pos, m.invFreq)
+	if err := s.ForwardEmbedded(ctx, x, cos, sin, nil); err != nil {
+		return nil, err
+	}
+	return m.Logits(x, all)
+}
+
+// ForwardEmbedded runs the decoder layers over x [T, hidden], the embedded
+// tokens to append, updating x in place to the last layer's output (before
+// the final norm) and writing their keys and values to cache rows
+// [Len(), Len()+T). cos and sin are the tokens' rotary tables,
+// [T, headDim/2] row-major, computed by the caller (1D positions for Qwen3,
+// multimodal ones for Qwen3-VL). after, when not nil, runs after each layer.
+func (s *Session) ForwardEmbedded(ctx context.Context, x backend.Tensor, cos, sin []float32, after LayerHook) error {
+	m := s.m
+	T, cols := backend.Matrix(x)
+	if cols != m.Config.HiddenSize {
+		return fmt.Errorf("qwen3: hidden states %v are not [T, %d]", x.Shape(), m.Config.HiddenSize)
+	}
+	if s.len+T > s.cap {
+		return fmt.Errorf("qwen3: %d tokens after %d do not fit the session's %d: %w", T, s.len, s.cap, models.ErrBadInput)
+	}
+	sc, err := NewScratch(m.be, m.Config, T)
+	if err != nil {
+		return err
+	}
+	defer sc.Free(m.be)
+	if err := sc.SetRope(m.be, cos, sin); err != nil {
+		return err
+	}
+	for i, l := range m.Layers {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := l.Forward(m.be, x, s.kc[i], s.vc[i], s.len, sc); err != nil {
+			return fmt.Errorf("qwen3: layer %d: %w", i, err)
+		}
+		if after != nil {
+			if err := after(i, x); err != nil {
+				return fmt.Errorf("qwen3: after layer %d: %w", i, err)
+			}
+		}
+	}
+	s.len += T
+	return nil
+}
+
+// Embed returns the embeddings of ids as a new F32 tensor [len(ids),
+// hidden], which the caller frees. An id outside the vocabulary is an error.
+func (m *Model) Embed(ids []int32) (backend.Tensor, error) {
+	c := m.Config
 	for i, id := range ids {
 		if id < 0 || int(id) >= c.VocabSize {
 			return nil, fmt.Errorf("qwen3: token %d is id %d, outside the vocabulary of %d: %w", i, id, c.VocabSize, models.ErrBadInput)
 		}
 	}
-	sc, err := m.newScratch(T)
+	x, err := m.be.Alloc("activations", tensor.F32, len(ids), c.HiddenSize)
 	if err != nil {
 		return nil, err
 	}
-	defer sc.free(m.be)
-	pos := make([]int, T)
-	for i := range pos {
-		pos[i] = s.len + i
-	}
-	models.RopeTables(sc.cosH, sc.sinH, pos, m.invFreq)
-	if err := m.be.Upload(sc.cos, sc.cosH); err != nil {
-		return nil, err
-	}
-	if err := m.be.Upload(sc.sin, sc.sinH); err != nil {
-		return nil, err
-	}
-	x, err := m.be.Alloc("activations", tensor.F32, T, c.HiddenSize)
-	if err != nil {
-		return nil, err
-	}
-	defer m.be.Free(x)
 	if err := m.be.Embedding(x, m.Embed, ids); err != nil {
+		m.be.Free(x)
 		return nil, fmt.Errorf("qwen3: embedding: %w", err)
 	}
-	for i, l := range m.Layers {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if err := l.Forward(m.be, x, s.kc[i], s.vc[i], s.len, sc); err != nil {
-			return nil, fmt.Errorf("qwen3: layer %d: %w", i, err)
-		}
-	}
-	s.len += T
-	return m.logits(x, all)
+	return x, nil
 }
 
-// logits applies the final norm and the LM head to all rows of x, or to
-// its last row.
-func (m *Model) logits(x backend.Tensor, all bool) ([]float32, error) {
+// Logits applies the final norm and the LM head to all rows of x, or to
+// its last row, and returns float32 logits ([rows, vocab] row-major).
+func (m *Model) Logits(x backend.Tensor, all bool) ([]float32, error) {
 	c := m.Config
 	rows, _ := backend.Matrix(x)
 	if !all {
@@ -150,35 +196,4 @@ func (m *Model) logits(x backend.Tensor, all bool) ([]float32, error) {
 		return nil, fmt.Errorf("qwen3: lm head: %w", err)
 	}
 	return m.be.Download(out)
-}
-
-func (m *Model) newScratch(T int) (*scratch, error) {
-	c := m.Config
-	s := &scratch{t: T, scale: float32(1 / math.Sqrt(float64(c.HeadDim)))}
-	half := c.HeadDim / 2
-	s.cosH, s.sinH = make([]float32, T*half), make([]float32, T*half)
-	for _, a := range []struct {
-		dst  *backend.Tensor
-		cols int
-	}{
-		{&s.h, c.HiddenSize}, {&s.q, c.NumAttentionHeads * c.HeadDim}, {&s.attn, c.NumAttentionHeads * c.HeadDim},
-		{&s.k, c.NumKeyValueHeads * c.HeadDim}, {&s.v, c.NumKeyValueHeads * c.HeadDim},
-		{&s.gate, c.IntermediateSize}, {&s.up, c.IntermediateSize}, {&s.cos, half}, {&s.sin, half},
-	} {
-		t, err := m.be.Alloc("activations", tensor.F32, T, a.cols)
-		if err != nil {
-			s.free(m.be)
-			return nil, fmt.Errorf("qwen3: allocating activations: %w", err)
-		}
-		*a.dst = t
-		s.allocated = append(s.allocated, t)
-	}
-	return s, nil
-}
-
-func (s *scratch) free(be backend.Backend) {
-	for _, t := range s.allocated {
-		be.Free(t)
-	}
-	s.allocated = nil
 }

@@ -1,0 +1,71 @@
+package qwen3
+
+import (
+	"fmt"
+	"math"
+
+	"vlanode/backend"
+	"vlanode/configs"
+	"vlanode/tensor"
+)
+
+// Scratch is the activation memory of one forward call of T tokens through
+// the decoder layers, with the rotary tables of those tokens. It MUST be
+// released with Free.
+type Scratch struct {
+	t         int
+	h         backend.Tensor // [T, hidden]
+	q, attn   backend.Tensor // [T, heads*headDim]
+	k, v      backend.Tensor // [T, kvHeads*headDim]
+	gate, up  backend.Tensor // [T, intermediate]
+	cos, sin  backend.Tensor // [T, headDim/2]
+	scale     float32
+	allocated []backend.Tensor
+}
+
+// NewScratch allocates the activations of T tokens for a model of
+// configuration c.
+func NewScratch(be backend.Backend, c *configs.Qwen3, T int) (*Scratch, error) {
+	s := &Scratch{t: T, scale: float32(1 / math.Sqrt(float64(c.HeadDim)))}
+	half := c.HeadDim / 2
+	for _, a := range []struct {
+		dst  *backend.Tensor
+		cols int
+	}{
+		{&s.h, c.HiddenSize}, {&s.q, c.NumAttentionHeads * c.HeadDim}, {&s.attn, c.NumAttentionHeads * c.HeadDim},
+		{&s.k, c.NumKeyValueHeads * c.HeadDim}, {&s.v, c.NumKeyValueHeads * c.HeadDim},
+		{&s.gate, c.IntermediateSize}, {&s.up, c.IntermediateSize}, {&s.cos, half}, {&s.sin, half},
+	} {
+		t, err := be.Alloc("activations", tensor.F32, T, a.cols)
+		if err != nil {
+			s.Free(be)
+			return nil, fmt.Errorf("qwen3: allocating activations: %w", err)
+		}
+		*a.dst = t
+		s.allocated = append(s.allocated, t)
+	}
+	return s, nil
+}
+
+// Tokens is the number of tokens T the scratch holds.
+func (s *Scratch) Tokens() int { return s.t }
+
+// SetRope uploads the rotary tables of the T tokens: cos and sin are
+// [T, headDim/2] row-major (see backend.Backend.Rope).
+func (s *Scratch) SetRope(be backend.Backend, cos, sin []float32) error {
+	if err := be.Upload(s.cos, cos); err != nil {
+		return fmt.Errorf("qwen3: rotary cos table: %w", err)
+	}
+	if err := be.Upload(s.sin, sin); err != nil {
+		return fmt.Errorf("qwen3: rotary sin table: %w", err)
+	}
+	return nil
+}
+
+// Free releases the activations.
+func (s *Scratch) Free(be backend.Backend) {
+	for _, t := range s.allocated {
+		be.Free(t)
+	}
+	s.allocated = nil
+}
