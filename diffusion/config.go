@@ -1,0 +1,288 @@
+package diffusion
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"vlanode/diffusion/actionspace"
+)
+
+// Config is the action side of an Alpamayo-R1 model: the expert's text
+// architecture and the action_* / diffusion_cfg / hist_traj_tokenizer_cfg
+// sections of the release config.json (NVlabs/alpamayo config.py).
+type Config struct {
+	Expert ExpertConfig
+	InProj InProjConfig
+	// Space is action_space_cfg with its normalisation constants rounded to
+	// bfloat16, as the model holds them when loaded in bf16; Load replaces
+	// them with the checkpoint's action_space.* buffers when present.
+	Space actionspace.Space
+	// Steps is diffusion_cfg.num_inference_steps (Euler steps, 10).
+	Steps int
+	// History is hist_traj_tokenizer_cfg (the delta tokenizer).
+	History actionspace.DeltaTokenizer
+	// NonCausal is expert_non_causal_attention. The expert's additive mask
+	// already makes the action tokens see each other, so the source (eager
+	// or SDPA with a mask) attends bidirectionally either way; vlanode
+	// always does.
+	NonCausal bool
+}
+
+// ExpertConfig is the expert's architecture: the VLM's text_config with the
+// keys of expert_cfg set over it (the source deep-copies text_config and
+// setattr()s each expert_cfg key). Every key it does not name is inherited:
+// layers, KV heads, head_dim, rms_norm_eps, rope_theta.
+type ExpertConfig struct {
+	HiddenSize        int     `json:"hidden_size"`
+	IntermediateSize  int     `json:"intermediate_size"`
+	NumHiddenLayers   int     `json:"num_hidden_layers"`
+	NumAttentionHeads int     `json:"num_attention_heads"`
+	NumKeyValueHeads  int     `json:"num_key_value_heads"`
+	HeadDim           int     `json:"head_dim"`
+	RMSNormEps        float64 `json:"rms_norm_eps"`
+	HiddenAct         string  `json:"hidden_act"`
+	AttentionBias     bool    `json:"attention_bias"`
+	RopeTheta         float64 `json:"rope_theta"`
+	// RopeParameters (transformers 5) and RopeScaling (4.x) hold the rope
+	// type, theta and the M-RoPE sections. The sections do not matter to
+	// the expert: its three position rows are equal (see rope.go).
+	RopeParameters *RopeConfig `json:"rope_parameters"`
+	RopeScaling    *RopeConfig `json:"rope_scaling"`
+}
+
+// RopeConfig is a rope_parameters or rope_scaling section of a text config.
+type RopeConfig struct {
+	RopeType     string  `json:"rope_type"`
+	Type         string  `json:"type"`
+	RopeTheta    float64 `json:"rope_theta"`
+	MropeSection []int   `json:"mrope_section"`
+}
+
+// InProjConfig is action_in_proj_cfg (PerWaypointActionInProjV2).
+type InProjConfig struct {
+	NumEncLayers    int     `json:"num_enc_layers"`    // 2 in the release (code default 4)
+	HiddenSize      int     `json:"hidden_size"`       // 512 (code default 1024)
+	NumFourierFeats int     `json:"num_fourier_feats"` // 20: 10 frequencies, sin and cos
+	MaxFreq         float64 `json:"max_freq"`          // 100
+}
+
+// Release constants that the source fixes in code.
+const (
+	// Waypoints is the release's number of action tokens (n_waypoints).
+	Waypoints = 64
+	// ActionDims is the size of one action: acceleration and curvature.
+	ActionDims = 2
+	// inProjNormEps is the eps of the RMSNorms inside action_in_proj's MLP.
+	inProjNormEps = 1e-5
+	// inProjLayerNormEps is nn.LayerNorm's default eps, action_in_proj.norm.
+	inProjLayerNormEps = 1e-5
+)
+
+// section is one hydra-instantiated sub-config: its _target_ and the rest.
+type section struct {
+	target string
+	raw    json.RawMessage
+}
+
+func (s *section) UnmarshalJSON(b []byte) error {
+	var head struct {
+		Target string `json:"_target_"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
+		return err
+	}
+	s.target, s.raw = head.Target, append(json.RawMessage(nil), b...)
+	return nil
+}
+
+// decode unmarshals the section over v (which holds the defaults) after
+// checking that its _target_, if any, names the class want.
+func (s *section) decode(key, want string, v any) error {
+	if s == nil {
+		return nil
+	}
+	if s.target != "" && !strings.HasSuffix(s.target, want) {
+		return fmt.Errorf("diffusion config: %s._target_ %q is not supported (only %s)", key, s.target, want)
+	}
+	if err := json.Unmarshal(s.raw, v); err != nil {
+		return fmt.Errorf("diffusion config: %s: %w", key, err)
+	}
+	return nil
+}
+
+// ParseConfig reads the action side of an Alpamayo-R1 config.json
+// (alpamayo) on top of the VLM's config (vlm: a Qwen3-VL config.json with a
+// text_config, or a text config itself). Absent sections and keys take the
+// source's constructor defaults.
+func ParseConfig(alpamayo, vlm []byte) (*Config, error) {
+	var top struct {
+		ExpertCfg json.RawMessage `json:"expert_cfg"`
+		InProj    *section        `json:"action_in_proj_cfg"`
+		OutProj   *section        `json:"action_out_proj_cfg"`
+		Space     *section        `json:"action_space_cfg"`
+		Diffusion *section        `json:"diffusion_cfg"`
+		History   *section        `json:"hist_traj_tokenizer_cfg"`
+		NonCausal *bool           `json:"expert_non_causal_attention"`
+	}
+	if err := json.Unmarshal(alpamayo, &top); err != nil {
+		return nil, fmt.Errorf("diffusion config: %w", err)
+	}
+	expert, err := parseExpert(vlm, top.ExpertCfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &Config{
+		Expert:    *expert,
+		InProj:    InProjConfig{NumEncLayers: 4, HiddenSize: 1024, NumFourierFeats: 20, MaxFreq: 100},
+		Steps:     10,
+		History:   actionspace.DefaultDeltaTokenizer(),
+		NonCausal: top.NonCausal == nil || *top.NonCausal,
+	}
+	if err := top.InProj.decode("action_in_proj_cfg", "PerWaypointActionInProjV2", &c.InProj); err != nil {
+		return nil, err
+	}
+	if err := top.OutProj.decode("action_out_proj_cfg", "torch.nn.Linear", &struct{}{}); err != nil {
+		return nil, err
+	}
+	if c.Space, err = parseSpace(top.Space); err != nil {
+		return nil, err
+	}
+	flow := struct {
+		IntMethod string `json:"int_method"`
+		Steps     int    `json:"num_inference_steps"`
+	}{IntMethod: "euler", Steps: 10}
+	if err := top.Diffusion.decode("diffusion_cfg", "FlowMatching", &flow); err != nil {
+		return nil, err
+	}
+	if flow.IntMethod != "euler" {
+		return nil, fmt.Errorf("diffusion config: int_method %q is not supported (only euler)", flow.IntMethod)
+	}
+	c.Steps = flow.Steps
+	if c.History, err = parseHistory(top.History); err != nil {
+		return nil, err
+	}
+	return c, c.Validate()
+}
+
+// parseExpert applies expert_cfg over the VLM's text config.
+func parseExpert(vlm, expertCfg json.RawMessage) (*ExpertConfig, error) {
+	var wrapper struct {
+		TextConfig json.RawMessage `json:"text_config"`
+	}
+	if err := json.Unmarshal(vlm, &wrapper); err != nil {
+		return nil, fmt.Errorf("diffusion config: VLM config: %w", err)
+	}
+	text := vlm
+	if len(wrapper.TextConfig) > 0 {
+		text = wrapper.TextConfig
+	}
+	// Qwen3VLTextConfig's constructor defaults
+	e := &ExpertConfig{
+		HiddenSize: 4096, IntermediateSize: 22016, NumHiddenLayers: 32, NumAttentionHeads: 32,
+		NumKeyValueHeads: 32, HeadDim: 128, RMSNormEps: 1e-6, HiddenAct: "silu",
+	}
+	if err := json.Unmarshal(text, e); err != nil {
+		return nil, fmt.Errorf("diffusion config: VLM text config: %w", err)
+	}
+	if len(expertCfg) > 0 && string(expertCfg) != "null" {
+		if err := json.Unmarshal(expertCfg, e); err != nil {
+			return nil, fmt.Errorf("diffusion config: expert_cfg: %w", err)
+		}
+	}
+	for _, rp := range []*RopeConfig{e.RopeParameters, e.RopeScaling} {
+		if rp == nil {
+			continue
+		}
+		if t := rp.RopeType + rp.Type; t != "" && t != "default" && t != "mrope" {
+			return nil, fmt.Errorf("diffusion config: rope type %q is not supported", t)
+		}
+		if e.RopeTheta == 0 {
+			e.RopeTheta = rp.RopeTheta
+		}
+	}
+	if e.RopeTheta == 0 {
+		e.RopeTheta = 5e6 // Qwen3VLTextConfig's default in transformers 4.57
+	}
+	return e, nil
+}
+
+func parseSpace(s *section) (actionspace.Space, error) {
+	raw := struct {
+		AccelMean     float64 `json:"accel_mean"`
+		AccelStd      float64 `json:"accel_std"`
+		CurvatureMean float64 `json:"curvature_mean"`
+		CurvatureStd  float64 `json:"curvature_std"`
+		DT            float64 `json:"dt"`
+		NWaypoints    int     `json:"n_waypoints"`
+		VLambda       float64 `json:"v_lambda"`
+		VRidge        float64 `json:"v_ridge"`
+	}{AccelStd: 1, CurvatureStd: 1, DT: 0.1, NWaypoints: Waypoints, VLambda: 1e-6, VRidge: 1e-4}
+	if err := s.decode("action_space_cfg", "UnicycleAccelCurvatureActionSpace", &raw); err != nil {
+		return actionspace.Space{}, err
+	}
+	bf := func(v float64) float32 { return actionspace.RoundBF16(float32(v)) }
+	return actionspace.Space{
+		AccelMean: bf(raw.AccelMean), AccelStd: bf(raw.AccelStd),
+		CurvatureMean: bf(raw.CurvatureMean), CurvatureStd: bf(raw.CurvatureStd),
+		DT: raw.DT, Waypoints: raw.NWaypoints, VLambda: raw.VLambda, VRidge: raw.VRidge,
+	}, nil
+}
+
+func parseHistory(s *section) (actionspace.DeltaTokenizer, error) {
+	raw := struct {
+		Min       [3]float32 `json:"ego_xyz_min"`
+		Max       [3]float32 `json:"ego_xyz_max"`
+		Bins      int        `json:"num_bins"`
+		PredictYa bool       `json:"predict_yaw"`
+	}{Min: [3]float32{-4, -4, -10}, Max: [3]float32{4, 4, 10}, Bins: 1000}
+	if err := s.decode("hist_traj_tokenizer_cfg", "DeltaTrajectoryTokenizer", &raw); err != nil {
+		return actionspace.DeltaTokenizer{}, err
+	}
+	if raw.PredictYa {
+		return actionspace.DeltaTokenizer{}, fmt.Errorf("diffusion config: hist_traj_tokenizer_cfg.predict_yaw is not supported")
+	}
+	return actionspace.DeltaTokenizer{Min: raw.Min, Max: raw.Max, Bins: raw.Bins}, nil
+}
+
+// Validate checks that the sizes describe a model vlanode can run.
+func (c *Config) Validate() error {
+	e := c.Expert
+	for _, p := range []struct {
+		name string
+		v    int
+	}{
+		{"hidden_size", e.HiddenSize}, {"intermediate_size", e.IntermediateSize},
+		{"num_hidden_layers", e.NumHiddenLayers}, {"num_attention_heads", e.NumAttentionHeads},
+		{"num_key_value_heads", e.NumKeyValueHeads}, {"head_dim", e.HeadDim},
+		{"action_in_proj_cfg.num_enc_layers", c.InProj.NumEncLayers},
+		{"action_in_proj_cfg.hidden_size", c.InProj.HiddenSize},
+		{"action_in_proj_cfg.num_fourier_feats", c.InProj.NumFourierFeats},
+		{"diffusion_cfg.num_inference_steps", c.Steps},
+	} {
+		if p.v <= 0 {
+			return fmt.Errorf("diffusion config: %s must be positive, got %d", p.name, p.v)
+		}
+	}
+	switch {
+	case e.NumAttentionHeads%e.NumKeyValueHeads != 0:
+		return fmt.Errorf("diffusion config: num_attention_heads %d is not a multiple of num_key_value_heads %d", e.NumAttentionHeads, e.NumKeyValueHeads)
+	case e.HeadDim%2 != 0:
+		return fmt.Errorf("diffusion config: head_dim %d must be even", e.HeadDim)
+	case e.HiddenAct != "silu":
+		return fmt.Errorf("diffusion config: hidden_act %q is not supported (only silu)", e.HiddenAct)
+	case e.AttentionBias:
+		return fmt.Errorf("diffusion config: attention_bias is not supported (the expert has no biases)")
+	case !(e.RMSNormEps > 0):
+		return fmt.Errorf("diffusion config: rms_norm_eps must be positive, got %g", e.RMSNormEps)
+	case c.InProj.NumFourierFeats%2 != 0:
+		return fmt.Errorf("diffusion config: num_fourier_feats %d must be even", c.InProj.NumFourierFeats)
+	}
+	if err := c.Space.Validate(); err != nil {
+		return fmt.Errorf("diffusion config: %w", err)
+	}
+	if err := c.History.Validate(); err != nil {
+		return fmt.Errorf("diffusion config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,266 @@
+package diffusion
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"vlanode/backend"
+	"vlanode/diffusion/actionspace"
+	"vlanode/models"
+	"vlanode/safetensors"
+	"vlanode/tensor"
+)
+
+// Expert is Alpamayo-R1's action side, loaded: action_in_proj, the expert
+// (a Qwen3-VL text stack without embeddings that reads the VLM's KV cache),
+// action_out_proj, the flow-matching sampler and the action space.
+//
+// An Expert owns scratch memory for one pass and, like a backend, serves
+// one goroutine at a time.
+type Expert struct {
+	Config *Config
+	be     backend.Backend
+
+	InProj  *ActionInProj
+	Layers  []*Layer
+	Norm    backend.Tensor // expert.norm.weight [hidden]
+	OutProj *ActionOutProj
+	// Space is the action space, with the checkpoint's action_space.*
+	// buffers when it has them.
+	Space actionspace.Space
+
+	// Units are the flat weight blobs, in execution order: action_in_proj,
+	// expert layers 0…n−1, then the final norm with action_out_proj.
+	Units []*models.Unit
+
+	invFreq []float32
+	s       *scratch
+}
+
+// Checkpoint prefixes of the action side (NVlabs/alpamayo
+// models/alpamayo_r1.py attribute names).
+const (
+	prefixExpert  = "expert."
+	prefixInProj  = "action_in_proj."
+	prefixOutProj = "action_out_proj."
+	prefixSpace   = "action_space."
+)
+
+// Load binds the action side of an Alpamayo-R1 checkpoint to be: the
+// tensors expert.*, action_in_proj.*, action_out_proj.* and, when present,
+// action_space.*. The checkpoint must stay open while the Expert is used;
+// Close releases the Expert's backend tensors.
+func Load(be backend.Backend, ck *safetensors.Checkpoint, cfg *Config) (*Expert, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ec := &cfg.Expert
+	e := &Expert{
+		Config:  cfg,
+		be:      be,
+		InProj:  newActionInProj(cfg.InProj, ActionDims, ec.HiddenSize),
+		OutProj: &ActionOutProj{},
+		Space:   cfg.Space,
+		invFreq: models.RopeInvFreq(ec.HeadDim, ec.RopeTheta),
+	}
+	if err := e.load(ck); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Expert) load(ck *safetensors.Checkpoint) error {
+	ec := &e.Config.Expert
+	u, err := models.LoadUnit(e.be, ck, "action_in_proj", prefixInProj, e.InProj.specs())
+	if err != nil {
+		return fmt.Errorf("diffusion: %w", err)
+	}
+	e.Units = append(e.Units, u)
+	if err := e.InProj.loadFreqs(ck, prefixInProj); err != nil {
+		return err
+	}
+	for i := range ec.NumHiddenLayers {
+		l := &Layer{cfg: ec}
+		u, err := models.LoadUnit(e.be, ck, fmt.Sprintf("expert.layer.%d", i), fmt.Sprintf("%slayers.%d.", prefixExpert, i), l.specs())
+		if err != nil {
+			return fmt.Errorf("diffusion: %w", err)
+		}
+		e.Layers = append(e.Layers, l)
+		e.Units = append(e.Units, u)
+	}
+	head := append([]models.Spec{{Name: prefixExpert + "norm.weight", Shape: []int{ec.HiddenSize}, Dst: &e.Norm}},
+		prefixed(prefixOutProj, e.OutProj.specs(ec.HiddenSize, ActionDims))...)
+	if u, err = models.LoadUnit(e.be, ck, "expert.head", "", head); err != nil {
+		return fmt.Errorf("diffusion: %w", err)
+	}
+	e.Units = append(e.Units, u)
+	if err := e.loadSpace(ck); err != nil {
+		return err
+	}
+	e.s, err = newScratch(e.be, e.Config, e.Space.Waypoints, ActionDims, e.InProj.features())
+	return err
+}
+
+// loadSpace takes the action space's normalisation buffers from the
+// checkpoint when it has them (the release does, in bf16).
+func (e *Expert) loadSpace(ck *safetensors.Checkpoint) error {
+	for _, b := range []struct {
+		name string
+		dst  *float32
+	}{
+		{"accel_mean", &e.Space.AccelMean}, {"accel_std", &e.Space.AccelStd},
+		{"curvature_mean", &e.Space.CurvatureMean}, {"curvature_std", &e.Space.CurvatureStd},
+	} {
+		if !ck.Has(prefixSpace + b.name) {
+			continue
+		}
+		info, err := ck.Expect(prefixSpace+b.name, tensor.Invalid)
+		if err != nil {
+			return fmt.Errorf("diffusion: loading the action space: %w", err)
+		}
+		v, err := info.F32()
+		if err != nil {
+			return fmt.Errorf("diffusion: loading the action space: %w", err)
+		}
+		*b.dst = v[0]
+	}
+	if err := e.Space.Validate(); err != nil {
+		return fmt.Errorf("diffusion: checkpoint action space: %w", err)
+	}
+	return nil
+}
+
+func prefixed(prefix string, specs []models.Spec) []models.Spec {
+	for i := range specs {
+		specs[i].Name = prefix + specs[i].Name
+	}
+	return specs
+}
+
+// Close releases the Expert's backend tensors.
+func (e *Expert) Close() {
+	if e.s != nil {
+		e.s.free(e.be)
+		e.s = nil
+	}
+	var specs []models.Spec
+	if e.InProj != nil {
+		specs = append(specs, e.InProj.specs()...)
+	}
+	for _, l := range e.Layers {
+		specs = append(specs, l.specs()...)
+	}
+	specs = append(specs, e.OutProj.specs(0, 0)...)
+	specs = append(specs, models.Spec{Dst: &e.Norm})
+	for _, s := range specs {
+		if *s.Dst != nil {
+			e.be.Free(*s.Dst)
+			*s.Dst = nil
+		}
+	}
+}
+
+// Waypoints is the number of action tokens (and trajectory steps).
+func (e *Expert) Waypoints() int { return e.Space.Waypoints }
+
+// Velocity is one evaluation of the flow's vector field: the velocity
+// [Waypoints][2] (row-major) at the noisy normalised actions x
+// [Waypoints][2] and flow time t, given the VLM prefix p. It writes the
+// expert's keys and values into p's cache rows [Len, Len+Waypoints).
+func (e *Expert) Velocity(ctx context.Context, p Prefix, x []float32, t float32) ([]float32, error) {
+	if err := e.forward(ctx, &p, x, t); err != nil {
+		return nil, err
+	}
+	s := e.s
+	if err := e.be.MatMul(s.out, s.h, e.OutProj.W, e.OutProj.B); err != nil {
+		return nil, fmt.Errorf("diffusion: action_out_proj: %w", err)
+	}
+	v, err := e.be.Download(s.out)
+	if err != nil {
+		return nil, fmt.Errorf("diffusion: downloading the velocity: %w", err)
+	}
+	return v, nil
+}
+
+// Hidden returns the expert's final-norm hidden states [Waypoints][hidden]
+// for x and t (the input of action_out_proj), as Velocity computes them.
+func (e *Expert) Hidden(ctx context.Context, p Prefix, x []float32, t float32) ([]float32, error) {
+	if err := e.forward(ctx, &p, x, t); err != nil {
+		return nil, err
+	}
+	h, err := e.be.Download(e.s.h)
+	if err != nil {
+		return nil, fmt.Errorf("diffusion: downloading hidden states: %w", err)
+	}
+	return h, nil
+}
+
+// Embed returns action_in_proj's output [Waypoints][hidden] for x and t:
+// the expert's input tokens.
+func (e *Expert) Embed(x []float32, t float32) ([]float32, error) {
+	s := e.s
+	if s == nil {
+		return nil, fmt.Errorf("diffusion: expert is closed")
+	}
+	if err := e.embed(x, t); err != nil {
+		return nil, err
+	}
+	out, err := e.be.Download(s.x)
+	if err != nil {
+		return nil, fmt.Errorf("diffusion: downloading the action embedding: %w", err)
+	}
+	return out, nil
+}
+
+// embed runs action_in_proj on x and t into e.s.x.
+func (e *Expert) embed(x []float32, t float32) error {
+	s := e.s
+	if len(x) != s.t*ActionDims {
+		return fmt.Errorf("diffusion: %d action values, want %d×%d: %w", len(x), s.t, ActionDims, models.ErrBadInput)
+	}
+	if math.IsNaN(float64(t)) || math.IsInf(float64(t), 0) {
+		return fmt.Errorf("diffusion: flow time %g: %w", t, models.ErrBadInput)
+	}
+	if err := e.InProj.Fourier(s.featsH, x, t); err != nil {
+		return err
+	}
+	if err := e.be.Upload(s.feats, s.featsH); err != nil {
+		return fmt.Errorf("diffusion: uploading the Fourier features: %w", err)
+	}
+	if err := e.InProj.Forward(e.be, s.x, s.feats, s); err != nil {
+		return fmt.Errorf("diffusion: %w", err)
+	}
+	return nil
+}
+
+// forward runs action_in_proj, the layers and the final norm, leaving the
+// normed hidden states in e.s.h.
+func (e *Expert) forward(ctx context.Context, p *Prefix, x []float32, t float32) error {
+	s, be := e.s, e.be
+	if s == nil {
+		return fmt.Errorf("diffusion: expert is closed")
+	}
+	if err := p.check(&e.Config.Expert, s.t); err != nil {
+		return err
+	}
+	if err := e.embed(x, t); err != nil {
+		return err
+	}
+	if err := e.uploadRope(p, s); err != nil {
+		return err
+	}
+	for i, l := range e.Layers {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := l.Forward(be, s.x, p.Cache[i].K, p.Cache[i].V, p.Len, p.maskFrom(), s); err != nil {
+			return fmt.Errorf("diffusion: expert layer %d: %w", i, err)
+		}
+	}
+	if err := be.RMSNorm(s.h, s.x, e.Norm, float32(e.Config.Expert.RMSNormEps)); err != nil {
+		return fmt.Errorf("diffusion: expert final norm: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,80 @@
+package diffusion
+
+import (
+	"context"
+	"fmt"
+
+	"vlanode/diffusion/actionspace"
+	"vlanode/models"
+)
+
+// SampleOptions configures Expert.Sample.
+type SampleOptions struct {
+	// Steps overrides the config's number of Euler steps when positive.
+	Steps int
+	// Noise is the initial state of every sample, [samples][Waypoints][2]
+	// row-major (the source's torch.randn draw). Nil draws it from
+	// GaussianNoise(Seed, …).
+	Noise []float32
+	// Seed seeds the Gaussian noise when Noise is nil.
+	Seed uint64
+}
+
+// Sample runs flow matching for one sample per prefix (each sample has its
+// own reasoning, hence its own VLM cache) and returns each sample's
+// normalised actions [Waypoints][2]: Euler steps from noise at t = 0 to
+// t = 1 over the expert's velocity field.
+func (e *Expert) Sample(ctx context.Context, prefixes []Prefix, opt SampleOptions) ([][]float32, error) {
+	per := e.Waypoints() * ActionDims
+	noise := opt.Noise
+	if noise == nil {
+		noise = GaussianNoise(opt.Seed, len(prefixes)*per)
+	}
+	if len(noise) != len(prefixes)*per {
+		return nil, fmt.Errorf("diffusion: noise of %d values for %d samples of %d: %w", len(noise), len(prefixes), per, models.ErrBadInput)
+	}
+	flow := Flow{Steps: e.Config.Steps}
+	if opt.Steps > 0 {
+		flow.Steps = opt.Steps
+	}
+	out := make([][]float32, len(prefixes))
+	for i := range prefixes {
+		x := append([]float32(nil), noise[i*per:(i+1)*per]...)
+		if err := flow.Integrate(ctx, x, e.Field(prefixes[i])); err != nil {
+			return nil, fmt.Errorf("diffusion: sample %d: %w", i, err)
+		}
+		out[i] = x
+	}
+	return out, nil
+}
+
+// Field is the expert's velocity field for prefix p (Velocity bound to p).
+func (e *Expert) Field(p Prefix) Field {
+	return func(ctx context.Context, x []float32, t float32) ([]float32, error) {
+		return e.Velocity(ctx, p, x, t)
+	}
+}
+
+// ActionsToTrajectory integrates sampled (normalised) actions into the
+// future trajectory in the t0 frame, starting from the speed the ego
+// history implies (see actionspace.Space.ToTrajectory).
+func (e *Expert) ActionsToTrajectory(actions []float32, histXYZ [][3]float32, histRot [][9]float32) (*actionspace.Trajectory, error) {
+	tr, err := e.Space.ToTrajectory(actions, histXYZ, histRot)
+	if err != nil {
+		return nil, fmt.Errorf("diffusion: %w", err)
+	}
+	return tr, nil
+}
+
+// HistoryTokens returns the vocabulary ids that replace the prompt's
+// <|traj_history|> placeholders, in order: the delta tokenizer's tokens of
+// the history positions plus offset, the id of the first history token
+// (the first trajectory token <i0> plus the future tokenizer's vocabulary:
+// 151669 + 3000 in the release).
+func (e *Expert) HistoryTokens(histXYZ [][3]float32, offset int32) ([]int32, error) {
+	ids, err := e.Config.History.HistoryTokens(histXYZ, offset)
+	if err != nil {
+		return nil, fmt.Errorf("diffusion: history tokens: %w", err)
+	}
+	return ids, nil
+}

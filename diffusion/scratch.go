@@ -1,0 +1,68 @@
+package diffusion
+
+import (
+	"fmt"
+	"math"
+
+	"vlanode/backend"
+	"vlanode/tensor"
+)
+
+// scratch is the activation memory of one expert pass over t action tokens,
+// allocated once per Expert and reused by every Euler step.
+type scratch struct {
+	t          int
+	feats      backend.Tensor // [t, (channels+1)·fourier feats]
+	mlpA, mlpB backend.Tensor // [t, action_in_proj hidden]
+	x          backend.Tensor // [t, hidden] the residual stream
+	h          backend.Tensor // [t, hidden]
+	q, attn    backend.Tensor // [t, heads*headDim]
+	k, v       backend.Tensor // [t, kvHeads*headDim]
+	gate, up   backend.Tensor // [t, intermediate]
+	cos, sin   backend.Tensor // [t, headDim/2]
+	out        backend.Tensor // [t, action dims]
+	scale      float32
+	allocated  []backend.Tensor
+
+	featsH, cosH, sinH []float32 // host staging
+
+	// ropeFirst is the position of the first action token that cos and sin
+	// hold, when ropeValid.
+	ropeFirst int
+	ropeValid bool
+}
+
+func newScratch(be backend.Backend, c *Config, t, channels int, features int) (*scratch, error) {
+	e := c.Expert
+	s := &scratch{t: t, scale: float32(1 / math.Sqrt(float64(e.HeadDim)))}
+	half := e.HeadDim / 2
+	s.featsH = make([]float32, t*features)
+	s.cosH, s.sinH = make([]float32, t*half), make([]float32, t*half)
+	for _, a := range []struct {
+		dst  *backend.Tensor
+		cols int
+	}{
+		{&s.feats, features}, {&s.mlpA, c.InProj.HiddenSize}, {&s.mlpB, c.InProj.HiddenSize},
+		{&s.x, e.HiddenSize}, {&s.h, e.HiddenSize},
+		{&s.q, e.NumAttentionHeads * e.HeadDim}, {&s.attn, e.NumAttentionHeads * e.HeadDim},
+		{&s.k, e.NumKeyValueHeads * e.HeadDim}, {&s.v, e.NumKeyValueHeads * e.HeadDim},
+		{&s.gate, e.IntermediateSize}, {&s.up, e.IntermediateSize},
+		{&s.cos, half}, {&s.sin, half}, {&s.out, channels},
+	} {
+		tt, err := be.Alloc("activations", tensor.F32, t, a.cols)
+		if err != nil {
+			s.free(be)
+			return nil, fmt.Errorf("diffusion: allocating activations: %w", err)
+		}
+		*a.dst = tt
+		s.allocated = append(s.allocated, tt)
+	}
+	return s, nil
+}
+
+func (s *scratch) free(be backend.Backend) {
+	for _, t := range s.allocated {
+		be.Free(t)
+	}
+	s.allocated = nil
+}
