@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 
+	"vlanode/models/qwen3vl"
 	"vlanode/safetensors"
 	"vlanode/tensor"
 )
@@ -14,7 +16,8 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := newFlags("eval", stderr)
 	var mf modelFlags
 	mf.register(fs)
-	inputs := fs.String("inputs", "", "safetensors file with input_ids (int64 [1, T])")
+	inputs := fs.String("inputs", "", "safetensors file with input_ids (int64 [1, T]); for qwen3_vl also pixel_values "+
+		"(float32 [patches, 1536]), image_grid_thw (int64 [images, 3]) and optionally mm_token_type_ids (int64 [1, T])")
 	out := fs.String("out", "", "safetensors file to write logits (float32 [T, vocab]) to")
 	expect := fs.String("expect", "", "optional reference safetensors file whose logits to compare with")
 	atol := fs.Float64("atol", defaultAtol, "absolute tolerance of --expect")
@@ -29,25 +32,21 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *inputs == "" || *out == "" {
 		return usagef("--inputs and --out are required")
 	}
-	ids, err := readInputIDs(*inputs)
+	prompt, err := qwen3vl.ReadPrompt(*inputs)
 	if err != nil {
 		return err
 	}
-	lm, err := mf.loadModel(stderr)
+	ids := prompt.IDs
+	lm, err := mf.loadAnyModel(stderr)
 	if err != nil {
 		return err
 	}
 	defer lm.Close()
-	sess, err := lm.model.NewSession(len(ids))
+	logits, err := lm.evalLogits(ctx, *inputs, prompt)
 	if err != nil {
 		return err
 	}
-	defer sess.Close()
-	logits, err := sess.Forward(ctx, ids, true)
-	if err != nil {
-		return err
-	}
-	vocab := lm.model.Config.VocabSize
+	vocab := lm.vocab()
 	if err := safetensors.WriteFile(*out, []safetensors.Tensor{
 		safetensors.F32Tensor("logits", []int{len(ids), vocab}, logits),
 	}, map[string]string{"model": mf.dir, "device": mf.device}); err != nil {
@@ -65,6 +64,31 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return expectLogits(stdout, *expect, logits, tol)
 	}
 	return nil
+}
+
+// evalLogits runs one forward over the prompt and returns the logits of
+// every position, [T, vocab] row-major.
+func (l *loadedModel) evalLogits(ctx context.Context, path string, p qwen3vl.Prompt) ([]float32, error) {
+	if l.vl != nil {
+		sess, err := l.vl.NewSession(len(p.IDs))
+		if err != nil {
+			return nil, err
+		}
+		defer sess.Close()
+		return sess.Prefill(ctx, p, true)
+	}
+	if p.Images != nil {
+		return nil, fmt.Errorf("%s: pixel_values given, but model_type qwen3 takes no images", path)
+	}
+	if slices.ContainsFunc(p.TokenTypes, func(t int32) bool { return t != qwen3vl.TextToken }) {
+		return nil, fmt.Errorf("%s: mm_token_type_ids marks image tokens, but model_type qwen3 takes no images", path)
+	}
+	sess, err := l.model.NewSession(len(p.IDs))
+	if err != nil {
+		return nil, err
+	}
+	defer sess.Close()
+	return sess.Forward(ctx, p.IDs, true)
 }
 
 // readInputIDs reads input_ids (int64 or int32 [1, T]) from a safetensors file.

@@ -64,9 +64,10 @@ func (l *Layer) free(be backend.Backend) {
 }
 
 // Forward runs the layer on the residual stream x [T, hidden] in place.
-// The T tokens sit at cache rows [pos, pos+T); cos/sin are their rotary
-// tables [T, headDim/2]; s holds scratch sized for T tokens.
-func (l *Layer) Forward(be backend.Backend, x backend.Tensor, kc, vc backend.Tensor, pos int, s *scratch) error {
+// The T tokens sit at cache rows [pos, pos+T) of the layer's caches kc and
+// vc; s holds activations sized for T tokens and their rotary tables
+// (Scratch.SetRope).
+func (l *Layer) Forward(be backend.Backend, x backend.Tensor, kc, vc backend.Tensor, pos int, s *Scratch) error {
 	c := l.cfg
 	T := s.t
 	steps := []func() error{

@@ -89,7 +89,7 @@ func (s *Session) Forward(ctx context.Context, ids []int32, all bool) ([]float32
 	if s.len+T > s.cap {
 		return nil, fmt.Errorf("qwen3: %d tokens after %d do not fit the session's %d: %w", T, s.len, s.cap, models.ErrBadInput)
 	}
-	x, err := m.Embed(ids)
+	x, err := m.EmbedTokens(ids)
 	if err != nil {
 		return nil, err
 	}
@@ -147,9 +147,9 @@ func (s *Session) ForwardEmbedded(ctx context.Context, x backend.Tensor, cos, si
 	return nil
 }
 
-// Embed returns the embeddings of ids as a new F32 tensor [len(ids),
+// EmbedTokens returns the embeddings of ids as a new F32 tensor [len(ids),
 // hidden], which the caller frees. An id outside the vocabulary is an error.
-func (m *Model) Embed(ids []int32) (backend.Tensor, error) {
+func (m *Model) EmbedTokens(ids []int32) (backend.Tensor, error) {
 	c := m.Config
 	for i, id := range ids {
 		if id < 0 || int(id) >= c.VocabSize {

@@ -1,0 +1,130 @@
+package qwen3vl
+
+import (
+	"context"
+	"fmt"
+
+	"vlanode/backend"
+	"vlanode/models"
+	"vlanode/models/qwen3"
+)
+
+// Session is one sequence: the text decoder's KV cache, and the offset
+// between cache rows and rotary positions left by the prompt's images.
+type Session struct {
+	m     *Model
+	text  *qwen3.Session
+	delta int
+}
+
+// NewSession allocates a KV cache for up to capacity tokens.
+func (m *Model) NewSession(capacity int) (*Session, error) {
+	t, err := m.Text.NewSession(capacity)
+	if err != nil {
+		return nil, err
+	}
+	return &Session{m: m, text: t}, nil
+}
+
+// Len is the number of tokens in the cache.
+func (s *Session) Len() int { return s.text.Len() }
+
+// Cap is the number of tokens the cache can hold.
+func (s *Session) Cap() int { return s.text.Cap() }
+
+// Cache returns text layer i's key and value caches, each
+// [Cap(), kvHeads*headDim] F32 (keys after q/k-norm and rotary); rows
+// [0, Len()) are valid. They belong to the session.
+func (s *Session) Cache(layer int) (k, v backend.Tensor) { return s.text.Cache(layer) }
+
+// RopeDelta is transformers' rope_deltas after Prefill: a text token at
+// cache row r has position r + RopeDelta on all three axes.
+func (s *Session) RopeDelta() int { return s.delta }
+
+// NextPosition is the rotary position of the next appended token.
+func (s *Session) NextPosition() int { return s.Len() + s.delta }
+
+// Truncate drops the cached tokens from row n on; see qwen3.Session.
+func (s *Session) Truncate(n int) error { return s.text.Truncate(n) }
+
+// Close frees the KV cache.
+func (s *Session) Close() { s.text.Close() }
+
+// Prefill runs the prompt through the model into an empty session and
+// returns float32 logits: every position's when all is set ([T, vocab]
+// row-major), else the last one's ([vocab]).
+func (s *Session) Prefill(ctx context.Context, p Prompt, all bool) ([]float32, error) {
+	m := s.m
+	if s.Len() != 0 {
+		return nil, fmt.Errorf("qwen3vl: prefill into a session that holds %d tokens: %w", s.Len(), models.ErrBadInput)
+	}
+	if len(p.IDs) > s.Cap() {
+		return nil, fmt.Errorf("qwen3vl: a prompt of %d tokens does not fit the session's %d: %w", len(p.IDs), s.Cap(), models.ErrBadInput)
+	}
+	types, err := m.checkTypes(p)
+	if err != nil {
+		return nil, err
+	}
+	feat, release, err := m.promptFeatures(ctx, p, types)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	var grids []Grid
+	if feat != nil {
+		grids = feat.Grids
+	}
+	runs, err := imageRuns(types, grids, m.Config.Vision.SpatialMergeSize)
+	if err != nil {
+		return nil, err
+	}
+	pos, delta, err := RopeIndex(types, grids, m.Config.Vision.SpatialMergeSize)
+	if err != nil {
+		return nil, err
+	}
+	x, err := m.embedPrompt(p.IDs, runs, feat)
+	if err != nil {
+		return nil, err
+	}
+	defer m.be.Free(x)
+	cos, sin := m.ropeTables(len(p.IDs))
+	MRopeTables(cos, sin, pos, m.invFreq, m.Config.MRopeSection)
+	if err := s.text.ForwardEmbedded(ctx, x, cos, sin, m.deepstackHook(runs, feat)); err != nil {
+		return nil, err
+	}
+	s.delta = delta
+	return m.Text.Logits(x, all)
+}
+
+// Decode appends text tokens after the prompt (positions continue at
+// NextPosition on all three axes) and returns their logits as Prefill
+// does. Image tokens here are plain tokens: images enter through Prefill.
+func (s *Session) Decode(ctx context.Context, ids []int32, all bool) ([]float32, error) {
+	m := s.m
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("qwen3vl: no tokens: %w", models.ErrBadInput)
+	}
+	x, err := m.Text.EmbedTokens(ids)
+	if err != nil {
+		return nil, err
+	}
+	defer m.be.Free(x)
+	var pos Positions
+	for a := range pos {
+		pos[a] = make([]int, len(ids))
+		for i := range ids {
+			pos[a][i] = s.NextPosition() + i
+		}
+	}
+	cos, sin := m.ropeTables(len(ids))
+	MRopeTables(cos, sin, pos, m.invFreq, m.Config.MRopeSection)
+	if err := s.text.ForwardEmbedded(ctx, x, cos, sin, nil); err != nil {
+		return nil, err
+	}
+	return m.Text.Logits(x, all)
+}
+
+func (m *Model) ropeTables(T int) (cos, sin []float32) {
+	n := T * len(m.invFreq)
+	return make([]float32, n), make([]float32, n)
+}

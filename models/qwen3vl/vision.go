@@ -1,0 +1,140 @@
+package qwen3vl
+
+import (
+	"fmt"
+	"slices"
+
+	"vlanode/backend"
+	"vlanode/configs"
+	"vlanode/models"
+	"vlanode/safetensors"
+)
+
+// visionEps is the epsilon of every LayerNorm of the vision tower (fixed at
+// 1e-6 in transformers, not configurable).
+const visionEps = 1e-6
+
+// Vision is the Qwen3-VL vision tower (transformers' Qwen3VLVisionModel):
+// a Conv3d patch embedding, a learned position table interpolated to each
+// image's grid, transformer blocks with 2D rotary attention restricted to
+// each frame, the patch merger and the DeepStack mergers.
+type Vision struct {
+	Config *configs.Qwen3VLVision
+	be     backend.Backend
+
+	PatchW   backend.Tensor // [hidden, in, temporalPatch, patch, patch] (Conv3d, stride = kernel)
+	PatchB   backend.Tensor // [hidden]
+	PosEmbed backend.Tensor // [numPositionEmbeddings, hidden]
+	Blocks   []*VisionBlock
+	Merger   *Merger
+	// Deepstack are deepstack_merger_list, in config order.
+	Deepstack []*Merger
+
+	// Units are the flat weight blobs in execution order: "vision.embed",
+	// then each "vision.block.i" followed by the "vision.deepstack.j" that
+	// reads its output, then "vision.merger".
+	Units []*models.Unit
+
+	patchMat backend.Tensor // PatchW viewed as [hidden, PatchDim]
+	pos      posTable       // PosEmbed's bytes, read on the host
+	invFreq  []float32      // rotary frequencies of dimension headDim/2
+	dsBlocks []int          // vision block of each DeepStack feature, increasing
+	dsMerger []int          // its merger in Deepstack
+}
+
+// newVision binds the vision tower's tensors under prefix ("model.visual."
+// in a Hugging Face checkpoint).
+func newVision(be backend.Backend, cfg *configs.Qwen3VLVision, ck *safetensors.Checkpoint, prefix string) (*Vision, error) {
+	v := &Vision{Config: cfg, be: be, invFreq: models.RopeInvFreq(cfg.HeadDim()/2, cfg.RopeTheta())}
+	v.dsBlocks, v.dsMerger = cfg.DeepstackOrder()
+	h := cfg.HiddenSize
+	embed, err := models.LoadUnit(be, ck, "vision.embed", prefix, []models.Spec{
+		{Name: "patch_embed.proj.weight", Shape: []int{h, cfg.InChannels, cfg.TemporalPatchSize, cfg.PatchSize, cfg.PatchSize}, Dst: &v.PatchW},
+		{Name: "patch_embed.proj.bias", Shape: []int{h}, Dst: &v.PatchB},
+		{Name: "pos_embed.weight", Shape: []int{cfg.NumPositionEmbeddings, h}, Dst: &v.PosEmbed},
+	})
+	if err != nil {
+		return nil, err
+	}
+	v.Units = append(v.Units, embed)
+	if v.patchMat, err = be.Reshape(v.PatchW, h, cfg.PatchDim()); err != nil {
+		v.Close()
+		return nil, err
+	}
+	e, data, err := embed.Blob.Tensor("pos_embed.weight")
+	if err != nil {
+		v.Close()
+		return nil, err
+	}
+	v.pos = posTable{dt: e.DType, data: data, hidden: h}
+	v.Deepstack = make([]*Merger, len(cfg.DeepstackVisualIndexes))
+	for i := range cfg.Depth {
+		b := &VisionBlock{cfg: cfg}
+		u, err := models.LoadUnit(be, ck, fmt.Sprintf("vision.block.%d", i), fmt.Sprintf("%sblocks.%d.", prefix, i), b.specs())
+		if err != nil {
+			v.Close()
+			return nil, err
+		}
+		v.Blocks = append(v.Blocks, b)
+		v.Units = append(v.Units, u)
+		if err := b.bindViews(be); err != nil {
+			v.Close()
+			return nil, err
+		}
+		j := slices.Index(cfg.DeepstackVisualIndexes, i)
+		if j < 0 {
+			continue
+		}
+		m := &Merger{cfg: cfg, PostShuffleNorm: true}
+		u, err = models.LoadUnit(be, ck, fmt.Sprintf("vision.deepstack.%d", j), fmt.Sprintf("%sdeepstack_merger_list.%d.", prefix, j), m.specs())
+		if err != nil {
+			v.Close()
+			return nil, err
+		}
+		v.Deepstack[j] = m
+		v.Units = append(v.Units, u)
+	}
+	v.Merger = &Merger{cfg: cfg}
+	u, err := models.LoadUnit(be, ck, "vision.merger", prefix+"merger.", v.Merger.specs())
+	if err != nil {
+		v.Close()
+		return nil, err
+	}
+	v.Units = append(v.Units, u)
+	return v, nil
+}
+
+// Close releases the tower's backend tensors.
+func (v *Vision) Close() {
+	for _, t := range []*backend.Tensor{&v.PatchW, &v.PatchB, &v.PosEmbed} {
+		if *t != nil {
+			v.be.Free(*t)
+			*t = nil
+		}
+	}
+	for _, b := range v.Blocks {
+		freeSpecs(v.be, b.specs())
+	}
+	for _, m := range v.Deepstack {
+		if m != nil {
+			freeSpecs(v.be, m.specs())
+		}
+	}
+	if v.Merger != nil {
+		freeSpecs(v.be, v.Merger.specs())
+	}
+	v.Blocks, v.Deepstack, v.Merger = nil, nil, nil
+}
+
+func freeSpecs(be backend.Backend, specs []models.Spec) {
+	for _, s := range specs {
+		if *s.Dst != nil {
+			be.Free(*s.Dst)
+			*s.Dst = nil
+		}
+	}
+}
+
+// DeepstackBlocks returns the vision blocks whose outputs feed DeepStack
+// features, in increasing order: feature k goes to text layer k.
+func (v *Vision) DeepstackBlocks() []int { return v.dsBlocks }
