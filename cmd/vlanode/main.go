@@ -24,6 +24,7 @@ func commands() map[string]command {
 	return map[string]command{
 		"eval":     {"compute logits for input_ids (and images) from a safetensors file", runEval},
 		"generate": {"greedy-decode a continuation of input_ids", runGenerate},
+		"synth":    {"write a checkpoint of random weights in a real model's layout", runSynth},
 	}
 }
 

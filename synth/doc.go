@@ -1,0 +1,30 @@
+// Package synth writes synthetic checkpoints: random bf16 weights in the
+// exact Hugging Face layout of a real model, with matching config.json
+// files and a tokenizer.json, so that every loader, planner and benchmark
+// can run at full scale without the real weights (which cannot be
+// downloaded here).
+//
+// Three architectures are known (see Archs):
+//
+//   - alpamayo-r1-10b: Alpamayo-R1-10B, shapes of the release (ALPAMAYO.md
+//     §1): vlm.* is Qwen3-VL-8B with the 155,697-token vocabulary and an
+//     untied LM head, expert.* the 36-layer action expert, action_in_proj,
+//     action_out_proj and the action_space buffers.
+//   - alpamayo-r1-tiny: the same architecture with tiny dimensions (and the
+//     same tokenizer and head settings), which runs in seconds on a CPU.
+//   - qwen3-vl-8b: plain Qwen3VLForConditionalGeneration (model.visual.*,
+//     model.language_model.*, lm_head).
+//
+// The output depends only on the architecture and the seed. Every tensor
+// has its own counter-based random stream (SplitMix64 keyed by the seed and
+// the tensor's name), so tensors are generated in parallel chunks and are
+// still identical. Each 64-bit draw gives four bf16 values through a
+// 65,536-entry inverse-CDF table: matrices are N(0, 1/fan_in), embeddings
+// N(0, 1), norm weights N(1, 0.05²), biases N(0, 0.02²). Fixed buffers (the
+// Fourier frequencies, the action normalisation) hold their real values.
+//
+// Weights are streamed to disk one tensor at a time through
+// safetensors.Create, in shards of at most 5 GB with
+// model.safetensors.index.json when they do not fit in one, so memory stays
+// near the size of the largest tensor.
+package synth
