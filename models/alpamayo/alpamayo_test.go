@@ -1,0 +1,136 @@
+package alpamayo_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"vlanode/cpu"
+	"vlanode/models/alpamayo"
+	"vlanode/models/qwen3vl"
+	"vlanode/synth"
+)
+
+// tinyDir holds the alpamayo-r1-tiny synthetic checkpoint, written once by
+// TestMain for every test of the package.
+var tinyDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "vlanode-alpamayo-tiny-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		defer os.RemoveAll(dir)
+		l, err := synth.NewLayout(synth.AlpamayoR1Tiny)
+		if err == nil {
+			_, err = synth.Write(context.Background(), dir, l, synth.Options{Seed: 7})
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "writing the tiny checkpoint:", err)
+			return 1
+		}
+		tinyDir = dir
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+func tinyCheckpoint(t *testing.T) string {
+	t.Helper()
+	require.NotEmpty(t, tinyDir)
+	return tinyDir
+}
+
+// request builds 16 random 64×96 images (grid 1×4×6) and a straight,
+// constant-speed ego history.
+func request(seed uint64) *alpamayo.Request {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	const images, patches = 16, 24
+	px := make([]float32, images*patches*1536)
+	for i := range px {
+		px[i] = float32(rng.Float64()*2 - 1)
+	}
+	req := &alpamayo.Request{Images: qwen3vl.Images{Pixels: px}, Seed: seed}
+	for range images {
+		req.Images.Grids = append(req.Images.Grids, qwen3vl.Grid{T: 1, H: 4, W: 6})
+	}
+	for i := range 16 {
+		x := float32(i-15) * 0.5 // 5 m/s, t0 at the origin
+		req.HistXYZ = append(req.HistXYZ, [3]float32{x, 0, 0})
+		req.HistRot = append(req.HistRot, [9]float32{1, 0, 0, 0, 1, 0, 0, 0, 1})
+	}
+	return req
+}
+
+func TestInferTiny(t *testing.T) {
+	dir := tinyCheckpoint(t)
+	be, err := cpu.New()
+	require.NoError(t, err)
+	defer be.Close()
+	m, err := alpamayo.Load(be, dir, alpamayo.LoadOptions{})
+	require.NoError(t, err)
+	defer m.Close()
+
+	req := request(3)
+	req.Greedy = true
+	req.MaxReasoningTokens = 12
+	res, err := m.Infer(context.Background(), req)
+	require.NoError(t, err)
+	assert.Len(t, res.XYZ, 64)
+	assert.Len(t, res.Rot, 64)
+	assert.Len(t, res.Actions, 64)
+	assert.LessOrEqual(t, len(res.ReasoningIDs), 12)
+	// 16 vision blocks of 6 image tokens and their delimiters, 48 history
+	// tokens and theirs, and the chat text around them.
+	assert.Greater(t, res.PromptTokens, 16*(6+2)+48+2)
+	assert.Equal(t, res.PromptTokens+len(res.ReasoningIDs)-1, res.CachedTokens, "the last sampled token is not fed back")
+	for _, p := range res.XYZ {
+		for _, v := range p {
+			require.False(t, math.IsNaN(float64(v)) || math.IsInf(float64(v), 0), "trajectory not finite")
+		}
+	}
+	for _, id := range res.ReasoningIDs {
+		assert.False(t, int(id) >= m.Tokens.TrajFirst && int(id) <= m.Tokens.TrajLast, "trajectory token %d in the reasoning", id)
+	}
+	t.Logf("prompt %d tokens, cached %d, reasoning %q (%d ids), first waypoint %v, last %v, timing %+v",
+		res.PromptTokens, res.CachedTokens, res.Reasoning, len(res.ReasoningIDs), res.XYZ[0], res.XYZ[63], res.Timing)
+
+	// The same request gives the same plan (greedy reasoning, seeded noise).
+	again, err := m.Infer(context.Background(), req)
+	require.NoError(t, err)
+	assert.Equal(t, res.ReasoningIDs, again.ReasoningIDs)
+	assert.Equal(t, res.XYZ, again.XYZ)
+}
+
+func TestInferRejectsBadRequests(t *testing.T) {
+	dir := tinyCheckpoint(t)
+	be, err := cpu.New()
+	require.NoError(t, err)
+	defer be.Close()
+	m, err := alpamayo.Load(be, dir, alpamayo.LoadOptions{})
+	require.NoError(t, err)
+	defer m.Close()
+
+	short := request(1)
+	short.HistXYZ = short.HistXYZ[:15]
+	_, err = m.Infer(context.Background(), short)
+	assert.ErrorContains(t, err, "want 16 poses")
+
+	nan := request(1)
+	nan.HistXYZ[4][1] = float32(math.NaN())
+	_, err = m.Infer(context.Background(), nan)
+	assert.ErrorContains(t, err, "pose 4 is not finite")
+
+	noise := request(1)
+	noise.Noise = make([]float32, 5)
+	_, err = m.Infer(context.Background(), noise)
+	assert.ErrorContains(t, err, "noise has 5 values")
+}

@@ -1,0 +1,276 @@
+package alpamayo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"vlanode/diffusion"
+	"vlanode/models"
+	"vlanode/models/qwen3vl"
+	"vlanode/sample"
+)
+
+// Request is one inference: preprocessed images and the ego history.
+type Request struct {
+	// Images are the preprocessed camera images (pixel_values rows and one
+	// grid per image), camera-major, oldest first, as the model expects.
+	Images qwen3vl.Images
+	// HistXYZ and HistRot are the ego poses in the t0 frame at 10 Hz,
+	// oldest first, the last at t0 (16 for Alpamayo-R1).
+	HistXYZ [][3]float32
+	HistRot [][9]float32
+	// MaxReasoningTokens bounds the reasoning decode (0: the config's
+	// tokens_per_future_traj).
+	MaxReasoningTokens int
+	// Greedy decodes the reasoning by argmax instead of sampling with
+	// Temperature and TopP (0 means the release's 0.6 and 0.98).
+	Greedy      bool
+	Temperature float64
+	TopP        float64
+	// Seed makes sampling and the flow-matching noise reproducible.
+	Seed uint64
+	// Noise, when set, is the flow matching's initial state [64][2].
+	Noise []float32
+}
+
+// Default sampling of the release (NVlabs/alpamayo test_inference.py).
+const (
+	DefaultTemperature = 0.6
+	DefaultTopP        = 0.98
+)
+
+// Timing is the wall time of each stage.
+type Timing struct {
+	Vision, Prefill, Decode, Diffusion, Total time.Duration
+}
+
+// Result is the model's plan.
+type Result struct {
+	Reasoning    string
+	ReasoningIDs []int32
+	// Actions are the denormalised controls, (acceleration m/s², curvature
+	// 1/m) per waypoint; Normalized are the sampled values before that.
+	Actions    [][2]float32
+	Normalized []float32
+	XYZ        [][3]float32
+	Rot        [][9]float32
+	// PromptTokens is the prompt length, CachedTokens L (what the expert
+	// attended to).
+	PromptTokens, CachedTokens int
+	Timing                     Timing
+}
+
+// Infer runs the whole pipeline for one request.
+func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
+	start := time.Now()
+	if err := m.check(req); err != nil {
+		return nil, err
+	}
+	res := &Result{}
+	stamp := func(d *time.Duration, since time.Time) error {
+		if err := m.be.Sync(); err != nil {
+			return err
+		}
+		*d = time.Since(since)
+		return nil
+	}
+
+	t0 := time.Now()
+	feat, err := m.VLM.Vision.Encode(ctx, &req.Images)
+	if err != nil {
+		return nil, fmt.Errorf("alpamayo: vision: %w", err)
+	}
+	defer feat.Free(m.be)
+	if err := stamp(&res.Timing.Vision, t0); err != nil {
+		return nil, err
+	}
+
+	hist, err := m.Expert.HistoryTokens(req.HistXYZ, int32(m.Config.HistTokenStartIdx()))
+	if err != nil {
+		return nil, fmt.Errorf("alpamayo: %w", err)
+	}
+	merge := m.VLM.Config.Vision.SpatialMergeSize
+	perImage := make([]int, len(req.Images.Grids))
+	for i, g := range req.Images.Grids {
+		perImage[i] = g.Patches() / (merge * merge)
+	}
+	prompt, err := m.buildPrompt(perImage, hist)
+	if err != nil {
+		return nil, err
+	}
+	res.PromptTokens = len(prompt)
+
+	maxNew := req.MaxReasoningTokens
+	if maxNew <= 0 {
+		maxNew = m.Config.TokensPerFutureTraj
+	}
+	sess, err := m.VLM.NewSession(len(prompt) + maxNew + m.Expert.Waypoints())
+	if err != nil {
+		return nil, fmt.Errorf("alpamayo: %w", err)
+	}
+	defer sess.Close()
+
+	t0 = time.Now()
+	logits, err := sess.Prefill(ctx, qwen3vl.Prompt{IDs: prompt, Features: feat}, false)
+	if err != nil {
+		return nil, fmt.Errorf("alpamayo: prefill: %w", err)
+	}
+	if err := stamp(&res.Timing.Prefill, t0); err != nil {
+		return nil, err
+	}
+
+	t0 = time.Now()
+	gen, offset, err := m.reason(ctx, sess, logits, req, maxNew)
+	if err != nil {
+		return nil, err
+	}
+	if err := stamp(&res.Timing.Decode, t0); err != nil {
+		return nil, err
+	}
+	res.ReasoningIDs = gen
+	res.CachedTokens = sess.Len()
+	if res.Reasoning, err = m.reasoningText(gen); err != nil {
+		return nil, err
+	}
+
+	t0 = time.Now()
+	prefix := diffusion.Prefix{Len: sess.Len(), Offset: len(prompt) + offset, RopeDelta: sess.RopeDelta()}
+	for l := 0; l < m.VLM.Config.Text.NumHiddenLayers; l++ {
+		k, v := sess.Cache(l)
+		prefix.Cache = append(prefix.Cache, diffusion.KV{K: k, V: v})
+	}
+	acts, err := m.Expert.Sample(ctx, []diffusion.Prefix{prefix}, diffusion.SampleOptions{Noise: req.Noise, Seed: req.Seed})
+	if err != nil {
+		return nil, fmt.Errorf("alpamayo: diffusion: %w", err)
+	}
+	if err := stamp(&res.Timing.Diffusion, t0); err != nil {
+		return nil, err
+	}
+	res.Normalized = acts[0]
+	tr, err := m.Expert.ActionsToTrajectory(acts[0], req.HistXYZ, req.HistRot)
+	if err != nil {
+		return nil, fmt.Errorf("alpamayo: %w", err)
+	}
+	accel, kappa, err := m.Expert.Space.Denormalize(acts[0])
+	if err != nil {
+		return nil, fmt.Errorf("alpamayo: %w", err)
+	}
+	res.Actions = make([][2]float32, len(accel))
+	for i := range accel {
+		res.Actions[i] = [2]float32{accel[i], kappa[i]}
+	}
+	res.XYZ, res.Rot = tr.XYZ, tr.Rot
+	res.Timing.Total = time.Since(start)
+	return res, nil
+}
+
+// reason decodes the chain of thought after the prompt. It returns the
+// sampled tokens and the offset (within them) just past the first
+// <|traj_future_start|>, or len(gen) when none came. As the release's
+// generate does, the last sampled token is never fed back, except
+// <|traj_future_start|>, which the expert must see: generation stops one
+// step after it.
+func (m *Model) reason(ctx context.Context, sess *qwen3vl.Session, logits []float32, req *Request, maxNew int) ([]int32, int, error) {
+	var smp *sample.Sampler
+	if !req.Greedy {
+		temp, topP := req.Temperature, req.TopP
+		if temp == 0 {
+			temp = DefaultTemperature
+		}
+		if topP == 0 {
+			topP = DefaultTopP
+		}
+		var err error
+		if smp, err = sample.NewSampler(temp, topP, req.Seed); err != nil {
+			return nil, 0, fmt.Errorf("alpamayo: %w: %w", models.ErrBadInput, err)
+		}
+	}
+	var gen []int32
+	for len(gen) < maxNew {
+		m.maskTrajectoryTokens(logits)
+		next, err := m.pick(logits, smp)
+		if err != nil {
+			return nil, 0, err
+		}
+		gen = append(gen, int32(next))
+		if next == m.Tokens.EOS {
+			return gen, len(gen), nil
+		}
+		if len(gen) == maxNew && next != m.Tokens.FutureStart {
+			break // the last sampled token is not fed back
+		}
+		if logits, err = sess.Decode(ctx, []int32{int32(next)}, false); err != nil {
+			return nil, 0, fmt.Errorf("alpamayo: decode step %d: %w", len(gen), err)
+		}
+		if next == m.Tokens.FutureStart {
+			return gen, len(gen), nil
+		}
+	}
+	return gen, len(gen), nil
+}
+
+func (m *Model) pick(logits []float32, smp *sample.Sampler) (int, error) {
+	if smp == nil {
+		id := sample.Greedy(logits)
+		if id < 0 {
+			return 0, errors.New("alpamayo: every logit is NaN")
+		}
+		return id, nil
+	}
+	id, err := smp.Next(logits)
+	if err != nil {
+		return 0, fmt.Errorf("alpamayo: sampling: %w", err)
+	}
+	return id, nil
+}
+
+// maskTrajectoryTokens removes <i0>… from the reasoning's choices, as the
+// release's logits processor does.
+func (m *Model) maskTrajectoryTokens(logits []float32) {
+	lo, hi := m.Tokens.TrajFirst, min(m.Tokens.TrajLast, len(logits)-1)
+	for i := lo; i <= hi; i++ {
+		logits[i] = float32(math.Inf(-1))
+	}
+}
+
+// reasoningText decodes the chain of thought: the generated tokens up to
+// <|cot_end|>, <|traj_future_start|> or <|im_end|>.
+func (m *Model) reasoningText(gen []int32) (string, error) {
+	ids := make([]int, 0, len(gen))
+	for _, id := range gen {
+		if int(id) == m.Tokens.CoTEnd || int(id) == m.Tokens.FutureStart || int(id) == m.Tokens.EOS {
+			break
+		}
+		ids = append(ids, int(id))
+	}
+	text, err := m.Tok.Decode(ids)
+	if err != nil {
+		return "", fmt.Errorf("alpamayo: decoding the reasoning: %w", err)
+	}
+	return text, nil
+}
+
+// check validates a request against the model.
+func (m *Model) check(req *Request) error {
+	want := m.Config.TokensPerHistoryTraj / 3
+	if len(req.HistXYZ) != want || len(req.HistRot) != want {
+		return fmt.Errorf("alpamayo: %w: ego history has %d positions and %d rotations, want %d poses", models.ErrBadInput, len(req.HistXYZ), len(req.HistRot), want)
+	}
+	for i := range req.HistXYZ {
+		for _, v := range append(req.HistXYZ[i][:], req.HistRot[i][:]...) {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return fmt.Errorf("alpamayo: %w: ego history pose %d is not finite", models.ErrBadInput, i)
+			}
+		}
+	}
+	if len(req.Images.Grids) == 0 {
+		return fmt.Errorf("alpamayo: %w: no images", models.ErrBadInput)
+	}
+	if n := m.Expert.Waypoints() * diffusion.ActionDims; req.Noise != nil && len(req.Noise) != n {
+		return fmt.Errorf("alpamayo: %w: noise has %d values, want %d", models.ErrBadInput, len(req.Noise), n)
+	}
+	return nil
+}

@@ -1,0 +1,114 @@
+// Package alpamayo composes Alpamayo-R1 (NVlabs/alpamayo): the Qwen3-VL
+// VLM under "vlm.", the action expert under "expert." with its action
+// projections, and the prompt layout around them. Infer runs the whole
+// pipeline: vision, prefill, reasoning decode, flow-matching diffusion, and
+// the action space's integration into a trajectory.
+package alpamayo
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"vlanode/backend"
+	"vlanode/configs"
+	"vlanode/diffusion"
+	"vlanode/models/qwen3vl"
+	"vlanode/safetensors"
+	"vlanode/tokenizer"
+)
+
+// ModelType is the model_type of an Alpamayo-R1 config.json.
+const ModelType = "alpamayo_r1"
+
+// Model is a loaded Alpamayo-R1 checkpoint.
+type Model struct {
+	Config *configs.AlpamayoR1
+	VLM    *qwen3vl.Model
+	Expert *diffusion.Expert
+	Tok    *tokenizer.Tokenizer
+	Tokens Tokens
+
+	be backend.Backend
+	ck *safetensors.Checkpoint
+}
+
+// LoadOptions tune Load.
+type LoadOptions struct {
+	// VLM overrides where the VLM's config.json is found (a folder or the
+	// file), instead of resolving the checkpoint's vlm_name_or_path.
+	VLM string
+}
+
+// Load reads an Alpamayo-R1 checkpoint: config.json, the VLM config it
+// names, tokenizer.json, and the safetensors weights (memory-mapped; the
+// model keeps them open until Close).
+func Load(be backend.Backend, dir string, opt LoadOptions) (*Model, error) {
+	cfg, err := configs.LoadAlpamayoR1(dir)
+	if err != nil {
+		return nil, err
+	}
+	vlmCfg, err := cfg.LocateVLM(dir, configs.VLMLocator{Override: opt.VLM})
+	if err != nil {
+		return nil, err
+	}
+	vlmJSON, err := cfg.VLMConfigJSON(vlmCfg)
+	if err != nil {
+		return nil, err
+	}
+	qcfg, err := configs.ParseQwen3VL(vlmJSON)
+	if err != nil {
+		return nil, fmt.Errorf("alpamayo: VLM config %s: %w", vlmCfg.Path, err)
+	}
+	alpRaw, err := readFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	dcfg, err := diffusion.ParseConfig(alpRaw, vlmJSON)
+	if err != nil {
+		return nil, fmt.Errorf("alpamayo: %w", err)
+	}
+	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, fmt.Errorf("alpamayo: %w", err)
+	}
+	ids, err := lookupTokens(tok, cfg)
+	if err != nil {
+		return nil, err
+	}
+	ck, err := safetensors.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{Config: cfg, Tok: tok, Tokens: ids, be: be, ck: ck}
+	if m.VLM, err = qwen3vl.New(be, qcfg, ck, qwen3vl.Names{
+		Vision: "vlm.model.visual.", Text: "vlm.model.language_model.", LMHead: "vlm.lm_head.weight",
+	}); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("alpamayo: loading the VLM: %w", err)
+	}
+	if m.Expert, err = diffusion.Load(be, ck, dcfg); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("alpamayo: loading the action expert: %w", err)
+	}
+	if got, want := m.Expert.Config.Expert.NumHiddenLayers, qcfg.Text.NumHiddenLayers; got != want {
+		m.Close()
+		return nil, fmt.Errorf("alpamayo: the expert has %d layers, the VLM %d: each expert layer reads its VLM layer's cache", got, want)
+	}
+	return m, nil
+}
+
+// Close releases the weights and the checkpoint.
+func (m *Model) Close() {
+	if m.Expert != nil {
+		m.Expert.Close()
+	}
+	if m.VLM != nil {
+		m.VLM.Close()
+	}
+	if m.ck != nil {
+		m.ck.Close()
+	}
+}
+
+// Backend is the compute backend the model runs on.
+func (m *Model) Backend() backend.Backend { return m.be }
