@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"vlanode/node"
+	"vlanode/node/replay"
+)
+
+// streamPrefix marks a replay SOURCE that is a JetStream stream.
+const streamPrefix = "jetstream:"
+
+// videoExts are the file types replay will read once the vision package
+// provides a video decoder.
+var videoExts = map[string]bool{".mp4": true, ".mkv": true, ".avi": true, ".mov": true, ".webm": true, ".h264": true, ".h265": true, ".ts": true}
+
+func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("replay", stderr)
+	var nf natsFlags
+	nf.register(fs, "NATS server of the node")
+	name := fs.String("node", "", "the node to replay into (required): frames go to vla.<node>.frames.*")
+	subject := fs.String("subject", "", "where requests go: empty for vla.<node>.infer, or any to use vla.infer")
+	explicit := fs.Bool("explicit", false, "send each request with its frames instead of use_latest")
+	fast := fs.Bool("fast", false, "as fast as the node answers, instead of in real time")
+	speed := fs.Float64("speed", 1, "real-time factor (2: twice as fast as recorded)")
+	every := fs.Int("every", 1, "image folders: one request every N frame periods of the model")
+	deadline := fs.Int("deadline-ms", 0, "deadline_ms of each request (0: none)")
+	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for each answer")
+	prompt := fs.String("prompt", "", "prompt for every request")
+	keep := fs.Bool("keep-stamps", false, "publish the recorded stamps instead of shifting the clip to now")
+	inflight := fs.Int("max-inflight", 16, "real time: requests awaiting answers at once")
+	discoverWait := fs.Duration("discover-timeout", 5*time.Second, "how long to wait for the node to describe its model")
+	noProgress := fs.Bool("no-progress", false, "do not draw a progress bar")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: vlanode replay --node NAME [flags] SOURCE\n\nSOURCE: a clip folder (<camera>/<stamp_ns>.jpg|png, ego.csv; see docs/node.md) or jetstream:STREAM (made by vlanode record).\n\nflags:")
+		fs.PrintDefaults()
+	}
+	source, err := parseWithSource(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *name == "":
+		return usagef("--node is required")
+	case *speed <= 0 || *every < 1 || *inflight < 1 || *deadline < 0:
+		return usagef("--speed must be positive, --every and --max-inflight at least 1, --deadline-ms not negative")
+	}
+	if nf.url == "" {
+		nf.url = "nats://127.0.0.1:4222"
+	}
+	if err := nf.resolve(false); err != nil {
+		return err
+	}
+	if err := checkSource(source); err != nil {
+		return err
+	}
+	nc, err := node.Connect(nf.url, "vlanode replay", nf.auth)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	dctx, cancel := context.WithTimeout(ctx, *discoverWait)
+	peer, err := node.Discover(dctx, nc, *name)
+	cancel()
+	if err != nil {
+		return err
+	}
+	var src replay.Source
+	if stream, ok := strings.CutPrefix(source, streamPrefix); ok {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		s, err := replay.OpenStream(ctx, js, stream)
+		if err != nil {
+			return err
+		}
+		src = s
+	} else {
+		f, err := replay.OpenFolder(source, replay.FolderConfig{Info: peer.Info, Every: *every})
+		if err != nil {
+			return err
+		}
+		src = f
+	}
+	defer src.Close()
+	cfg := replay.Config{
+		Node: *name, Info: peer.Info, Explicit: *explicit, Fast: *fast, Speed: *speed,
+		DeadlineMs: *deadline, Timeout: *timeout, Prompt: *prompt, KeepStamps: *keep, MaxInflight: *inflight,
+	}
+	if *subject == "any" {
+		cfg.Subject = node.AnyInferSubject
+	} else if *subject != "" {
+		cfg.Subject = *subject
+	}
+	if !*noProgress {
+		cfg.Progress = stderr
+	}
+	fmt.Fprintf(stdout, "replaying %s into node %s (model %s, cameras %s)\n", source, *name, peer.Info.Model, strings.Join(peer.Info.Cameras, ", "))
+	sum, err := replay.Play(ctx, nc, src, cfg)
+	if sum != nil {
+		sum.Write(stdout)
+	}
+	return err
+}
+
+// parseWithSource parses flags around exactly one positional SOURCE.
+func parseWithSource(fs *flag.FlagSet, args []string) (string, error) {
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return "", err
+			}
+			return "", usageError{err.Error()}
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		rest = append(rest, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(rest) != 1 {
+		return "", usagef("want one SOURCE, got %d (%v)", len(rest), rest)
+	}
+	return rest[0], nil
+}
+
+// checkSource refuses what replay cannot read, with a reason.
+func checkSource(source string) error {
+	if name, ok := strings.CutPrefix(source, streamPrefix); ok {
+		if name == "" {
+			return usagef("jetstream: needs a stream name (jetstream:STREAM)")
+		}
+		return nil
+	}
+	st, err := os.Stat(source)
+	if err != nil {
+		return fmt.Errorf("SOURCE: %w", err)
+	}
+	if st.IsDir() {
+		return nil
+	}
+	if videoExts[strings.ToLower(filepath.Ext(source))] {
+		return fmt.Errorf("%s: video files are not supported yet: decoding video needs the vision package's reader, which this binary does not have; extract the frames into a clip folder (docs/node.md) or replay a stream recorded with vlanode record", source)
+	}
+	return fmt.Errorf("%s: not a clip folder, jetstream:STREAM or video file", source)
+}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// writeCLIClip writes a clip folder for cliEngine: n frames a camera, 100 ms
+// apart.
+func writeCLIClip(t *testing.T, n int) string {
+	t.Helper()
+	dir := t.TempDir()
+	var img bytes.Buffer
+	require.NoError(t, png.Encode(&img, image.NewGray(image.Rect(0, 0, 4, 3))))
+	for _, cam := range []string{"front", "rear"} {
+		require.NoError(t, os.Mkdir(filepath.Join(dir, cam), 0o755))
+		for k := range n {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, cam, fmt.Sprintf("%d.png", 1_000_000_000+k*100_000_000)), img.Bytes(), 0o644))
+		}
+	}
+	return dir
+}
+
+func runCtx(ctx context.Context, args ...string) (int, string, string) {
+	var o, e bytes.Buffer
+	code := run(ctx, args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+func TestRecordAndReplayCommands(t *testing.T) {
+	var env engineEnv
+	var model string
+	url, _, _ := serving(t, cliSpec(&env, &model), "--name", "cli")
+
+	// Record in the background until cancelled.
+	rctx, stopRecord := context.WithCancel(context.Background())
+	var recOut, recErr syncBuffer
+	recDone := make(chan int, 1)
+	go func() {
+		recDone <- run(rctx, []string{"record", "--nats-url", url, "--node", "cli", "--stream", "clip", "--quiet"}, &recOut, &recErr)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(recOut.String(), "recording node cli into stream clip") {
+		select {
+		case code := <-recDone:
+			t.Fatalf("record exited %d: %s", code, recErr.String())
+		default:
+		}
+		require.True(t, time.Now().Before(deadline), "record did not start")
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	code, stdout, stderr := runCLI("replay", "--nats-url", url, "--node", "cli", "--fast", writeCLIClip(t, 4))
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "replaying")
+	assert.Contains(t, stdout, "model cli-test, cameras front, rear")
+	assert.Contains(t, stdout, "replayed 8 frames and 3 requests")
+	assert.Contains(t, stdout, "plans: 3")
+	assert.Contains(t, stdout, "errors: 0")
+	assert.Contains(t, stdout, "round_trip")
+	assert.Contains(t, stderr, "11/11", "the progress bar")
+
+	// Wait until the recording holds 8 frames, 3 requests and 3 plans.
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	for {
+		st, err := js.Stream(context.Background(), "clip")
+		require.NoError(t, err)
+		info, err := st.Info(context.Background())
+		require.NoError(t, err)
+		if info.State.Msgs == 14 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "stream has %d messages", info.State.Msgs)
+		time.Sleep(5 * time.Millisecond)
+	}
+	stopRecord()
+	require.Equal(t, 0, <-recDone, recErr.String())
+	assert.Contains(t, recOut.String(), "stored 14 messages in stream clip: 8 frames, 3 requests, 3 plans")
+	assert.Contains(t, recOut.String(), "vlanode replay --node cli jetstream:clip")
+
+	code, stdout, stderr = runCLI("replay", "--nats-url", url, "--node", "cli", "--fast", "--explicit", "--no-progress", "jetstream:clip")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "replayed 8 frames and 3 requests")
+	assert.Contains(t, stdout, "plans: 3")
+	assert.Contains(t, stdout, "recorded plans (not replayed): 3")
+	assert.Empty(t, stderr)
+
+	// An unknown node is reported by name.
+	code, _, stderr = runCLI("replay", "--nats-url", url, "--node", "nope", "--discover-timeout", "300ms", writeCLIClip(t, 2))
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, `no node "nope" answered`)
+}
+
+func TestReplaySourceErrors(t *testing.T) {
+	video := filepath.Join(t.TempDir(), "drive.mp4")
+	require.NoError(t, os.WriteFile(video, []byte("not really"), 0o644))
+	code, _, stderr := runCLI("replay", "--node", "n", video)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "video files are not supported yet")
+
+	code, _, stderr = runCLI("replay", "--node", "n", filepath.Join(t.TempDir(), "missing"))
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "no such file or directory")
+
+	code, _, stderr = runCLI("replay", "--node", "n")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "want one SOURCE, got 0")
+
+	code, _, stderr = runCLI("replay", t.TempDir())
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "--node is required")
+
+	code, _, stderr = runCLI("replay", "--node", "n", "jetstream:")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "needs a stream name")
+
+	code, _, stderr = runCLI("replay", t.TempDir(), "--node", "n", "--speed", "0")
+	assert.Equal(t, 2, code, "flags may follow SOURCE")
+	assert.Contains(t, stderr, "--speed must be positive")
+
+	code, _, stderr = runCLI("record", "--node", "n")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "--node and --stream are required")
+}

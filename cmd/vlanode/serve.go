@@ -1,0 +1,354 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"vlanode/node"
+	"vlanode/node/gpu"
+)
+
+// engineSpec is how serve obtains its model engine. The model pipeline fills
+// it in where commands() registers serve; until then serve refuses to start
+// rather than pretend to serve a model.
+type engineSpec struct {
+	// flags registers the engine's own flags (model directory, device, …);
+	// nil when it has none.
+	flags func(fs *flag.FlagSet)
+	// build constructs the engine after the flags are parsed. env carries
+	// what serve resolved for it.
+	build func(ctx context.Context, env engineEnv) (node.Engine, error)
+}
+
+// engineEnv is what serve hands to engineSpec.build.
+type engineEnv struct {
+	BudgetBytes uint64        // --budget resolved (auto: free VRAM − --budget-reserve); 0: unlimited
+	GPU         int           // --gpu: the device index; -1: none
+	Telemetry   gpu.Telemetry // NVML for that GPU, or nil
+	Log         *slog.Logger
+}
+
+// errNoEngine is serve's answer while no engine is wired in.
+const errNoEngine = "no model engine yet: serve needs the model pipeline (vision encoder, VLM, action expert), which is not wired into this binary"
+
+// natsFlags are the connection flags that serve, replay and record share.
+type natsFlags struct {
+	url  string
+	auth node.Auth
+}
+
+func (f *natsFlags) register(fs *flag.FlagSet, urlHelp string) {
+	fs.StringVar(&f.url, "nats-url", "", urlHelp)
+	fs.StringVar(&f.auth.User, "user", "", "NATS user (with --password, or $VLANODE_NATS_PASSWORD)")
+	fs.StringVar(&f.auth.Password, "password", "", "NATS password")
+	fs.StringVar(&f.auth.Token, "token", "", "NATS token (or $VLANODE_NATS_TOKEN)")
+	fs.StringVar(&f.auth.NkeySeedFile, "nkey", "", "file with an nkey seed to authenticate with")
+	fs.StringVar(&f.auth.CredsFile, "creds", "", "NATS creds file (user JWT and seed)")
+	fs.BoolVar(&f.auth.TLS, "tls", false, "connect over TLS (implied by the --tls-* flags)")
+	fs.StringVar(&f.auth.TLSCA, "tls-ca", "", "PEM file of CA certificates to trust (default: the system's)")
+	fs.StringVar(&f.auth.TLSCert, "tls-cert", "", "PEM client certificate (with --tls-key)")
+	fs.StringVar(&f.auth.TLSKey, "tls-key", "", "PEM client key (with --tls-cert)")
+}
+
+// resolve reads secrets from the environment when their flags are empty
+// and checks the combination.
+func (f *natsFlags) resolve(embedded bool) error {
+	if f.auth.Password == "" {
+		f.auth.Password = os.Getenv("VLANODE_NATS_PASSWORD")
+	}
+	if f.auth.Token == "" {
+		f.auth.Token = os.Getenv("VLANODE_NATS_TOKEN")
+	}
+	if err := f.auth.Check(embedded); err != nil {
+		return usageError{err.Error()}
+	}
+	return nil
+}
+
+// options returns the node options for the connection.
+func (f *natsFlags) options() []node.Option {
+	a := f.auth
+	var opts []node.Option
+	if f.url != "" {
+		opts = append(opts, node.WithNATSURL(f.url))
+	}
+	switch {
+	case a.User != "":
+		opts = append(opts, node.WithUserInfo(a.User, a.Password))
+	case a.Token != "":
+		opts = append(opts, node.WithToken(a.Token))
+	case a.NkeySeedFile != "":
+		opts = append(opts, node.WithNkeySeed(a.NkeySeedFile))
+	case a.CredsFile != "":
+		opts = append(opts, node.WithCredentials(a.CredsFile))
+	}
+	if a.TLS || a.TLSCA != "" || a.TLSCert != "" {
+		opts = append(opts, node.WithTLS(a.TLSCA, a.TLSCert, a.TLSKey))
+	}
+	return opts
+}
+
+// byteSize is a flag of bytes: 1048576, 8MiB, 16G (10^9), 512KiB.
+type byteSize int64
+
+var sizeUnits = []struct {
+	suffix string
+	mult   int64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+	{"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}, {"B", 1},
+}
+
+// parseBytes parses a size with an optional unit (binary KiB…TiB, decimal
+// K…T, or B).
+func parseBytes(s string) (int64, error) {
+	num, mult := strings.TrimSpace(s), int64(1)
+	for _, u := range sizeUnits {
+		if strings.HasSuffix(num, u.suffix) {
+			num, mult = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v < 0 || v*float64(mult) > 1<<62 {
+		return 0, fmt.Errorf("%q is not a size (e.g. 1048576, 512KiB, 8MiB, 16G)", s)
+	}
+	return int64(v * float64(mult)), nil
+}
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (b *byteSize) Set(s string) error {
+	v, err := parseBytes(s)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(v)
+	return nil
+}
+
+// budgetFlag is --budget: "unlimited" (or 0), "auto", or a size.
+type budgetFlag struct {
+	auto  bool
+	bytes int64
+}
+
+func (b *budgetFlag) String() string {
+	switch {
+	case b == nil:
+		return ""
+	case b.auto:
+		return "auto"
+	case b.bytes == 0:
+		return "unlimited"
+	}
+	return strconv.FormatInt(b.bytes, 10)
+}
+
+func (b *budgetFlag) Set(s string) error {
+	switch s {
+	case "auto":
+		*b = budgetFlag{auto: true}
+		return nil
+	case "unlimited", "0":
+		*b = budgetFlag{}
+		return nil
+	}
+	v, err := parseBytes(s)
+	if err != nil {
+		return fmt.Errorf("want auto, unlimited or a size: %w", err)
+	}
+	*b = budgetFlag{bytes: v}
+	return nil
+}
+
+// serveConfig is serve's command line, parsed.
+type serveConfig struct {
+	nats          natsFlags
+	name          string
+	port          int
+	dataDir       string
+	maxPayload    byteSize
+	metricsAddr   string
+	queueBound    int
+	statusEvery   time.Duration
+	grace         time.Duration
+	syncTolerance time.Duration
+	staleAfter    time.Duration
+	ringCapacity  int
+	gpuIndex      int
+	budget        budgetFlag
+	reserve       byteSize
+	logLevel      string
+}
+
+// parseServe parses serve's flags (and the engine's).
+func parseServe(args []string, stderr io.Writer, spec engineSpec) (*serveConfig, error) {
+	fs := newFlags("serve", stderr)
+	c := &serveConfig{maxPayload: node.DefaultMaxPayload, reserve: gpu.DefaultReserve}
+	c.nats.register(fs, "NATS server to connect to (comma-separated list); empty: start an embedded server with JetStream on 127.0.0.1")
+	fs.StringVar(&c.name, "name", defaultNodeName(), "node name: one NATS subject token (vla.<name>.*)")
+	fs.IntVar(&c.port, "port", 4222, "embedded server: port on 127.0.0.1 (0: any free port)")
+	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir(), "embedded server: JetStream store directory")
+	fs.Var(&c.maxPayload, "max-payload", "largest request in bytes (e.g. 8MiB); the embedded server's max_payload; with --nats-url, capped by the server's")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464); empty: off")
+	fs.IntVar(&c.queueBound, "queue-bound", node.DefaultQueueBound, "requests that may wait while one runs; past it: overloaded")
+	fs.DurationVar(&c.statusEvery, "status-interval", node.DefaultStatusInterval, "how often Status is published")
+	fs.DurationVar(&c.grace, "shutdown-grace", node.DefaultShutdownGrace, "on SIGTERM/SIGINT: how long the inference in flight may take to finish")
+	fs.DurationVar(&c.syncTolerance, "sync-tolerance", 0, "sync window: how far a frame may be from its slot (0: half a frame period)")
+	fs.DurationVar(&c.staleAfter, "stale-after", 0, "sync window: a frame received longer ago is dropped (0: (frames per camera + 1) frame periods)")
+	fs.IntVar(&c.ringCapacity, "ring-capacity", 0, "frames kept per camera (0: 32)")
+	fs.IntVar(&c.gpuIndex, "gpu", 0, "GPU index for NVML telemetry and the engine; -1: none")
+	fs.Var(&c.budget, "budget", "VRAM budget: a size (16G, 8GiB), unlimited, or auto (free VRAM minus --budget-reserve)")
+	fs.Var(&c.reserve, "budget-reserve", "VRAM --budget auto leaves free (CUDA context and headroom)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	if spec.flags != nil {
+		spec.flags(fs)
+	}
+	if err := parse(fs, args); err != nil {
+		return nil, err
+	}
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *serveConfig) check() error {
+	switch {
+	case c.queueBound < 1:
+		return usagef("--queue-bound must be at least 1")
+	case c.port < 0 || c.port > 65535:
+		return usagef("--port %d out of range 0..65535", c.port)
+	case c.maxPayload < 0 || c.maxPayload > 64<<20:
+		return usagef("--max-payload must be at most 64MiB (the NATS server's limit)")
+	case c.statusEvery <= 0 || c.grace < 0:
+		return usagef("--status-interval must be positive and --shutdown-grace not negative")
+	case c.syncTolerance < 0 || c.staleAfter < 0 || c.ringCapacity < 0:
+		return usagef("--sync-tolerance, --stale-after and --ring-capacity must not be negative")
+	case c.gpuIndex < -1:
+		return usagef("--gpu must be an index or -1")
+	}
+	if err := node.WithName(c.name)(&node.Options{}); err != nil {
+		return usagef("--name: %v", err)
+	}
+	if _, err := parseLevel(c.logLevel); err != nil {
+		return usageError{err.Error()}
+	}
+	return c.nats.resolve(c.nats.url == "")
+}
+
+// options returns the node options of the command line.
+func (c *serveConfig) options(log *slog.Logger, tel gpu.Telemetry) []node.Option {
+	opts := append(c.nats.options(),
+		node.WithName(c.name),
+		node.WithMaxPayload(int64(c.maxPayload)),
+		node.WithQueueBound(c.queueBound),
+		node.WithStatusInterval(c.statusEvery),
+		node.WithMetricsAddr(c.metricsAddr),
+		node.WithSyncWindow(c.syncTolerance, c.staleAfter, c.ringCapacity),
+		node.WithLogger(log),
+	)
+	if c.nats.url == "" {
+		opts = append(opts, node.WithEmbeddedServer(c.port, c.dataDir))
+	}
+	if tel != nil {
+		opts = append(opts, node.WithGPU(tel))
+	}
+	return opts
+}
+
+// serveCommand returns the serve command for an engine.
+func serveCommand(spec engineSpec) func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		c, err := parseServe(args, stderr, spec)
+		if err != nil {
+			return err
+		}
+		if spec.build == nil {
+			return fmt.Errorf("%s", errNoEngine)
+		}
+		level, _ := parseLevel(c.logLevel)
+		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+		tel := openTelemetry(c.gpuIndex, log)
+		if tel != nil {
+			defer tel.Close()
+		}
+		budget := uint64(c.budget.bytes)
+		if c.budget.auto {
+			if budget, err = gpu.ReadAutoBudget(tel, uint64(c.reserve)); err != nil {
+				return fmt.Errorf("--budget auto: %w", err)
+			}
+			log.Info("budget auto", "free_minus_reserve", budget, "reserve", int64(c.reserve))
+		}
+		engine, err := spec.build(ctx, engineEnv{BudgetBytes: budget, GPU: c.gpuIndex, Telemetry: tel, Log: log})
+		if err != nil {
+			return fmt.Errorf("loading the model: %w", err)
+		}
+		if cl, ok := engine.(io.Closer); ok { // an engine that holds memory or files may say so
+			defer cl.Close()
+		}
+		n, err := node.Start(ctx, engine, c.options(log, tel)...)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "vlanode: node %s serving %s on %s (vla.infer, %s)\n", n.Name(), engine.Info().Model, n.URL(), node.InferSubject(n.Name()))
+		if a := n.MetricsAddr(); a != "" {
+			fmt.Fprintf(stdout, "vlanode: metrics on http://%s/metrics\n", a)
+		}
+		return n.Run(ctx, c.grace)
+	}
+}
+
+// openTelemetry opens NVML for GPU index, or says once why there is none.
+func openTelemetry(index int, log *slog.Logger) gpu.Telemetry {
+	if index < 0 {
+		log.Info("no GPU telemetry (--gpu -1)")
+		return nil
+	}
+	t, err := gpu.OpenNVML(index)
+	if err != nil {
+		log.Warn("no GPU telemetry: status will report no GPU", "err", err)
+		return nil
+	}
+	return t
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// defaultNodeName is the host name, made a valid subject token.
+func defaultNodeName() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "vlanode"
+	}
+	h, _, _ = strings.Cut(h, ".")
+	return strings.Map(func(r rune) rune {
+		if r == '*' || r == '>' || r <= ' ' {
+			return '-'
+		}
+		return r
+	}, h)
+}
+
+// defaultDataDir is where the embedded server keeps JetStream by default.
+func defaultDataDir() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "vlanode", "jetstream")
+	}
+	return filepath.Join(os.TempDir(), "vlanode-jetstream")
+}

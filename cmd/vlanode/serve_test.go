@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"vlanode/msgs"
+	"vlanode/node"
+)
+
+// cliEngine is a deterministic engine for command tests: two cameras, two
+// frames each, no ego poses.
+type cliEngine struct{ budget uint64 }
+
+func (e cliEngine) Info() node.EngineInfo {
+	return node.EngineInfo{Model: "cli-test", Cameras: []string{"front", "rear"}, FramesPerCamera: 2,
+		FramePeriod: 100 * time.Millisecond, BudgetBytes: e.budget}
+}
+
+func (cliEngine) Infer(context.Context, *node.Observation) (*msgs.Plan, error) {
+	return &msgs.Plan{Reasoning: "ok"}, nil
+}
+
+// cliSpec builds cliEngine and remembers what serve resolved.
+func cliSpec(got *engineEnv, modelFlag *string) engineSpec {
+	return engineSpec{
+		flags: func(fs *flag.FlagSet) { fs.StringVar(modelFlag, "model", "", "model directory") },
+		build: func(_ context.Context, env engineEnv) (node.Engine, error) {
+			*got = env
+			return cliEngine{budget: env.BudgetBytes}, nil
+		},
+	}
+}
+
+// syncBuffer is an output safe for a command running in a goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// serving runs serve with spec in the background and returns the NATS URL
+// it prints, and a function that stops it (like SIGTERM) and returns its
+// error.
+func serving(t *testing.T, spec engineSpec, args ...string) (string, *syncBuffer, func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	args = append([]string{"--port", "0", "--data-dir", t.TempDir(), "--gpu", "-1"}, args...)
+	go func() { done <- serveCommand(spec)(ctx, args, &stdout, &stderr) }()
+	re := regexp.MustCompile(`on (nats://\S+) `)
+	var url string
+	deadline := time.Now().Add(10 * time.Second)
+	for url == "" {
+		if m := re.FindStringSubmatch(stdout.String()); m != nil {
+			url = m[1]
+			break
+		}
+		select {
+		case err := <-done:
+			cancel()
+			t.Fatalf("serve returned %v; stderr: %s", err, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("serve did not start; stderr: %s", stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var once sync.Once
+	var stopErr error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case stopErr = <-done:
+			case <-time.After(10 * time.Second):
+				stopErr = fmt.Errorf("serve did not stop")
+			}
+		})
+		return stopErr
+	}
+	t.Cleanup(func() { stop() })
+	return url, &stdout, stop
+}
+
+func TestServeNoEngine(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := serveCommand(engineSpec{})(context.Background(), []string{"--data-dir", t.TempDir(), "--port", "0"}, &stdout, &stderr)
+	assert.ErrorContains(t, err, "no model engine yet")
+}
+
+func TestServeNeedsModel(t *testing.T) {
+	code, _, stderr := runCLI("serve", "--data-dir", t.TempDir(), "--port", "0", "--gpu", "-1")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "--model is required")
+}
+
+func TestServeFlagErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--max-payload", "8XB"}, `"8XB" is not a size`},
+		{[]string{"--max-payload", "65MiB"}, "at most 64MiB"},
+		{[]string{"--queue-bound", "0"}, "--queue-bound must be at least 1"},
+		{[]string{"--budget", "lots"}, "want auto, unlimited or a size"},
+		{[]string{"--name", "a.b"}, "not a single NATS subject token"},
+		{[]string{"--port", "70000"}, "out of range"},
+		{[]string{"--log-level", "loud"}, "--log-level"},
+		{[]string{"--token", "t", "--user", "u"}, "give one of"},
+		{[]string{"--nkey", "u.nk"}, "need an external server"},
+		{[]string{"--tls-ca", "ca.pem"}, "TLS needs an external server"},
+		{[]string{"--nats-url", "nats://x", "--tls-cert", "c.pem"}, "needs its key"},
+		{[]string{"extra"}, "unexpected arguments"},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			code, _, stderr := runCLI(append([]string{"serve"}, c.args...)...)
+			assert.Equal(t, 2, code, stderr)
+			assert.Contains(t, stderr, c.want)
+		})
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{"1048576": 1 << 20, "8MiB": 8 << 20, "16G": 16e9, "1.5GiB": 3 << 29, "512KiB": 512 << 10, "10B": 10, "2 MiB": 2 << 20} {
+		got, err := parseBytes(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	for _, in := range []string{"", "-1", "MiB", "8XB", "1e30"} {
+		_, err := parseBytes(in)
+		assert.Error(t, err, in)
+	}
+	var b budgetFlag
+	require.NoError(t, b.Set("auto"))
+	assert.Equal(t, "auto", b.String())
+	require.NoError(t, b.Set("8GiB"))
+	assert.Equal(t, int64(8<<30), b.bytes)
+	require.NoError(t, b.Set("unlimited"))
+	assert.Equal(t, "unlimited", b.String())
+}
+
+func TestServeRunsAndStops(t *testing.T) {
+	var env engineEnv
+	var model string
+	url, stdout, stop := serving(t, cliSpec(&env, &model), "--name", "cli", "--model", "/m", "--budget", "8GiB", "--metrics-addr", "127.0.0.1:0", "--user", "robot", "--password", "pw")
+	assert.Equal(t, "/m", model, "the engine's own flags are parsed")
+	assert.Equal(t, uint64(8<<30), env.BudgetBytes)
+	assert.Nil(t, env.Telemetry, "--gpu -1")
+	assert.Contains(t, stdout.String(), "/metrics")
+
+	_, err := nats.Connect(url)
+	assert.ErrorContains(t, err, "Authorization Violation", "the embedded server takes --user/--password")
+	nc, err := nats.Connect(url, nats.UserInfo("robot", "pw"))
+	require.NoError(t, err)
+	defer nc.Close()
+	req, err := msgs.Marshal(&msgs.InferRequest{ID: "x", UseLatest: true})
+	require.NoError(t, err)
+	m, err := nc.Request(node.InferSubject("cli"), req, 10*time.Second)
+	require.NoError(t, err)
+	_, e, err := msgs.DecodeReply(m.Data)
+	require.NoError(t, err)
+	require.NotNil(t, e)
+	assert.Equal(t, msgs.CodeUnsupported, e.Err.Code, "no frames yet: %s", e.Err.Message)
+
+	require.NoError(t, stop(), "serve exits cleanly when its context ends (SIGTERM)")
+}
+
+func TestServeBudgetAutoNeedsGPU(t *testing.T) {
+	var env engineEnv
+	var model string
+	var stdout, stderr bytes.Buffer
+	err := serveCommand(cliSpec(&env, &model))(context.Background(),
+		[]string{"--budget", "auto", "--gpu", "-1", "--port", "0", "--data-dir", t.TempDir()}, &stdout, &stderr)
+	assert.ErrorContains(t, err, "--budget auto: gpu: --budget auto needs GPU telemetry")
+}

@@ -1,0 +1,99 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Auth holds the credentials and TLS settings for a NATS connection. At most
+// one of user/password, token, nkey seed and creds file may be set.
+type Auth struct {
+	User, Password string // user and password
+	Token          string // token
+	NkeySeedFile   string // file holding an nkey seed (SU…)
+	CredsFile      string // creds file: user JWT and nkey seed (decentralized auth)
+
+	TLS     bool   // use TLS (implied by any of the three files below)
+	TLSCA   string // CA certificates to trust (PEM); "" trusts the system's
+	TLSCert string // client certificate (PEM), with TLSKey
+	TLSKey  string // client key (PEM), with TLSCert
+}
+
+// Check rejects combinations that cannot work, without reading any file.
+// embedded says the node starts its own server, which takes user/password
+// or a token but no nkeys, creds or TLS.
+func (a Auth) Check(embedded bool) error {
+	n := 0
+	for _, set := range []bool{a.User != "" || a.Password != "", a.Token != "", a.NkeySeedFile != "", a.CredsFile != ""} {
+		if set {
+			n++
+		}
+	}
+	switch {
+	case n > 1:
+		return errors.New("auth: give one of user/password, token, nkey seed and creds file")
+	case a.User == "" && a.Password != "":
+		return errors.New("auth: a password needs a user")
+	case (a.TLSCert == "") != (a.TLSKey == ""):
+		return errors.New("auth: a TLS client certificate needs its key, and a key its certificate")
+	case embedded && (a.NkeySeedFile != "" || a.CredsFile != ""):
+		return errors.New("auth: nkey seeds and creds files need an external server (--nats-url); the embedded server takes a user and password or a token")
+	case embedded && a.tls():
+		return errors.New("auth: TLS needs an external server (--nats-url); the embedded server listens on 127.0.0.1 only")
+	}
+	return nil
+}
+
+func (a Auth) tls() bool { return a.TLS || a.TLSCA != "" || a.TLSCert != "" || a.TLSKey != "" }
+
+// NATSOptions returns the nats.go options that carry a.
+func (a Auth) NATSOptions() ([]nats.Option, error) {
+	if err := a.Check(false); err != nil {
+		return nil, err
+	}
+	var opts []nats.Option
+	switch {
+	case a.User != "":
+		opts = append(opts, nats.UserInfo(a.User, a.Password))
+	case a.Token != "":
+		opts = append(opts, nats.Token(a.Token))
+	case a.NkeySeedFile != "":
+		o, err := nats.NkeyOptionFromSeed(a.NkeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("auth: nkey seed %s: %w", a.NkeySeedFile, err)
+		}
+		opts = append(opts, o)
+	case a.CredsFile != "":
+		opts = append(opts, nats.UserCredentials(a.CredsFile))
+	}
+	if a.tls() {
+		opts = append(opts, nats.Secure())
+	}
+	if a.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(a.TLSCA))
+	}
+	if a.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(a.TLSCert, a.TLSKey))
+	}
+	return opts, nil
+}
+
+// Connect connects a client (replay, record, tools) to url with auth. The
+// connection reconnects forever; extra options come last and win.
+func Connect(url, clientName string, auth Auth, extra ...nats.Option) (*nats.Conn, error) {
+	if url == "" {
+		return nil, errors.New("connect: no NATS server URL")
+	}
+	opts, err := auth.NATSOptions()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, nats.Name(clientName), nats.MaxReconnects(-1), nats.ReconnectWait(DefaultReconnectWait))
+	nc, err := nats.Connect(url, append(opts, extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", url, err)
+	}
+	return nc, nil
+}

@@ -1,0 +1,58 @@
+// Package node is vlanode's NATS service: it takes camera frames and infer
+// requests (protocol v1, package msgs), runs them through an Engine one at
+// a time, and answers with plans.
+//
+// # Subjects
+//
+//	vla.<node>.frames.<camera>  frames in; kept per camera for use_latest (package ingest)
+//	vla.infer                   requests from anyone, queue group vla-nodes
+//	vla.<node>.infer            requests for this node
+//	vla.<node>.plans            every plan out
+//	vla.<node>.status           Status every second
+//
+// The node registers as the NATS micro service "vlanode" (PING, INFO,
+// STATS); its metadata describes the model (Discover reads it).
+//
+// # Requests
+//
+// A request is decoded and checked against the model on the endpoint's
+// subscription goroutine, then queued; one worker runs the engine. Every
+// request that has a reply subject is answered exactly once, with a Plan or
+// an Error:
+//
+//   - bad_request: anything msgs refuses, a payload over MaxPayload, frames
+//     that do not match the model (count, cameras, order), the wrong number
+//     of ego poses, and frames the engine cannot decode (FrameError,
+//     ErrBadInput);
+//   - unsupported: another protocol version; use_latest with no
+//     synchronized frames; ErrUnsupported from the engine;
+//   - overloaded: the queue holds QueueBound requests; a waiting
+//     use_latest request superseded by a newer one (latest wins: the newer
+//     takes its place in line); the node shutting down;
+//   - deadline_exceeded: deadline_ms, counted from receipt, passed before
+//     queueing, while waiting (answered when it passes), or before the plan
+//     was ready;
+//   - internal: the engine failed, panicked or returned an invalid plan.
+//
+// Shed requests (overloaded, and deadline_exceeded before inference) are
+// counted by reason in vlanode_shed_total and the Status counters.
+//
+// A use_latest request is queued only after every frame that reached the
+// node before it has been stored (a connection barrier), and its frames are
+// taken when the engine is about to run.
+//
+// # Reconnection and shutdown
+//
+// The connection reconnects forever. Replies sent while the server is away
+// are buffered by nats.go and sent on reconnection; they reach the client if
+// it has resubscribed by then. Shutdown stops taking requests, answers the
+// waiting ones overloaded, lets the running one finish, then drains the
+// connection.
+//
+// # Lock order
+//
+// The node's locks are all leaves: scheduler.mu (the queue), the ingest
+// store's mutex (the rings) and each metric's mutex. None is held while
+// another is taken, while publishing to NATS, or while the engine runs.
+// Cross-goroutine state otherwise is atomic (Node.closing, job.answered).
+package node

@@ -1,0 +1,105 @@
+package node
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// maxServerPayload is the largest max_payload nats-server accepts (64 MiB).
+const maxServerPayload = 64 << 20
+
+// embeddedReadyTimeout bounds the wait for the embedded server to listen.
+const embeddedReadyTimeout = 10 * time.Second
+
+// embedded is a nats-server run inside the node's process, with JetStream.
+type embedded struct {
+	srv     *server.Server
+	tempDir string // removed at shutdown when the store was temporary
+}
+
+// startEmbedded starts a server on 127.0.0.1 with JetStream in o.DataDir.
+func startEmbedded(o *Options) (*embedded, error) {
+	e := &embedded{}
+	dir := o.DataDir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "vlanode-nats-")
+		if err != nil {
+			return nil, fmt.Errorf("embedded server: %w", err)
+		}
+		dir, e.tempDir = d, d
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("embedded server: data directory: %w", err)
+	}
+	port := o.Port
+	if port == 0 {
+		port = server.RANDOM_PORT
+	} else if err := portFree(port); err != nil {
+		e.removeTemp()
+		return nil, fmt.Errorf("embedded server: %w", err)
+	}
+	maxPayload := o.MaxPayload
+	if maxPayload == 0 {
+		maxPayload = DefaultMaxPayload
+	}
+	sopts := &server.Options{
+		ServerName: "vlanode-" + o.Name,
+		Host:       "127.0.0.1",
+		Port:       port,
+		NoSigs:     true,
+		NoLog:      true,
+		MaxPayload: int32(maxPayload),
+		JetStream:  true,
+		StoreDir:   dir,
+		// Leave room for a few requests of the largest size in flight to a
+		// subscriber before the server calls it slow.
+		MaxPending:     max(server.MAX_PENDING_SIZE, 4*maxPayload),
+		Username:       o.Auth.User,
+		Password:       o.Auth.Password,
+		Authorization:  o.Auth.Token,
+		MaxControlLine: 4096,
+	}
+	srv, err := server.NewServer(sopts)
+	if err != nil {
+		e.removeTemp()
+		return nil, fmt.Errorf("embedded server: %w", err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(embeddedReadyTimeout) {
+		srv.Shutdown()
+		e.removeTemp()
+		return nil, fmt.Errorf("embedded server: not listening on 127.0.0.1:%d after %v (port taken?)", o.Port, embeddedReadyTimeout)
+	}
+	e.srv = srv
+	return e, nil
+}
+
+// portFree checks that 127.0.0.1:port can be listened on, so that a taken
+// port fails at once rather than after embeddedReadyTimeout.
+func portFree(port int) error {
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return err
+	}
+	return ln.Close()
+}
+
+// url returns the client URL.
+func (e *embedded) url() string { return e.srv.ClientURL() }
+
+// shutdown stops the server and removes a temporary store.
+func (e *embedded) shutdown() {
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+	e.removeTemp()
+}
+
+func (e *embedded) removeTemp() {
+	if e.tempDir != "" {
+		os.RemoveAll(e.tempDir)
+	}
+}

@@ -1,0 +1,59 @@
+package node
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	"vlanode/msgs"
+)
+
+// Reasons a published frame is dropped, the label of
+// vlanode_frames_rejected_total.
+const (
+	frameBadRequest     = "bad_request"     // not a valid Frame
+	frameCameraMismatch = "camera_mismatch" // its camera is not the subject's last token
+	frameUnknownCamera  = "unknown_camera"  // the model does not take that camera
+)
+
+// onFrame keeps a frame published on vla.<node>.frames.<camera> for
+// use_latest requests. A bad frame is counted and logged (at warn level the
+// first time for each reason) and, when it was sent as a request, answered
+// with an Error.
+func (n *Node) onFrame(m *nats.Msg) {
+	now := n.now()
+	camera := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	f, err := msgs.DecodeFrame(m.Data)
+	if err != nil {
+		n.rejectFrame(m, frameBadRequest, msgs.ErrorReply("", err))
+		return
+	}
+	if f.Camera != camera {
+		n.rejectFrame(m, frameCameraMismatch, msgs.NewError("", msgs.CodeBadRequest,
+			fmt.Sprintf("camera: %q does not match the subject's camera %q", f.Camera, camera)))
+		return
+	}
+	if err := n.store.Add(f, now); err != nil {
+		n.rejectFrame(m, frameUnknownCamera, msgs.NewError("", msgs.CodeBadRequest, "camera: "+err.Error()))
+		return
+	}
+	n.m.framesReceived.Inc(camera)
+}
+
+func (n *Node) rejectFrame(m *nats.Msg, reason string, e *msgs.Error) {
+	n.m.framesRejected.Inc(reason)
+	level := "debug"
+	if _, seen := n.warned.LoadOrStore(reason, true); !seen {
+		level = "warn"
+	}
+	args := []any{"subject", m.Subject, "reason", reason, "error", e.Err.Message}
+	if level == "warn" {
+		n.log.Warn("frame dropped (further drops for this reason are logged at debug level)", args...)
+	} else {
+		n.log.Debug("frame dropped", args...)
+	}
+	if m.Reply != "" {
+		n.sendError(m.Reply, e)
+	}
+}

@@ -1,0 +1,310 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"vlanode/node/ingest"
+)
+
+// startFlushTimeout bounds the round trip that confirms the subscriptions
+// when Start's context has no deadline.
+const startFlushTimeout = 10 * time.Second
+
+// Node serves one Engine over NATS. Create it with Start; stop it with
+// Shutdown.
+type Node struct {
+	opts   Options
+	log    *slog.Logger
+	now    func() time.Time
+	engine Engine
+	info   EngineInfo // read once at start
+
+	emb        *embedded // nil with an external server
+	nc         *nats.Conn
+	closed     chan struct{} // closed when nc is closed for good
+	svc        micro.Service
+	framesSub  *nats.Subscription
+	maxPayload int64
+
+	store *ingest.Store
+	sched *scheduler
+	m     *nodeMetrics
+
+	metricsLn  net.Listener
+	metricsSrv *http.Server
+
+	hardCtx    context.Context // cancelled when in-flight work must stop
+	hardCancel context.CancelFunc
+	workerDone chan struct{}
+	statusStop chan struct{}
+	statusDone chan struct{}
+
+	closing      atomic.Bool // set when Shutdown starts: new requests are refused
+	gpuFailing   atomic.Bool // the last GPU read failed (logged once)
+	warned       sync.Map    // frame-rejection reasons already logged at warn level
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+// Start connects to NATS (or starts an embedded server), subscribes to the
+// node's subjects, registers the micro service and starts serving engine.
+// ctx bounds the start only.
+func Start(ctx context.Context, engine Engine, opts ...Option) (*Node, error) {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	info := engine.Info()
+	if err := info.validate(); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	store, err := ingest.New(ingest.Config{
+		Cameras: info.Cameras, FramesPerCamera: info.FramesPerCamera, Period: info.FramePeriod,
+		Tolerance: o.SyncTolerance, StaleAfter: o.StaleAfter, Capacity: o.RingCapacity,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	n := &Node{
+		opts: o, log: o.Logger.With("node", o.Name), now: o.now, engine: engine, info: info,
+		closed: make(chan struct{}), store: store, sched: newScheduler(o.QueueBound),
+		m: newNodeMetrics(info.Cameras), workerDone: make(chan struct{}),
+		statusStop: make(chan struct{}), statusDone: make(chan struct{}),
+	}
+	n.hardCtx, n.hardCancel = context.WithCancel(context.Background())
+	if err := n.start(ctx); err != nil {
+		n.abort()
+		return nil, err
+	}
+	return n, nil
+}
+
+// start brings the parts up in order; abort undoes what was started.
+func (n *Node) start(ctx context.Context) error {
+	url := n.opts.NATSURL
+	if url == "" {
+		emb, err := startEmbedded(&n.opts)
+		if err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+		n.emb, url = emb, emb.url()
+		n.log.Info("embedded NATS server started", "url", url, "jetstream", true)
+	}
+	if err := n.connect(ctx, url); err != nil {
+		return err
+	}
+	n.maxPayload = n.effectiveMaxPayload()
+	sub, err := n.nc.Subscribe(FramesSubject(n.opts.Name, "*"), n.onFrame)
+	if err != nil {
+		return fmt.Errorf("node: subscribing to frames: %w", err)
+	}
+	n.framesSub = sub
+	if err := n.startMetrics(); err != nil {
+		return err
+	}
+	go n.work()
+	if err := n.register(); err != nil {
+		return err
+	}
+	fctx, cancel := ctx, context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		fctx, cancel = context.WithTimeout(ctx, startFlushTimeout)
+	}
+	defer cancel()
+	if err := n.nc.FlushWithContext(fctx); err != nil {
+		return fmt.Errorf("node: subscribing: %w", err)
+	}
+	go n.statusLoop()
+	n.m.budget.Set(float64(n.info.BudgetBytes))
+	n.log.Info("serving", "model", n.info.Model, "cameras", n.info.Cameras,
+		"frames_per_camera", n.info.FramesPerCamera, "frame_period", n.info.FramePeriod,
+		"max_payload", n.maxPayload, "queue_bound", n.opts.QueueBound, "gpu", n.opts.GPU != nil)
+	return nil
+}
+
+// connect opens the connection: reconnecting forever, logging state changes.
+func (n *Node) connect(ctx context.Context, url string) error {
+	opts, err := n.opts.Auth.NATSOptions()
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	opts = append(opts,
+		nats.Name("vlanode "+n.opts.Name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(n.opts.ReconnectWait),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if !n.closing.Load() {
+				n.log.Warn("disconnected from NATS; replies are buffered until it is back", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { n.log.Info("reconnected to NATS", "url", c.ConnectedUrlRedacted()) }),
+		nats.ClosedHandler(func(*nats.Conn) { close(n.closed) }),
+		nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
+			subj := ""
+			if s != nil {
+				subj = s.Subject
+			}
+			n.log.Error("NATS error", "subject", subj, "err", err)
+		}),
+	)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return fmt.Errorf("node: connecting to %s: %w", url, err)
+	}
+	n.nc = nc
+	return ctx.Err()
+}
+
+// effectiveMaxPayload returns the request size limit: the option, bounded by
+// the server's max_payload.
+func (n *Node) effectiveMaxPayload() int64 {
+	server := n.nc.MaxPayload()
+	if n.opts.MaxPayload == 0 || n.opts.MaxPayload > server {
+		if n.opts.MaxPayload > server {
+			n.log.Warn("the server's max_payload is below --max-payload; it refuses larger messages", "server", server, "max_payload", n.opts.MaxPayload)
+		}
+		return server
+	}
+	return n.opts.MaxPayload
+}
+
+// startMetrics serves the metrics over HTTP when an address was given.
+func (n *Node) startMetrics() error {
+	if n.opts.MetricsAddr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", n.opts.MetricsAddr)
+	if err != nil {
+		return fmt.Errorf("node: metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", n.m.reg)
+	n.metricsLn = ln
+	n.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := n.metricsSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	n.log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	return nil
+}
+
+// URL returns the URL of the NATS server the node uses (the embedded one's
+// when it started one).
+func (n *Node) URL() string {
+	if n.emb != nil {
+		return n.emb.url()
+	}
+	return n.nc.ConnectedUrl()
+}
+
+// Name returns the node's name.
+func (n *Node) Name() string { return n.opts.Name }
+
+// MetricsAddr returns the address metrics are served on, or "".
+func (n *Node) MetricsAddr() string {
+	if n.metricsLn == nil {
+		return ""
+	}
+	return n.metricsLn.Addr().String()
+}
+
+// MaxPayload returns the largest request the node takes, in bytes.
+func (n *Node) MaxPayload() int64 { return n.maxPayload }
+
+// Shutdown stops the node gracefully: it stops taking requests (those that
+// arrive are answered overloaded, so that a client can try another node),
+// answers the waiting ones overloaded, lets the one in flight finish and
+// sends its reply, then drains the connection and stops the embedded server.
+// When ctx ends first, the in-flight inference is cancelled (its request is
+// still answered) and Shutdown returns ctx's error after cleaning up.
+// Calling it again returns the first call's result.
+func (n *Node) Shutdown(ctx context.Context) error {
+	n.shutdownOnce.Do(func() { n.shutdownErr = n.shutdown(ctx) })
+	return n.shutdownErr
+}
+
+func (n *Node) shutdown(ctx context.Context) error {
+	n.closing.Store(true)
+	n.log.Info("shutting down: no new requests; finishing the one in flight")
+	var errs []error
+	if err := n.svc.Stop(); err != nil { // unsubscribes the infer endpoints
+		errs = append(errs, fmt.Errorf("stopping the micro service: %w", err))
+	}
+	for _, j := range n.sched.close() {
+		n.shed(j, shedShutdown, fmt.Sprintf("node %s is shutting down; retry on another node", n.opts.Name))
+	}
+	n.m.queueDepth.Set(0)
+	select {
+	case <-n.workerDone:
+	case <-ctx.Done():
+		n.log.Warn("shutdown: grace period over; cancelling the inference in flight")
+		n.hardCancel()
+		<-n.workerDone // the worker answers the cancelled request
+		errs = append(errs, ctx.Err())
+	}
+	close(n.statusStop)
+	<-n.statusDone
+	n.closeConn(ctx)
+	n.abort()
+	n.log.Info("stopped")
+	return errors.Join(errs...)
+}
+
+// closeConn drains the connection and waits for it to close (or for ctx):
+// every subscription handles what it was delivered (a use_latest request
+// waiting on a barrier is queued and answered), and buffered replies are
+// sent.
+func (n *Node) closeConn(ctx context.Context) {
+	if err := n.nc.Drain(); err != nil {
+		n.nc.Close()
+	}
+	select {
+	case <-n.closed:
+	case <-ctx.Done():
+		n.nc.Close()
+	}
+}
+
+// abort releases whatever start acquired; it is safe on a partial start.
+func (n *Node) abort() {
+	n.hardCancel()
+	if n.svc != nil && !n.svc.Stopped() {
+		n.svc.Stop()
+	}
+	if n.sched != nil {
+		for _, j := range n.sched.close() {
+			n.shed(j, shedShutdown, "node stopped")
+		}
+	}
+	if n.nc != nil && !n.nc.IsClosed() {
+		n.nc.Close()
+	}
+	if n.metricsSrv != nil {
+		n.metricsSrv.Close()
+	}
+	if n.emb != nil {
+		n.emb.shutdown()
+	}
+}
+
+// Run serves until ctx ends, then shuts down, allowing grace for the
+// in-flight inference.
+func (n *Node) Run(ctx context.Context, grace time.Duration) error {
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	return n.Shutdown(sctx)
+}

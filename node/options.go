@@ -1,0 +1,220 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"vlanode/node/gpu"
+)
+
+// Defaults of the options.
+const (
+	DefaultQueueBound     = 4                      // requests that may wait while one runs
+	DefaultStatusInterval = time.Second            // how often Status is published
+	DefaultMaxPayload     = 8 << 20                // the embedded server's max_payload: 16 JPEG frames fit
+	DefaultReconnectWait  = 250 * time.Millisecond // between attempts to reach a lost server
+	DefaultShutdownGrace  = 30 * time.Second       // Run's limit on finishing in-flight work
+)
+
+// Options configure a node. Set them with Option functions.
+type Options struct {
+	Name    string // the node's name, a single subject token: vla.<name>.*
+	NATSURL string // the server to connect to; "" starts an embedded one
+	Auth    Auth   // credentials and TLS for the connection
+
+	Port    int    // the embedded server's port on 127.0.0.1; 0 picks a free one
+	DataDir string // the embedded server's JetStream store; "" uses a temporary directory
+
+	// MaxPayload is the largest request the node takes, in bytes. With an
+	// embedded server it is also the server's max_payload; with an external
+	// server the smaller of it and the server's limit applies. 0: the
+	// default (embedded) or the server's limit (external).
+	MaxPayload int64
+
+	QueueBound     int           // requests that may wait while one runs, ≥ 1
+	StatusInterval time.Duration // between Status messages
+	MetricsAddr    string        // "host:port" for Prometheus metrics over HTTP; "" serves none
+	ReconnectWait  time.Duration // between reconnection attempts
+
+	SyncTolerance time.Duration // sync window: how far a frame may be from its slot; 0: half a frame period
+	StaleAfter    time.Duration // sync window: age at which a received frame is dropped; 0: (frames+1) periods
+	RingCapacity  int           // frames kept per camera; 0: ingest.DefaultCapacity
+
+	GPU    gpu.Telemetry // GPU telemetry for Status and metrics; nil: no GPU
+	Logger *slog.Logger  // nil: discard
+
+	now func() time.Time // the clock; tests replace it
+}
+
+// Option sets one field of Options.
+type Option func(*Options) error
+
+// WithName sets the node's name (required).
+func WithName(name string) Option {
+	return func(o *Options) error {
+		if err := checkToken("node", name); err != nil {
+			return err
+		}
+		o.Name = name
+		return nil
+	}
+}
+
+// WithNATSURL connects to an external NATS server instead of starting an
+// embedded one. The URL may list several servers, comma-separated.
+func WithNATSURL(url string) Option {
+	return func(o *Options) error { o.NATSURL = url; return nil }
+}
+
+// WithEmbeddedServer sets the embedded server's port on 127.0.0.1 (0 picks a
+// free one) and its JetStream data directory ("" uses a temporary directory
+// removed at shutdown).
+func WithEmbeddedServer(port int, dataDir string) Option {
+	return func(o *Options) error {
+		if port < 0 || port > 65535 {
+			return fmt.Errorf("embedded server port %d out of range 0..65535", port)
+		}
+		o.Port, o.DataDir = port, dataDir
+		return nil
+	}
+}
+
+// WithMaxPayload sets the largest request the node takes (see
+// Options.MaxPayload).
+func WithMaxPayload(bytes int64) Option {
+	return func(o *Options) error {
+		if bytes < 0 || bytes > maxServerPayload {
+			return fmt.Errorf("max payload %d out of range 0..%d", bytes, maxServerPayload)
+		}
+		o.MaxPayload = bytes
+		return nil
+	}
+}
+
+// WithQueueBound sets how many requests may wait while one runs (≥ 1);
+// past it a request is answered overloaded.
+func WithQueueBound(n int) Option {
+	return func(o *Options) error {
+		if n < 1 {
+			return fmt.Errorf("queue bound %d, want ≥ 1", n)
+		}
+		o.QueueBound = n
+		return nil
+	}
+}
+
+// WithStatusInterval sets how often Status is published.
+func WithStatusInterval(d time.Duration) Option {
+	return func(o *Options) error {
+		if d <= 0 {
+			return fmt.Errorf("status interval %v, want > 0", d)
+		}
+		o.StatusInterval = d
+		return nil
+	}
+}
+
+// WithMetricsAddr serves Prometheus metrics at http://addr/metrics.
+func WithMetricsAddr(addr string) Option {
+	return func(o *Options) error { o.MetricsAddr = addr; return nil }
+}
+
+// WithReconnectWait sets the wait between attempts to reach a lost server.
+func WithReconnectWait(d time.Duration) Option {
+	return func(o *Options) error {
+		if d <= 0 {
+			return fmt.Errorf("reconnect wait %v, want > 0", d)
+		}
+		o.ReconnectWait = d
+		return nil
+	}
+}
+
+// WithSyncWindow sets the sync window's tolerance and staleness (0 keeps a
+// default; see package ingest) and the frames kept per camera.
+func WithSyncWindow(tolerance, staleAfter time.Duration, ringCapacity int) Option {
+	return func(o *Options) error {
+		if tolerance < 0 || staleAfter < 0 || ringCapacity < 0 {
+			return errors.New("sync window: negative tolerance, staleness or capacity")
+		}
+		o.SyncTolerance, o.StaleAfter, o.RingCapacity = tolerance, staleAfter, ringCapacity
+		return nil
+	}
+}
+
+// WithGPU reports t's telemetry in Status and metrics. The node does not
+// close it.
+func WithGPU(t gpu.Telemetry) Option {
+	return func(o *Options) error { o.GPU = t; return nil }
+}
+
+// WithLogger logs through l.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *Options) error { o.Logger = l; return nil }
+}
+
+// WithUserInfo authenticates with a user and password. Without an external
+// server, the embedded server requires them too.
+func WithUserInfo(user, password string) Option {
+	return func(o *Options) error { o.Auth.User, o.Auth.Password = user, password; return nil }
+}
+
+// WithToken authenticates with a token. Without an external server, the
+// embedded server requires it too.
+func WithToken(token string) Option {
+	return func(o *Options) error { o.Auth.Token = token; return nil }
+}
+
+// WithNkeySeed authenticates with the nkey seed in file.
+func WithNkeySeed(file string) Option {
+	return func(o *Options) error { o.Auth.NkeySeedFile = file; return nil }
+}
+
+// WithCredentials authenticates with a creds file (user JWT and nkey seed).
+func WithCredentials(file string) Option {
+	return func(o *Options) error { o.Auth.CredsFile = file; return nil }
+}
+
+// WithTLS connects over TLS, trusting the CA certificates in caFile (""
+// trusts the system's) and presenting the client certificate certFile with
+// keyFile when both are given.
+func WithTLS(caFile, certFile, keyFile string) Option {
+	return func(o *Options) error {
+		o.Auth.TLSCA, o.Auth.TLSCert, o.Auth.TLSKey = caFile, certFile, keyFile
+		o.Auth.TLS = true
+		return nil
+	}
+}
+
+// withClock replaces the node's clock (tests).
+func withClock(now func() time.Time) Option {
+	return func(o *Options) error { o.now = now; return nil }
+}
+
+// buildOptions applies opts over the defaults and checks the result.
+func buildOptions(opts []Option) (Options, error) {
+	o := Options{
+		QueueBound:     DefaultQueueBound,
+		StatusInterval: DefaultStatusInterval,
+		ReconnectWait:  DefaultReconnectWait,
+		now:            time.Now,
+	}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return o, fmt.Errorf("node: %w", err)
+		}
+	}
+	if o.Name == "" {
+		return o, errors.New("node: a name is required (WithName)")
+	}
+	if err := o.Auth.Check(o.NATSURL == ""); err != nil {
+		return o, fmt.Errorf("node: %w", err)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return o, nil
+}

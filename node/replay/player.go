@@ -1,0 +1,312 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/schollz/progressbar/v3"
+
+	"vlanode/msgs"
+	"vlanode/node"
+	"vlanode/node/ingest"
+)
+
+// Config says how to play a clip.
+type Config struct {
+	Node    string          // frames go to vla.<Node>.frames.<camera>
+	Subject string          // requests go here; "" means vla.<Node>.infer
+	Info    node.EngineInfo // the node's model (node.Discover)
+
+	// Explicit sends each request with its frames (the latest synchronized
+	// ones the player published, by the node's own sync rule); otherwise
+	// requests say use_latest.
+	Explicit bool
+	// Fast sends the next event as soon as the previous request is
+	// answered; otherwise the clip's timing is kept (scaled by Speed) and
+	// requests do not wait for each other's answers.
+	Fast        bool
+	Speed       float64       // real-time factor; 0 means 1
+	DeadlineMs  int           // each request's deadline_ms; 0: none
+	Timeout     time.Duration // how long to wait for an answer; 0 means 10 s
+	Prompt      string        // replaces the requests' prompt when not empty
+	KeepStamps  bool          // publish the recorded stamps; otherwise shift them to now
+	MaxInflight int           // real time: requests awaiting answers at once; 0 means 16
+
+	Progress io.Writer // a progress bar is drawn here; nil: none
+}
+
+// Client-side outcomes of a request, counted in Summary.Errors beside the
+// protocol's codes.
+const (
+	ErrTimeout      = "client_timeout"       // no answer within Config.Timeout
+	ErrNoResponders = "client_no_responders" // nobody serves the subject
+	ErrMaxPayload   = "client_max_payload"   // larger than the server's max_payload
+	ErrClient       = "client_error"         // another transport error, or an unreadable reply
+)
+
+// Play plays src into the node and waits for every answer.
+func Play(ctx context.Context, nc *nats.Conn, src Source, cfg Config) (*Summary, error) {
+	p, err := newPlayer(nc, src, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return p.play(ctx)
+}
+
+type player struct {
+	nc    *nats.Conn
+	src   Source
+	cfg   Config
+	store *ingest.Store // what was published, for explicit frames
+	bar   *progressbar.ProgressBar
+
+	offset     int64 // added to the clip's stamps
+	offsetSet  bool
+	lastStamp  int64 // newest frame stamp published (after the offset)
+	requestSeq int
+
+	wg       sync.WaitGroup
+	inflight chan struct{}
+
+	mu  sync.Mutex // guards sum
+	sum *Summary
+}
+
+func newPlayer(nc *nats.Conn, src Source, cfg Config) (*player, error) {
+	if cfg.Speed == 0 {
+		cfg.Speed = 1
+	}
+	if cfg.Speed < 0 {
+		return nil, fmt.Errorf("replay: speed %g, want > 0", cfg.Speed)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.MaxInflight == 0 {
+		cfg.MaxInflight = 16
+	}
+	if cfg.Subject == "" {
+		cfg.Subject = node.InferSubject(cfg.Node)
+	}
+	store, err := ingest.New(ingest.Config{
+		Cameras: cfg.Info.Cameras, FramesPerCamera: cfg.Info.FramesPerCamera, Period: cfg.Info.FramePeriod,
+		StaleAfter: time.Duration(1<<62 - 1), // stamps, not arrival, decide in a replay
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	p := &player{nc: nc, src: src, cfg: cfg, store: store, inflight: make(chan struct{}, cfg.MaxInflight), sum: newSummary(cfg)}
+	if cfg.Progress != nil {
+		p.bar = progressbar.NewOptions(src.Len(),
+			progressbar.OptionSetWriter(cfg.Progress),
+			progressbar.OptionSetDescription("replay"),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSetItsString("events"),
+			progressbar.OptionShowIts(),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionOnCompletion(func() { fmt.Fprintln(cfg.Progress) }),
+		)
+	}
+	return p, nil
+}
+
+func (p *player) play(ctx context.Context) (*Summary, error) {
+	start := time.Now()
+	var first int64
+	var err error
+	for i := 0; ; i++ {
+		var e Event
+		e, err = p.src.Next(ctx)
+		if err != nil {
+			break
+		}
+		if i == 0 {
+			first = e.At
+		}
+		if !p.cfg.Fast {
+			due := start.Add(time.Duration(float64(e.At-first) / p.cfg.Speed))
+			if err = sleepUntil(ctx, due); err != nil {
+				break
+			}
+		}
+		switch e.Kind {
+		case KindFrame:
+			err = p.frame(e.Frame)
+		case KindRequest:
+			p.request(ctx, e.Request)
+		}
+		if err != nil {
+			break
+		}
+		if p.bar != nil {
+			p.bar.Add(1)
+		}
+	}
+	p.wg.Wait()
+	if p.bar != nil {
+		p.bar.Finish()
+	}
+	p.sum.Elapsed = time.Since(start)
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	if f, ok := p.src.(*Folder); ok {
+		p.sum.Skipped["no ego history"] += f.Skipped
+	}
+	if s, ok := p.src.(*Stream); ok {
+		p.sum.RecordedPlans = s.Plans
+		p.sum.Invalid = s.Invalid
+	}
+	return p.sum, err
+}
+
+// shift applies the stamp offset, choosing it at the first stamp seen so
+// that the clip's first moment is now.
+func (p *player) shift(stamp int64) int64 {
+	if p.cfg.KeepStamps {
+		return stamp
+	}
+	if !p.offsetSet {
+		p.offset, p.offsetSet = time.Now().UnixNano()-stamp, true
+	}
+	return stamp + p.offset
+}
+
+// frame publishes one frame.
+func (p *player) frame(f *msgs.Frame) error {
+	g := *f
+	g.StampNs = p.shift(f.StampNs)
+	data, err := msgs.Marshal(&g)
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	if err := p.nc.Publish(node.FramesSubject(p.cfg.Node, g.Camera), data); err != nil {
+		return fmt.Errorf("replay: publishing a frame: %w", err)
+	}
+	p.lastStamp = max(p.lastStamp, g.StampNs)
+	p.count(func(s *Summary) { s.Frames++ })
+	if p.cfg.Explicit {
+		if err := p.store.Add(&g, time.Unix(0, g.StampNs)); err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+	}
+	return nil
+}
+
+// request sends one request built from a clip's request event.
+func (p *player) request(ctx context.Context, clip *msgs.InferRequest) {
+	p.requestSeq++
+	req := &msgs.InferRequest{
+		ID: fmt.Sprintf("replay-%d", p.requestSeq), Prompt: clip.Prompt,
+		MaxReasoningTokens: clip.MaxReasoningTokens, DeadlineMs: p.cfg.DeadlineMs,
+		EgoHistory: make([]msgs.EgoPose, len(clip.EgoHistory)),
+	}
+	for i, e := range clip.EgoHistory {
+		e.StampNs = p.shift(e.StampNs)
+		req.EgoHistory[i] = e
+	}
+	if p.cfg.Prompt != "" {
+		req.Prompt = p.cfg.Prompt
+	}
+	if p.cfg.Explicit {
+		frames, _, err := p.store.Latest(time.Unix(0, p.lastStamp))
+		if err != nil {
+			p.count(func(s *Summary) { s.Skipped["not synchronized"]++ })
+			return
+		}
+		req.Frames = frames
+	} else {
+		req.UseLatest = true
+	}
+	data, err := msgs.Marshal(req)
+	if err != nil {
+		p.count(func(s *Summary) { s.Errors[ErrClient]++ })
+		return
+	}
+	p.count(func(s *Summary) { s.Requests++ })
+	if max := p.nc.MaxPayload(); int64(len(data)) > max {
+		p.count(func(s *Summary) {
+			s.Errors[ErrMaxPayload]++
+			s.note(fmt.Sprintf("a request of %d bytes exceeds the server's max_payload of %d bytes: start the node with a larger --max-payload, or replay with use_latest", len(data), max))
+		})
+		return
+	}
+	if p.cfg.Fast {
+		p.send(ctx, req.ID, data)
+		return
+	}
+	select {
+	case p.inflight <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer func() { <-p.inflight }()
+		p.send(ctx, req.ID, data)
+	}()
+}
+
+// send makes one request and records its outcome.
+func (p *player) send(ctx context.Context, id string, data []byte) {
+	rctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	start := time.Now()
+	m, err := p.nc.RequestWithContext(rctx, p.cfg.Subject, data)
+	rtt := time.Since(start)
+	if err != nil {
+		kind := ErrClient
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			kind = ErrNoResponders
+		case errors.Is(err, nats.ErrMaxPayload):
+			kind = ErrMaxPayload
+		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+			kind = ErrTimeout
+		}
+		p.count(func(s *Summary) { s.Errors[kind]++; s.note(fmt.Sprintf("%s: %v", id, err)) })
+		return
+	}
+	plan, e, err := msgs.DecodeReply(m.Data)
+	p.count(func(s *Summary) {
+		switch {
+		case err != nil:
+			s.Errors[ErrClient]++
+			s.note(fmt.Sprintf("%s: unreadable reply: %v", id, err))
+		case e != nil:
+			s.Errors[string(e.Err.Code)]++
+			s.note(fmt.Sprintf("%s: %s: %s", id, e.Err.Code, e.Err.Message))
+		default:
+			s.addPlan(plan, rtt)
+		}
+	})
+}
+
+// count updates the summary under its lock.
+func (p *player) count(f func(*Summary)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f(p.sum)
+}
+
+// sleepUntil waits until t or ctx's end.
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
