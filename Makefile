@@ -18,6 +18,7 @@ all: build
 deps:
 	@command -v $(GO) >/dev/null 2>&1 || { echo "make deps: Go is not installed (need Go 1.26+ on PATH)" >&2; exit 1; }
 	@command -v gcc >/dev/null 2>&1 || { echo "make deps: installing gcc (cgo)"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev; }
+	@pkg-config --exists opencv4 2>/dev/null || { echo "make deps: installing OpenCV 4 (libopencv-dev, for gocv; build with -tags nogocv to do without)"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pkg-config libopencv-dev; }
 	@$(GO) mod download
 
 build: deps

@@ -259,6 +259,13 @@ func ParseAlpamayoR1(raw []byte) (*AlpamayoR1, error) {
 
 // LoadAlpamayoR1 reads DIR/config.json as an Alpamayo-R1 config.
 func LoadAlpamayoR1(dir string) (*AlpamayoR1, error) {
+	mt, err := ReadModelType(dir)
+	if err != nil {
+		return nil, err
+	}
+	if mt != AlpamayoR1ModelType {
+		return nil, fmt.Errorf("%w; this command needs %s", UnknownArchitecture(dir, mt), AlpamayoR1ModelType)
+	}
 	raw, err := readConfig(dir)
 	if err != nil {
 		return nil, err
@@ -266,9 +273,6 @@ func LoadAlpamayoR1(dir string) (*AlpamayoR1, error) {
 	c, err := ParseAlpamayoR1(raw)
 	if err != nil {
 		return nil, fmt.Errorf("configs: %s: %w", configPath(dir), err)
-	}
-	if c.ModelType != AlpamayoR1ModelType {
-		return nil, UnknownArchitecture(dir, c.ModelType)
 	}
 	return c, nil
 }

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"image"
+	_ "image/jpeg" // image.DecodeConfig reads JPEG sizes
+	_ "image/png"  // and PNG sizes
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"vlanode/engine"
+	"vlanode/models/alpamayo"
+	"vlanode/msgs"
+	"vlanode/safetensors"
+	"vlanode/tensor"
+)
+
+// defaultSpeed is the ego speed (m/s) of the straight history infer assumes
+// without --ego.
+const defaultSpeed = 5.0
+
+func runInfer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("infer", stderr)
+	var mf modelFlags
+	mf.register(fs)
+	egoFile := fs.String("ego", "", `JSON file: 16 ego poses [{"xyz": [3], "rot": [9]}, …], oldest first, in the t0 frame (default: straight at 5 m/s)`)
+	asJSON := fs.Bool("json", false, "print the plan as one JSON object")
+	greedy := fs.Bool("greedy", false, "decode the reasoning by argmax instead of sampling")
+	noiseFile := fs.String("noise", "", "safetensors file with the flow-matching initial noise (noise, float32 [1, 64, 2])")
+	seed := fs.Uint64("seed", 1, "seed of the reasoning sampler and the flow-matching noise")
+	maxTokens := fs.Int("max-reasoning-tokens", 0, "most reasoning tokens to decode (0: the model's tokens_per_future_traj)")
+	vlm := fs.String("vlm", "", "the VLM's config folder, overriding the checkpoint's vlm_name_or_path")
+	var images []string
+	args, images = splitList(args, "images")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: vlanode infer --model DIR --images FILE... [flags]")
+		fs.PrintDefaults()
+	}
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := mf.check(); err != nil {
+		return err
+	}
+	if len(images) == 0 {
+		return usagef("--images needs at least one image file (camera-major, oldest first)")
+	}
+	if *maxTokens < 0 {
+		return usagef("--max-reasoning-tokens must be ≥ 0")
+	}
+	frames, err := readFrames(images)
+	if err != nil {
+		return err
+	}
+	ego, err := readEgo(*egoFile, stderr)
+	if err != nil {
+		return err
+	}
+	opt := engine.Options{Greedy: *greedy, Seed: *seed}
+	if *noiseFile != "" {
+		if opt.Noise, err = readNoise(*noiseFile); err != nil {
+			return err
+		}
+	}
+	be, err := mf.openBackend(stderr)
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	m, err := alpamayo.Load(be, mf.dir, alpamayo.LoadOptions{VLM: *vlm})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	eng, err := engine.NewAlpamayo(m, filepath.Base(mf.dir), 0)
+	if err != nil {
+		return err
+	}
+	res, pre, err := eng.Run(ctx, frames, ego, *maxTokens, opt)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(stdout, res, pre)
+	}
+	printPlan(stdout, res, pre)
+	return nil
+}
+
+// splitList removes --name (or -name) and the values after it up to the
+// next flag from args, returning the rest and the values.
+func splitList(args []string, name string) (rest, values []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--"+name || a == "-"+name {
+			for i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+				values = append(values, args[i+1])
+				i++
+			}
+			continue
+		}
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			values = append(values, v)
+			continue
+		}
+		rest = append(rest, a)
+	}
+	return rest, values
+}
+
+// readFrames reads image files as jpeg or png frames.
+func readFrames(paths []string) ([]msgs.Frame, error) {
+	frames := make([]msgs.Frame, len(paths))
+	for i, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		cfg, format, err := image.DecodeConfig(strings.NewReader(string(data)))
+		if err != nil {
+			return nil, fmt.Errorf("%s: not a JPEG or PNG image: %w", p, err)
+		}
+		camera := filepath.Base(p)
+		if len(paths) == len(engine.Cameras)*engine.FramesPerCamera {
+			camera = engine.Cameras[i/engine.FramesPerCamera]
+		}
+		frames[i] = msgs.Frame{
+			V: msgs.Version, Camera: camera, Seq: uint64(i), Encoding: msgs.Encoding(format),
+			Width: cfg.Width, Height: cfg.Height, Data: data,
+		}
+	}
+	return frames, nil
+}
+
+// readEgo reads --ego, or makes a straight constant-speed history.
+func readEgo(path string, log io.Writer) ([]msgs.EgoPose, error) {
+	if path == "" {
+		fmt.Fprintf(log, "vlanode: no --ego: assuming 16 poses driving straight at %g m/s\n", defaultSpeed)
+		ego := make([]msgs.EgoPose, 16)
+		for i := range ego {
+			ego[i] = msgs.EgoPose{
+				XYZ: [3]float64{float64(i-15) * defaultSpeed * 0.1, 0, 0},
+				Rot: [9]float64{1, 0, 0, 0, 1, 0, 0, 0, 1},
+			}
+		}
+		return ego, nil
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var poses []struct {
+		XYZ []float64 `json:"xyz"`
+		Rot []float64 `json:"rot"`
+	}
+	if err := json.Unmarshal(raw, &poses); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	ego := make([]msgs.EgoPose, len(poses))
+	for i, p := range poses {
+		if len(p.XYZ) != 3 || len(p.Rot) != 9 {
+			return nil, fmt.Errorf("%s: pose %d has %d xyz and %d rot values, want 3 and 9", path, i, len(p.XYZ), len(p.Rot))
+		}
+		copy(ego[i].XYZ[:], p.XYZ)
+		copy(ego[i].Rot[:], p.Rot)
+	}
+	return ego, nil
+}
+
+// readNoise reads the flow-matching initial noise.
+func readNoise(path string) ([]float32, error) {
+	f, err := safetensors.OpenFile(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	info, err := f.Expect("noise", tensor.F32, -1, 64, 2)
+	if err != nil {
+		return nil, err
+	}
+	if info.Shape[0] != 1 {
+		return nil, fmt.Errorf("%s: noise has %d samples; infer draws one", path, info.Shape[0])
+	}
+	return info.F32()
+}
+
+// inferJSON is infer's --json output.
+type inferJSON struct {
+	Reasoning    string           `json:"reasoning"`
+	ReasoningIDs []int32          `json:"reasoning_ids"`
+	Actions      [][2]float32     `json:"actions"`
+	Trajectory   trajectoryJSON   `json:"trajectory"`
+	TimingMs     map[string]int64 `json:"timing_ms"`
+	PromptTokens int              `json:"prompt_tokens"`
+}
+
+type trajectoryJSON struct {
+	XYZ [][3]float32 `json:"xyz"`
+	Rot [][9]float32 `json:"rot"`
+}
+
+func printJSON(w io.Writer, res *alpamayo.Result, pre time.Duration) error {
+	out := inferJSON{
+		Reasoning: res.Reasoning, ReasoningIDs: res.ReasoningIDs, Actions: res.Actions,
+		Trajectory:   trajectoryJSON{XYZ: res.XYZ, Rot: res.Rot},
+		PromptTokens: res.PromptTokens,
+		TimingMs: map[string]int64{
+			"preprocess": pre.Milliseconds(), "vision": res.Timing.Vision.Milliseconds(),
+			"prefill": res.Timing.Prefill.Milliseconds(), "decode": res.Timing.Decode.Milliseconds(),
+			"diffusion": res.Timing.Diffusion.Milliseconds(), "total": res.Timing.Total.Milliseconds() + pre.Milliseconds(),
+		},
+	}
+	enc := json.NewEncoder(w)
+	return enc.Encode(out)
+}
+
+func printPlan(w io.Writer, res *alpamayo.Result, pre time.Duration) {
+	fmt.Fprintf(w, "reasoning (%d tokens): %q\n", len(res.ReasoningIDs), res.Reasoning)
+	fmt.Fprintln(w, "trajectory (t0 frame, metres; every 0.5 s):")
+	for i := 4; i < len(res.XYZ); i += 5 {
+		a := res.Actions[i]
+		fmt.Fprintf(w, "  t=%.1fs  x=%7.2f  y=%7.2f  z=%5.2f   accel=%6.2f m/s²  curvature=%7.4f 1/m\n",
+			float64(i+1)*0.1, res.XYZ[i][0], res.XYZ[i][1], res.XYZ[i][2], a[0], a[1])
+	}
+	fmt.Fprintf(w, "timing: preprocess %d ms, vision %d ms, prefill %d ms (%d tokens), decode %d ms, diffusion %d ms, total %d ms\n",
+		pre.Milliseconds(), res.Timing.Vision.Milliseconds(), res.Timing.Prefill.Milliseconds(), res.PromptTokens,
+		res.Timing.Decode.Milliseconds(), res.Timing.Diffusion.Milliseconds(), res.Timing.Total.Milliseconds()+pre.Milliseconds())
+}

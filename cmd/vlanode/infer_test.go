@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"vlanode/safetensors"
+	"vlanode/synth"
+)
+
+// tinyAlpamayo writes the alpamayo-r1-tiny checkpoint into a test folder.
+func tinyAlpamayo(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	l, err := synth.NewLayout(synth.AlpamayoR1Tiny)
+	require.NoError(t, err)
+	_, err = synth.Write(context.Background(), dir, l, synth.Options{Seed: 3})
+	require.NoError(t, err)
+	return dir
+}
+
+// pngImages writes n small gradient PNGs and returns their paths.
+func pngImages(t *testing.T, n int) []string {
+	t.Helper()
+	dir := t.TempDir()
+	var paths []string
+	for i := range n {
+		img := image.NewRGBA(image.Rect(0, 0, 192, 108))
+		for y := range 108 {
+			for x := range 192 {
+				img.Set(x, y, color.RGBA{uint8(x + i), uint8(y * 2), uint8(x ^ y), 255})
+			}
+		}
+		p := filepath.Join(dir, fmt.Sprintf("%02d.png", i))
+		f, err := os.Create(p)
+		require.NoError(t, err)
+		require.NoError(t, png.Encode(f, img))
+		require.NoError(t, f.Close())
+		paths = append(paths, p)
+	}
+	return paths
+}
+
+func TestInferJSON(t *testing.T) {
+	model := tinyAlpamayo(t)
+	images := pngImages(t, 16)
+	args := append([]string{"infer", "--model", model, "--device", "cpu", "--greedy", "--max-reasoning-tokens", "6", "--json", "--images"}, images...)
+	code, stdout, stderr := runCLI(args...)
+	require.Equal(t, 0, code, stderr)
+	var out struct {
+		Reasoning    string       `json:"reasoning"`
+		ReasoningIDs []int        `json:"reasoning_ids"`
+		Actions      [][2]float64 `json:"actions"`
+		Trajectory   struct {
+			XYZ [][3]float64 `json:"xyz"`
+			Rot [][9]float64 `json:"rot"`
+		} `json:"trajectory"`
+		TimingMs map[string]int64 `json:"timing_ms"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &out), stdout)
+	assert.Len(t, out.Actions, 64)
+	assert.Len(t, out.Trajectory.XYZ, 64)
+	assert.Len(t, out.Trajectory.Rot, 64)
+	assert.NotEmpty(t, out.ReasoningIDs)
+	assert.LessOrEqual(t, len(out.ReasoningIDs), 6)
+	assert.Contains(t, out.TimingMs, "prefill")
+	assert.Contains(t, stderr, "assuming 16 poses driving straight")
+
+	// --noise fixes the flow's start: the same noise gives the same plan.
+	noise := filepath.Join(t.TempDir(), "noise.safetensors")
+	vals := make([]float32, 128)
+	for i := range vals {
+		vals[i] = float32(i%7) / 7
+	}
+	require.NoError(t, safetensors.WriteFile(noise, []safetensors.Tensor{safetensors.F32Tensor("noise", []int{1, 64, 2}, vals)}, nil))
+	withNoise := append([]string{"infer", "--model", model, "--device", "cpu", "--greedy", "--max-reasoning-tokens", "2", "--json", "--noise", noise, "--images"}, images...)
+	plan := func() map[string]any {
+		code, stdout, stderr := runCLI(withNoise...)
+		require.Equal(t, 0, code, stderr)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(stdout), &m))
+		delete(m, "timing_ms")
+		return m
+	}
+	assert.Equal(t, plan(), plan())
+}
+
+func TestInferBadInputs(t *testing.T) {
+	model := tinyAlpamayo(t)
+	images := pngImages(t, 16)
+	dir := t.TempDir()
+	corrupt := filepath.Join(dir, "corrupt.png")
+	require.NoError(t, os.WriteFile(corrupt, []byte("\x89PNG\r\n\x1a\nnot really"), 0o644))
+	shortEgo := filepath.Join(dir, "ego.json")
+	require.NoError(t, os.WriteFile(shortEgo, []byte(`[{"xyz":[0,0,0],"rot":[1,0,0,0,1,0,0,0,1]}]`), 0o644))
+	badNoise := filepath.Join(dir, "noise.safetensors")
+	require.NoError(t, safetensors.WriteFile(badNoise, []safetensors.Tensor{safetensors.F32Tensor("noise", []int{1, 32, 2}, make([]float32, 64))}, nil))
+
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no images", []string{"--model", model}, 2, "--images needs at least one image"},
+		{"corrupt image", []string{"--model", model, "--images", corrupt}, 1, "corrupt.png: not a JPEG or PNG image"},
+		{"missing image", []string{"--model", model, "--images", filepath.Join(dir, "nope.png")}, 1, "nope.png"},
+		{"short ego history", append([]string{"--model", model, "--ego", shortEgo, "--images"}, images...), 1, "want 16 poses"},
+		{"noise of the wrong shape", append([]string{"--model", model, "--noise", badNoise, "--images"}, images...), 1, "shape [1 32 2]"},
+		{"not an alpamayo checkpoint", append([]string{"--model", filepath.Join("..", "..", "testdata", "reference", "qwen3-mha-untied"), "--images"}, images...), 1, `model_type "qwen3"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, _, stderr := runCLI(append([]string{"infer", "--device", "cpu"}, c.args...)...)
+			assert.Equal(t, c.code, code, stderr)
+			assert.Contains(t, stderr, c.want)
+		})
+	}
+}
+
+func TestSplitList(t *testing.T) {
+	rest, vals := splitList([]string{"--model", "m", "--images", "a", "b", "--json", "--images=c"}, "images")
+	assert.Equal(t, []string{"--model", "m", "--json"}, rest)
+	assert.Equal(t, []string{"a", "b", "c"}, vals)
+}
