@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 
@@ -21,10 +20,23 @@ const (
 )
 
 // Attention computes softmax(q·kᵀ·scale + mask)·v; see backend.AttnOpts.
-// One thread block per (query, head) streams over the visible keys (at
-// most two ranges: before and after [MaskFrom, MaskTo)) with an online
-// softmax, so no Tq×NKV matrix exists. A query that sees no key gets
-// zeros. dst must not overlap q, k or v.
+// No Tq×NKV score matrix is ever stored. Three kernels serve it, chosen by
+// shape alone (so a unit computes the same bits wherever it lives):
+//
+//   - up to 4 queries (decoding): vla_attn_decode, float32, split over the
+//     keys so that a few heads still fill the GPU, then vla_attn_combine;
+//   - more queries, head dim <= 128 and a multiple of 4: vla_kv_to_bf16
+//     then vla_flash_pipe_*, flash attention on the tensor cores with q,
+//     k, v and the softmax weights rounded to bf16 (scores, softmax and
+//     sums in float32; the error is that of bf16 inputs, about 3e-3 of the
+//     output's norm), K and V tiles copied asynchronously while the
+//     previous tile computes, split over the keys as well when query
+//     tiles × heads are too few to fill the GPU;
+//   - anything else, or every case with more than 4 queries under
+//     WithExactAttention: vla_attention, float32, one block per (query,
+//     head).
+//
+// A query that sees no key gets zeros. dst must not overlap q, k or v.
 func (b *Backend) Attention(dst, q, k, v backend.Tensor, o backend.AttnOpts) error {
 	const op = "attention"
 	d, err := b.dstArg(op, "dst", dst)
@@ -64,30 +76,25 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, o backend.AttnOpts) err
 	if tq == 0 {
 		return nil
 	}
-	segs := segmentBytes(o.Segments)
-	causal := int32(0)
-	if o.Causal {
-		causal = 1
-	}
+	a := attnCall{d: d, q: qt, k: kt, v: vt, o: o, tq: tq, segs: segmentBytes(o.Segments)}
 	return b.run(func(g *gpu) error {
-		g.args.Reset()
-		g.args.Ptr(d.ptr).Ptr(qt.ptr).Ptr(kt.ptr).Ptr(vt.ptr).
-			I32(int32(o.Heads)).I32(int32(o.KVHeads)).I32(int32(o.HeadDim)).I32(int32(o.NKV)).
-			F32(o.Scale).I32(causal).I32(int32(o.QPos0)).I32(int32(o.MaskFrom)).I32(int32(o.MaskTo)).
-			Struct(segs, 4)
-		grid := driver.Dim3{uint32(tq), uint32(o.Heads), 1}
-		shared := uint32(4 * (o.HeadDim + attTile))
-		return g.launch("attention", g.k.attention, grid, block1D(attThreads), shared)
+		switch attnPath(a, g.exactAttention) {
+		case pathDecode:
+			return g.attnDecode(a)
+		case pathFlash:
+			return g.attnFlash(a)
+		}
+		return g.attnExact(a)
 	})
 }
 
-// segmentBytes lays out struct vla_segments: the boundary count, then the
-// boundaries, zero-padded.
-func segmentBytes(bounds []int) []byte {
-	out := make([]byte, attSegsBytes)
-	binary.NativeEndian.PutUint32(out, uint32(len(bounds)))
-	for i, s := range bounds {
-		binary.NativeEndian.PutUint32(out[4+4*i:], uint32(s))
-	}
-	return out
+// attnExact queues vla_attention: one block per (query, head).
+func (g *gpu) attnExact(a attnCall) error {
+	g.args.Reset()
+	a.common(g.args, a.d.ptr)
+	g.args.F32(a.o.Scale).I32(a.causal()).I32(int32(a.o.QPos0)).I32(int32(a.o.MaskFrom)).I32(int32(a.o.MaskTo)).
+		Struct(a.segs, 4)
+	grid := driver.Dim3{uint32(a.tq), uint32(a.o.Heads), 1}
+	shared := uint32(4 * (a.o.HeadDim + attTile))
+	return g.launch("attention", g.k.attention, grid, block1D(attThreads), shared)
 }

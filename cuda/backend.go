@@ -12,9 +12,9 @@ import (
 
 // Backend is the CUDA implementation of backend.Backend on one GPU.
 //
-// Threading: one goroutine, locked to its OS thread, owns the CUDA context
-// and makes every CUDA call; each method hands it one closure that does
-// all of the method's work and waits for it (an op's kernels are queued,
+// Threading: each method runs one closure that does all of its CUDA calls,
+// under a mutex, on the calling goroutine with its OS thread locked and the
+// device's context made current there first (an op's kernels are queued,
 // not waited for: Sync and Download wait). Like every backend it serves
 // one goroutine at a time; Usage, Device and Kernels may be called
 // concurrently.
@@ -49,6 +49,8 @@ func New(opts ...Option) (*Backend, error) {
 		return nil, err
 	}
 	b.mem, b.info, b.kinfo = b.g.mem, b.g.info, b.g.kinfo
+	g := b.g
+	b.th.setBind(func() error { return g.drv.SetCurrent(g.ctx) })
 	return b, nil
 }
 
@@ -81,7 +83,7 @@ func Available() error {
 	return nil
 }
 
-// run executes fn on the CUDA thread.
+// run executes fn with the backend's context current (see thread).
 func (b *Backend) run(fn func(g *gpu) error) error {
 	if b.closed.Load() {
 		return ErrClosed
@@ -118,6 +120,9 @@ func (b *Backend) Close() error {
 // work and of earlier Free calls.
 func (b *Backend) Sync() error {
 	return b.run(func(g *gpu) error {
+		if err := g.inCapture("sync"); err != nil {
+			return err
+		}
 		err := g.drv.StreamSynchronize(g.stream)
 		if err != nil {
 			err = fmt.Errorf("cuda: sync: %w", err)
@@ -139,6 +144,9 @@ func (b *Backend) Alloc(purpose string, dt tensor.DType, shape ...int) (backend.
 	}
 	t := &Tensor{b: b, dt: dt, shape: append([]int(nil), shape...), root: true}
 	err = b.run(func(g *gpu) error {
+		if err := g.inCapture("alloc"); err != nil {
+			return err
+		}
 		blk, err := g.mem.alloc(purpose, n*int64(dt.Size()))
 		if err != nil {
 			return err
@@ -174,6 +182,9 @@ func (b *Backend) Weight(purpose string, dt tensor.DType, shape []int, data []by
 	}
 	t := &Tensor{b: b, dt: dt, shape: append([]int(nil), shape...), root: true, readOnly: true}
 	err = b.run(func(g *gpu) error {
+		if err := g.inCapture("weight"); err != nil {
+			return err
+		}
 		blk, err := g.mem.alloc(purpose, int64(len(data)))
 		if err != nil {
 			return err
@@ -192,13 +203,17 @@ func (b *Backend) Weight(purpose string, dt tensor.DType, shape []int, data []by
 
 // Free releases a tensor from Alloc or Weight once the work queued before
 // it has run. Freeing a view, a freed tensor or another backend's tensor
-// does nothing. Errors surface at the next Sync.
+// does nothing. Errors surface at the next Sync. Inside Capture it frees
+// nothing and makes the capture fail.
 func (b *Backend) Free(bt backend.Tensor) {
 	t, ok := bt.(*Tensor)
 	if !ok || t == nil || t.b != b || !t.root || !t.blk.live {
 		return
 	}
 	_ = b.run(func(g *gpu) error {
+		if g.inCapture("free") != nil {
+			return nil
+		}
 		// Queued kernels may still use the memory.
 		err := g.drv.StreamSynchronize(g.stream)
 		if err != nil {

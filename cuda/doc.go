@@ -7,11 +7,20 @@
 //
 // # Threads
 //
-// A CUDA context is current per OS thread. Each Backend runs one goroutine
-// locked to its OS thread, where the device's primary context is current;
-// every public method hands it one closure with all of its CUDA calls and
-// waits for the closure (not for the GPU: ops are queued in order on one
-// stream; Sync and Download wait for the GPU).
+// A CUDA context is current per OS thread. Every public method runs one
+// closure with all of its CUDA calls, one method at a time (a mutex), on
+// the calling goroutine with its OS thread locked and the device's primary
+// context made current there first (cuCtxSetCurrent costs far less than
+// handing the call to a dedicated thread). Methods wait for the closure,
+// not for the GPU: ops are queued in order on one stream; Sync and
+// Download wait for the GPU.
+//
+// # Graphs
+//
+// Capture records a sequence of ops into a CUDA graph and Graph.Launch
+// replays it with one launch call: a decode step of a few hundred kernels
+// then costs the GPU's time, not the host's launch time. See Capture for
+// what a capture refuses.
 //
 // # Memory
 //
@@ -39,5 +48,12 @@
 // of source, options and NVRTC version. GEMMs go to cublasGemmEx with
 // float32 accumulation (CUBLAS_COMPUTE_32F): F16/BF16 weights multiply
 // activations rounded to the weight's type, F32 weights multiply float32
-// activations; the output is float32.
+// activations; the output is float32. A GEMV (one row of x, a 16-bit
+// weight: decoding) takes a kernel of its own that streams the weight once
+// (kernels/gemv.cu). Attention takes one of three kernels by shape: split
+// flash decoding for up to 4 queries (float32), flash attention on the
+// tensor cores (bf16 operands, float32 softmax and sums) for more, and a
+// float32 kernel for head dims the others do not cover (see Attention and
+// WithExactAttention). bench_test.go measures every kernel against the
+// device's copy bandwidth and GEMM rate (bench/results/cuda-kernels.md).
 package cuda

@@ -41,10 +41,12 @@ func blasType(dt tensor.DType) (driver.DataType, error) {
 }
 
 // MatMul computes dst[M,N] = x[M,K] · wᵀ + bias for w [N,K] (F32, F16 or
-// BF16), accumulating in float32 in cuBLAS. For an F16 or BF16 weight, x
-// is first rounded to the weight's type in a scratch buffer (cuBLAS needs
-// both operands of one type); the product and the output stay float32.
-// dst must not overlap x.
+// BF16), accumulating in float32. For an F16 or BF16 weight, x is rounded
+// to the weight's type (cuBLAS needs both operands of one type); the
+// product and the output stay float32. One row of x with a 16-bit weight
+// (decoding) takes one GEMV kernel that streams the weight at memory speed
+// and rounds x as it reads it; larger products go to cuBLAS, after a
+// kernel that rounds x into a scratch buffer. dst must not overlap x.
 func (b *Backend) MatMul(dst, x, w, bias backend.Tensor) error {
 	const op = "matmul"
 	d, err := b.dstArg(op, "dst", dst)
@@ -99,6 +101,9 @@ func (g *gpu) matmul(d, x, w, bias *Tensor, M, N, K int) error {
 		}
 		return g.addBias(d, bias, M, N)
 	}
+	if !g.noGEMV && useGEMV(x, w, M, K) {
+		return g.gemv(d, x, w, bias, M, N, K)
+	}
 	xp := x.ptr
 	if w.dt != tensor.F32 {
 		if xp, err = g.convertX(x, w.dt); err != nil {
@@ -150,10 +155,14 @@ func (g *gpu) convertX(x *Tensor, dt tensor.DType) (driver.DevicePtr, error) {
 const scratchMin = 64 << 10
 
 // scratch returns a device buffer of at least n bytes held in *slot,
-// replacing a smaller one (after the queued work that may use it).
+// replacing a smaller one (after the queued work that may use it). Inside
+// a capture it cannot grow.
 func (g *gpu) scratch(slot **block, n int64) (driver.DevicePtr, error) {
 	if *slot != nil && (*slot).bytes >= n {
 		return (*slot).ptr, nil
+	}
+	if err := g.inCapture(fmt.Sprintf("growing a scratch buffer to %s", formatBytes(n))); err != nil {
+		return 0, err
 	}
 	if *slot != nil {
 		if err := g.drv.StreamSynchronize(g.stream); err != nil {

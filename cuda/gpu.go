@@ -20,7 +20,7 @@ const (
 )
 
 // gpu is one device and everything the backend made on it. It is touched
-// only on the backend's thread, where its context is current.
+// only inside the backend's thread.do, where its context is current.
 type gpu struct {
 	drv  *driver.Driver
 	blas *driver.BLAS
@@ -33,17 +33,25 @@ type gpu struct {
 	module driver.Module
 	k      kernelSet
 
-	mem       *allocator
-	workspace *block // cuBLAS's workspace
-	xScratch  *block // MatMul's activations in the weight's type
-	idsDev    *block // Embedding's ids
-	stage     staging
+	mem         *allocator
+	workspace   *block // cuBLAS's workspace
+	xScratch    *block // MatMul's activations in the weight's type
+	idsDev      *block // Embedding's ids
+	attnScratch *block // split attention's partial results
+	kvScratch   *block // bf16 copies of K and V for the pipelined flash kernels
+	stage       staging
 
 	info  DeviceInfo
 	kinfo KernelInfo
 	args  *driver.Args // parameters of the launch being built (an object of its own: see driver.Args)
 
 	deferred error // errors of Free, reported by the next Sync
+
+	exactAttention bool                // WithExactAttention
+	noGEMV         bool                // benchmarks: every MatMul through cuBLAS
+	flashInPlace   bool                // tests and benchmarks: the flash kernels that read float K and V
+	capture        *capture            // the capture in progress, nil when none
+	graphs         map[*Graph]struct{} // graphs not yet closed
 }
 
 // DeviceInfo describes the device and libraries a Backend runs on.
@@ -64,7 +72,7 @@ var errNoDevice = errors.New("cuda: the NVIDIA driver sees no GPU")
 // openGPU brings up the device: driver, context, stream, allocator,
 // cuBLAS, kernels, staging. On error everything made so far is released.
 func openGPU(o options) (g *gpu, err error) {
-	g = &gpu{args: driver.NewArgs()}
+	g = &gpu{args: driver.NewArgs(), exactAttention: o.exactAttention}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, g.close())
@@ -266,6 +274,7 @@ func (g *gpu) close() error {
 	}
 	if g.drv != nil && g.ctx != 0 {
 		if g.stream != 0 {
+			keep(g.closeGraphs())
 			keep(g.drv.StreamSynchronize(g.stream))
 		}
 		if g.handle != 0 {
@@ -282,6 +291,7 @@ func (g *gpu) close() error {
 			keep(g.drv.StreamDestroy(g.stream))
 		}
 		keep(g.drv.PrimaryContextRelease(g.dev))
+		keep(g.drv.SetCurrent(0)) // leave no released context current on this OS thread
 	}
 	g.handle, g.module, g.stream, g.ctx = 0, 0, 0, 0
 	if g.rtc != nil {

@@ -33,6 +33,7 @@ func TestMain(m *testing.M) {
 	}
 	testCacheDir = dir
 	code := m.Run()
+	printBenchTable()
 	if shared != nil {
 		if err := shared.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, "closing the shared backend:", err)
@@ -44,7 +45,7 @@ func TestMain(m *testing.M) {
 }
 
 // needGPU skips the test, loudly, when CUDA cannot be used here.
-func needGPU(t *testing.T) {
+func needGPU(t testing.TB) {
 	t.Helper()
 	if err := Available(); err != nil {
 		t.Skipf("SKIPPED: no CUDA driver/GPU on this machine: %v", err)
@@ -52,7 +53,7 @@ func needGPU(t *testing.T) {
 }
 
 // gpuBackend returns the shared Backend.
-func gpuBackend(t *testing.T) *Backend {
+func gpuBackend(t testing.TB) *Backend {
 	t.Helper()
 	needGPU(t)
 	sharedOnce.Do(func() { shared, sharedErr = New(WithKernelCache(testCacheDir)) })
@@ -203,6 +204,15 @@ func TestGPUDevice(t *testing.T) {
 	t.Logf("kernels: %s, %d bytes, from cache %v, compiled in %v, options %v", k.Arch, k.CubinBytes, k.FromCache, k.CompileTime, k.Options)
 	if k.CacheError != "" {
 		t.Errorf("kernel cache: %s", k.CacheError)
+	}
+	if dump := os.Getenv("VLANODE_DUMP_CUBIN"); dump != "" { // for cuobjdump on the GPU machine
+		data, err := os.ReadFile(k.CacheFile)
+		if err == nil {
+			err = os.WriteFile(dump, data, 0o644)
+		}
+		if err != nil {
+			t.Errorf("dumping the CUBIN: %v", err)
+		}
 	}
 	r := b.Usage()
 	t.Logf("usage:\n%v", r)

@@ -11,7 +11,19 @@ type kernelSet struct {
 	f32ToBF16, f32ToF16, addBias driver.Function // convert.cu
 	add, silu, siluMul, gelu     driver.Function // elementwise.cu
 	rmsNorm, layerNorm           driver.Function // norm.cu
+	rmsNormRows, layerNormRows   driver.Function // norm.cu, a warp per row
 	rope, attention, embedding   driver.Function // rope.cu, attention.cu, embedding.cu
+
+	// gemv.cu: [0] bf16, [1] f16 weights; [m-1] for m rows of x.
+	gemv [2][gemvMaxM]driver.Function
+	// flash.cu, by padded head dim (flashHeadDims): loading tiles through
+	// registers, and pipelined over bf16 copies of K and V.
+	flash, flashPipe [len(flashHeadDims)]driver.Function
+	kvToBF16         driver.Function
+	// decode.cu.
+	attnDecode, attnCombine driver.Function
+	// bench.cu: for benchmarks and tests.
+	fillRandom, readStream, spin driver.Function
 }
 
 // kernelEntry names one kernel of the set.
@@ -22,7 +34,7 @@ type kernelEntry struct {
 
 // entries lists every kernel of k with its name.
 func (k *kernelSet) entries() []kernelEntry {
-	return []kernelEntry{
+	e := []kernelEntry{
 		{&k.f32ToBF16, "vla_f32_to_bf16"},
 		{&k.f32ToF16, "vla_f32_to_f16"},
 		{&k.addBias, "vla_add_bias"},
@@ -32,10 +44,28 @@ func (k *kernelSet) entries() []kernelEntry {
 		{&k.gelu, "vla_gelu"},
 		{&k.rmsNorm, "vla_rmsnorm"},
 		{&k.layerNorm, "vla_layernorm"},
+		{&k.rmsNormRows, "vla_rmsnorm_rows"},
+		{&k.layerNormRows, "vla_layernorm_rows"},
 		{&k.rope, "vla_rope"},
 		{&k.attention, "vla_attention"},
 		{&k.embedding, "vla_embedding"},
+		{&k.attnDecode, "vla_attn_decode"},
+		{&k.attnCombine, "vla_attn_combine"},
+		{&k.fillRandom, "vla_fill_random"},
+		{&k.readStream, "vla_read_stream"},
+		{&k.spin, "vla_spin"},
+		{&k.kvToBF16, "vla_kv_to_bf16"},
 	}
+	for t, name := range []string{"bf16", "f16"} {
+		for m := 1; m <= gemvMaxM; m++ {
+			e = append(e, kernelEntry{&k.gemv[t][m-1], fmt.Sprintf("vla_gemv_%s_%d", name, m)})
+		}
+	}
+	for i, hd := range flashHeadDims {
+		e = append(e, kernelEntry{&k.flash[i], fmt.Sprintf("vla_flash_%d", hd)},
+			kernelEntry{&k.flashPipe[i], fmt.Sprintf("vla_flash_pipe_%d", hd)})
+	}
+	return e
 }
 
 // load looks up every kernel in m.

@@ -4,23 +4,35 @@ import (
 	"encoding/binary"
 	"errors"
 	"strings"
-	"syscall"
+	"sync"
 	"testing"
 )
 
-func TestThreadRunsOnOneOSThread(t *testing.T) {
+func TestThreadRunsCallsInTurn(t *testing.T) {
 	th := newThread()
-	defer th.stop()
-	var first int
-	th.do(func() error { first = syscall.Gettid(); return nil })
-	for i := 0; i < 20; i++ {
-		var tid int
-		if err := th.do(func() error { tid = syscall.Gettid(); return nil }); err != nil {
-			t.Fatal(err)
-		}
-		if tid != first {
-			t.Fatalf("call %d ran on thread %d, the first on %d", i, tid, first)
-		}
+	bound := 0
+	th.setBind(func() error { bound++; return nil })
+	// Calls from many goroutines run one at a time, each after bind.
+	var running, most, done int32
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 50; j++ {
+				th.do(func() error {
+					running++
+					most = max(most, running)
+					running--
+					done++
+					return nil
+				})
+			}
+		}()
+	}
+	wg.Wait()
+	if most != 1 || done != 400 || bound != 400 {
+		t.Errorf("%d calls done, %d bound, %d at once", done, bound, most)
 	}
 	want := errors.New("boom")
 	if err := th.do(func() error { return want }); err != want {
@@ -29,6 +41,10 @@ func TestThreadRunsOnOneOSThread(t *testing.T) {
 	err := th.do(func() error { var m map[string]int; m["x"] = 1; return nil })
 	if err == nil || !strings.Contains(err.Error(), "cuda: internal error") {
 		t.Errorf("a panic came back as %v", err)
+	}
+	th.setBind(func() error { return errors.New("no context") })
+	if err := th.do(func() error { return nil }); err == nil || !strings.Contains(err.Error(), "no context") {
+		t.Errorf("a failed bind came back as %v", err)
 	}
 	th.stop()
 	th.stop()

@@ -13,6 +13,22 @@ import (
 // multiple of 32 up to threadsPerBlock.
 func rowThreads(n int) int { return int(min(max(roundUp(int64(n), 32), 32), threadsPerBlock)) }
 
+// warpRowMax is the longest row the norms reduce with one warp a row
+// (vla_*norm_rows) rather than one block.
+const warpRowMax = 1024
+
+// warpRowsGrid is the grid of a warp-per-row kernel over rows.
+func warpRowsGrid(rows int64) driver.Dim3 {
+	per := int64(threadsPerBlock / 32)
+	return driver.Dim3{uint32((rows + per - 1) / per), 1, 1}
+}
+
+// rowsGrid is the grid of a kernel whose blocks take rows (or row chunks)
+// in turn: one block per item up to maxGridBlocks.
+func rowsGrid(items int64) driver.Dim3 {
+	return driver.Dim3{uint32(max(min(items, maxGridBlocks), 1)), 1, 1}
+}
+
 // normArgs checks the operands of a row-wise norm and returns the row
 // count and length.
 func (b *Backend) normArgs(op string, dst, x, w backend.Tensor) (d, xt, wt *Tensor, rows, n int64, err error) {
@@ -50,6 +66,10 @@ func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 	return b.run(func(g *gpu) error {
 		g.args.Reset()
 		g.args.Ptr(d.ptr).Ptr(xt.ptr).Ptr(wt.ptr).I32(dtypeCode(wt.dt)).I32(int32(n)).F32(eps)
+		if n <= warpRowMax {
+			g.args.U64(uint64(rows))
+			return g.launch("rmsnorm", g.k.rmsNormRows, warpRowsGrid(rows), block1D(threadsPerBlock), 0)
+		}
 		return g.launch("rmsnorm", g.k.rmsNorm, driver.Dim3{uint32(rows), 1, 1}, block1D(rowThreads(int(n))), 0)
 	})
 }
@@ -81,6 +101,10 @@ func (b *Backend) LayerNorm(dst, x, w, bias backend.Tensor, eps float32) error {
 	return b.run(func(g *gpu) error {
 		g.args.Reset()
 		g.args.Ptr(d.ptr).Ptr(xt.ptr).Ptr(wt.ptr).I32(dtypeCode(wt.dt)).Ptr(bp).I32(bdt).I32(int32(n)).F32(eps)
+		if n <= warpRowMax {
+			g.args.U64(uint64(rows))
+			return g.launch("layernorm", g.k.layerNormRows, warpRowsGrid(rows), block1D(threadsPerBlock), 0)
+		}
 		return g.launch("layernorm", g.k.layerNorm, driver.Dim3{uint32(rows), 1, 1}, block1D(rowThreads(int(n))), 0)
 	})
 }
@@ -123,7 +147,7 @@ func (b *Backend) Rope(x, cos, sin backend.Tensor, headDim int) error {
 	return b.run(func(g *gpu) error {
 		g.args.Reset()
 		g.args.Ptr(xt.ptr).Ptr(ct.ptr).Ptr(st.ptr).U64(uint64(rows)).I32(int32(heads)).I32(int32(headDim))
-		return g.elementwise("rope", g.k.rope, n)
+		return g.launch("rope", g.k.rope, rowsGrid(int64(rows)), block1D(threadsPerBlock), 0)
 	})
 }
 
@@ -149,6 +173,21 @@ func (b *Backend) elementwiseArgs(op string, dst backend.Tensor, names []string,
 	return d, ts, nil
 }
 
+// vecItems is the work items of an elementwise kernel (elementwise.cu):
+// n/4 float4 groups when n is a multiple of 4 and every pointer is 16-byte
+// aligned, as the kernel decides, else n elements.
+func vecItems(d *Tensor, in ...*Tensor) int64 {
+	n := d.elements()
+	ok := n%4 == 0 && d.ptr%16 == 0
+	for _, t := range in {
+		ok = ok && t.ptr%16 == 0
+	}
+	if ok {
+		return n / 4
+	}
+	return n
+}
+
 // SiLU computes dst = x·sigmoid(x) = x/(1+e^-x) elementwise, in double
 // rounded to float. dst may be x.
 func (b *Backend) SiLU(dst, x backend.Tensor) error {
@@ -159,7 +198,7 @@ func (b *Backend) SiLU(dst, x backend.Tensor) error {
 	return b.run(func(g *gpu) error {
 		g.args.Reset()
 		g.args.Ptr(d.ptr).Ptr(in[0].ptr).U64(uint64(d.elements()))
-		return g.elementwise("silu", g.k.silu, d.elements())
+		return g.elementwise("silu", g.k.silu, vecItems(d, in...))
 	})
 }
 
@@ -173,7 +212,7 @@ func (b *Backend) SiLUMul(dst, gate, up backend.Tensor) error {
 	return b.run(func(g *gpu) error {
 		g.args.Reset()
 		g.args.Ptr(d.ptr).Ptr(in[0].ptr).Ptr(in[1].ptr).U64(uint64(d.elements()))
-		return g.elementwise("silumul", g.k.siluMul, d.elements())
+		return g.elementwise("silumul", g.k.siluMul, vecItems(d, in...))
 	})
 }
 
@@ -191,7 +230,7 @@ func (b *Backend) GELU(dst, x backend.Tensor, tanh bool) error {
 	return b.run(func(g *gpu) error {
 		g.args.Reset()
 		g.args.Ptr(d.ptr).Ptr(in[0].ptr).U64(uint64(d.elements())).I32(approx)
-		return g.elementwise("gelu", g.k.gelu, d.elements())
+		return g.elementwise("gelu", g.k.gelu, vecItems(d, in...))
 	})
 }
 
@@ -204,7 +243,7 @@ func (b *Backend) Add(dst, x, y backend.Tensor) error {
 	return b.run(func(g *gpu) error {
 		g.args.Reset()
 		g.args.Ptr(d.ptr).Ptr(in[0].ptr).Ptr(in[1].ptr).U64(uint64(d.elements()))
-		return g.elementwise("add", g.k.add, d.elements())
+		return g.elementwise("add", g.k.add, vecItems(d, in...))
 	})
 }
 
@@ -238,6 +277,10 @@ func (b *Backend) Copy(dst, src backend.Tensor) error {
 	})
 }
 
+// embChunk is VLA_EMB_CHUNK: the columns an embedding block copies at a
+// time.
+const embChunk = 1024
+
 // Embedding gathers rows ids of table [V, H] (F32, F16 or BF16) into
 // dst [len(ids), H] as float32. The ids travel through the pinned staging
 // buffer; an id out of range is an error before anything is queued.
@@ -267,6 +310,9 @@ func (b *Backend) Embedding(dst, table backend.Tensor, ids []int32) error {
 		return nil
 	}
 	return b.run(func(g *gpu) error {
+		if err := g.inCapture("embedding"); err != nil {
+			return err
+		}
 		n := int64(len(ids)) * 4
 		idp, err := g.scratch(&g.idsDev, n)
 		if err != nil {
@@ -285,6 +331,7 @@ func (b *Backend) Embedding(dst, table backend.Tensor, ids []int32) error {
 		}
 		g.args.Reset()
 		g.args.Ptr(d.ptr).Ptr(tt.ptr).I32(dtypeCode(tt.dt)).Ptr(idp).U64(uint64(len(ids))).U64(uint64(H))
-		return g.elementwise("embedding", g.k.embedding, int64(len(ids))*int64(H))
+		chunks := (int64(H) + embChunk - 1) / embChunk
+		return g.launch("embedding", g.k.embedding, rowsGrid(int64(len(ids))*chunks), block1D(threadsPerBlock), 0)
 	})
 }

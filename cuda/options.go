@@ -12,6 +12,8 @@ type options struct {
 	noCache    bool   // compile even when the cache has the kernels
 	workspace  int64  // cuBLAS workspace bytes
 	stagingMin int64  // initial pinned staging bytes
+
+	exactAttention bool // float32 attention kernels only
 }
 
 // Defaults.
@@ -75,4 +77,13 @@ func WithCUBLASWorkspace(bytes int64) Option {
 		o.workspace = bytes
 		return nil
 	}
+}
+
+// WithExactAttention keeps attention in float32 on the CUDA cores for
+// every shape: more than 4 queries take the one-block-per-query kernel
+// instead of the tensor-core flash kernel, which rounds q, k, v and the
+// softmax weights to bf16. It is many times slower for long prefills; use
+// it to check numerics.
+func WithExactAttention() Option {
+	return func(o *options) error { o.exactAttention = true; return nil }
 }

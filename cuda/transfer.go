@@ -22,6 +22,9 @@ func (b *Backend) Upload(dst backend.Tensor, src []float32) error {
 		return nil
 	}
 	return b.run(func(g *gpu) error {
+		if err := g.inCapture("upload"); err != nil {
+			return err
+		}
 		n := d.bytes()
 		buf, err := g.stage.take(g.drv, n)
 		if err != nil {
@@ -46,6 +49,9 @@ func (b *Backend) Download(src backend.Tensor) ([]float32, error) {
 		return out, nil
 	}
 	err = b.run(func(g *gpu) error {
+		if err := g.inCapture("download"); err != nil {
+			return err
+		}
 		n := s.bytes()
 		buf, err := g.stage.take(g.drv, n)
 		if err != nil {

@@ -88,6 +88,14 @@ func (a *Args) I32(v int32) *Args {
 	return a
 }
 
+// U32 adds an unsigned int.
+func (a *Args) U32(v uint32) *Args {
+	if b := a.slot(4, 4); b != nil {
+		binary.NativeEndian.PutUint32(b, v)
+	}
+	return a
+}
+
 // F32 adds a float.
 func (a *Args) F32(v float32) *Args {
 	if b := a.slot(4, 4); b != nil {

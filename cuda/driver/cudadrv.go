@@ -55,7 +55,9 @@ type Driver struct {
 		memHostUnregister, memcpyHtoDAsync, memcpyDtoHAsync, memcpyDtoDAsync, memsetD8Async,
 		streamCreate, streamDestroy, streamSynchronize, streamWaitEvent,
 		eventCreate, eventDestroy, eventRecord, eventSynchronize, eventQuery, eventElapsedTime,
-		moduleLoadData, moduleUnload, moduleGetFunction, launchKernel unsafe.Pointer
+		moduleLoadData, moduleUnload, moduleGetFunction, launchKernel,
+		streamBeginCapture, streamEndCapture, streamIsCapturing,
+		graphInstantiate, graphLaunch, graphExecDestroy, graphDestroy, graphGetNodes unsafe.Pointer
 	}
 }
 
@@ -109,11 +111,19 @@ func OpenDriver() (*Driver, error) {
 		sym(&f.moduleUnload, "cuModuleUnload"),
 		sym(&f.moduleGetFunction, "cuModuleGetFunction"),
 		sym(&f.launchKernel, "cuLaunchKernel"),
+		sym(&f.streamBeginCapture, "cuStreamBeginCapture_v2"),
+		sym(&f.streamEndCapture, "cuStreamEndCapture"),
+		sym(&f.streamIsCapturing, "cuStreamIsCapturing"),
+		sym(&f.graphInstantiate, "cuGraphInstantiateWithFlags"),
+		sym(&f.graphLaunch, "cuGraphLaunch"),
+		sym(&f.graphExecDestroy, "cuGraphExecDestroy"),
+		sym(&f.graphDestroy, "cuGraphDestroy"),
 	})
 	if err != nil {
 		lib.Close()
 		return nil, err
 	}
+	f.graphGetNodes, _, _ = lib.Lookup("cuGraphGetNodes") // optional: diagnostics only
 	return d, nil
 }
 

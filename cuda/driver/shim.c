@@ -138,6 +138,34 @@ vla_status vla_cuEventElapsedTime(void *fn, float *ms, uintptr_t start, uintptr_
 	return ((vla_status(*)(float *, H, H))fn)(ms, (H)start, (H)end);
 }
 
+// ---- libcuda: stream capture and graphs ----
+
+vla_status vla_cuStreamBeginCapture(void *fn, uintptr_t s, int mode) {
+	return ((vla_status(*)(H, int))fn)((H)s, mode);
+}
+vla_status vla_cuStreamEndCapture(void *fn, uintptr_t s, uintptr_t *graph) {
+	H g = NULL;
+	vla_status r = ((vla_status(*)(H, H *))fn)((H)s, &g);
+	*graph = (uintptr_t)g;
+	return r;
+}
+vla_status vla_cuStreamIsCapturing(void *fn, uintptr_t s, int *status) {
+	return ((vla_status(*)(H, int *))fn)((H)s, status);
+}
+vla_status vla_cuGraphInstantiateWithFlags(void *fn, uintptr_t *exec, uintptr_t graph, unsigned long long flags) {
+	H e = NULL;
+	vla_status r = ((vla_status(*)(H *, H, unsigned long long))fn)(&e, (H)graph, flags);
+	*exec = (uintptr_t)e;
+	return r;
+}
+vla_status vla_cuGraphLaunch(void *fn, uintptr_t exec, uintptr_t s) { return ((vla_status(*)(H, H))fn)((H)exec, (H)s); }
+vla_status vla_cuGraphExecDestroy(void *fn, uintptr_t exec) { return ((vla_status(*)(H))fn)((H)exec); }
+vla_status vla_cuGraphDestroy(void *fn, uintptr_t graph) { return ((vla_status(*)(H))fn)((H)graph); }
+// cuGraphGetNodes with a null node array stores the node count.
+vla_status vla_cuGraphGetNodes(void *fn, uintptr_t graph, size_t *n) {
+	return ((vla_status(*)(H, H *, size_t *))fn)((H)graph, NULL, n);
+}
+
 // ---- libcuda: modules and launches ----
 
 vla_status vla_cuModuleLoadData(void *fn, uintptr_t *m, const void *image) {

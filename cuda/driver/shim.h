@@ -69,6 +69,16 @@ vla_status vla_cuEventSynchronize(void *fn, uintptr_t e);
 vla_status vla_cuEventQuery(void *fn, uintptr_t e);
 vla_status vla_cuEventElapsedTime(void *fn, float *ms, uintptr_t start, uintptr_t end);
 
+// libcuda: stream capture and graphs.
+vla_status vla_cuStreamBeginCapture(void *fn, uintptr_t s, int mode);
+vla_status vla_cuStreamEndCapture(void *fn, uintptr_t s, uintptr_t *graph);
+vla_status vla_cuStreamIsCapturing(void *fn, uintptr_t s, int *status);
+vla_status vla_cuGraphInstantiateWithFlags(void *fn, uintptr_t *exec, uintptr_t graph, unsigned long long flags);
+vla_status vla_cuGraphLaunch(void *fn, uintptr_t exec, uintptr_t s);
+vla_status vla_cuGraphExecDestroy(void *fn, uintptr_t exec);
+vla_status vla_cuGraphDestroy(void *fn, uintptr_t graph);
+vla_status vla_cuGraphGetNodes(void *fn, uintptr_t graph, size_t *n);
+
 // libcuda: modules and launches.
 vla_status vla_cuModuleLoadData(void *fn, uintptr_t *m, const void *image);
 vla_status vla_cuModuleUnload(void *fn, uintptr_t m);

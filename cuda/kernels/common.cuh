@@ -78,3 +78,70 @@ __device__ double vla_block_sum_d(double v, double *sh) {
 	v = lane < nwarps ? sh[lane] : 0.0;
 	return vla_warp_sum_d(v);
 }
+
+// vla_pack_bf16x2 rounds lo and hi to bf16 (nearest, ties to even) and
+// packs them: lo in the low half, as a bf16x2 register of the tensor cores
+// holds the element of the smaller index.
+__device__ __forceinline__ u32 vla_pack_bf16x2(float lo, float hi) {
+	u32 r;
+	asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+	return r;
+}
+
+// vla_pack_f16x2 is vla_pack_bf16x2 for f16.
+__device__ __forceinline__ u32 vla_pack_f16x2(float lo, float hi) {
+	u32 r;
+	asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+	return r;
+}
+
+// vla_warp_max is the maximum of v over the 32 lanes; every lane gets it.
+__device__ __forceinline__ float vla_warp_max(float v) {
+	for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+// vla_smem_addr is the shared-space address of a generic pointer into
+// shared memory, as ldmatrix wants it.
+__device__ __forceinline__ u32 vla_smem_addr(const void *p) {
+	u32 a;
+	asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+	return a;
+}
+
+// vla_mma_bf16 is d += a·b on the tensor cores for one warp: a 16×16 bf16
+// (row-major fragment, 4 registers), b 16×8 bf16 (column fragment, 2
+// registers), d 16×8 float (4 registers). Fragment layouts (lane = 4g+t):
+// a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..];
+// b0 = B[2t..2t+1][g], b1 = B[2t+8..2t+9][g]; d0,d1 = D[g][2t..2t+1],
+// d2,d3 = D[g+8][2t..2t+1].
+__device__ __forceinline__ void vla_mma_bf16(float *d, const u32 *a, u32 b0, u32 b1) {
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+	             "{%0,%1,%2,%3};"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// vla_ldmatrix_x4_trans loads four 8×8 bf16 matrices from shared memory,
+// transposed: lanes 8i..8i+7 give the addresses of the 8 rows of matrix
+// i, and lane 4g+t receives M_i[2t][g] and M_i[2t+1][g] in register i.
+__device__ __forceinline__ void vla_ldmatrix_x4_trans(u32 *r, const void *p) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	             : "r"(vla_smem_addr(p))
+	             : "memory");
+}
+
+// cp.async: 16-byte copies from global to shared memory that run while the
+// thread goes on; src_bytes 0 writes zeros and reads nothing.
+__device__ __forceinline__ void vla_cp_async16(void *smem, const void *gmem, bool valid) {
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(vla_smem_addr(smem)), "l"(gmem),
+	             "r"(valid ? 16 : 0)
+	             : "memory");
+}
+
+__device__ __forceinline__ void vla_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+// vla_cp_async_wait_all waits for this thread's copies; a __syncthreads
+// after it makes every thread's copies visible to the block.
+__device__ __forceinline__ void vla_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }

@@ -40,3 +40,48 @@ extern "C" __global__ void vla_layernorm(float *y, const float *x, const void *_
 		yr[i] = o;
 	}
 }
+
+// Short rows (n <= 1024: per-head q/k norms, the vision encoder's 1152 is
+// not one): one warp per row, 8 rows per block of 256 threads, the same
+// float and double steps as above without a block-wide reduction.
+
+// vla_rmsnorm_rows is vla_rmsnorm for `rows` rows of n, a warp each.
+extern "C" __global__ void vla_rmsnorm_rows(float *y, const float *x, const void *__restrict__ w, int wdt, int n,
+                                            float eps, u64 rows) {
+	const u64 row = (u64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	const int lane = threadIdx.x & 31;
+	if (row >= rows) return;
+	const float *xr = x + row * n;
+	float *yr = y + row * n;
+	double ss = 0.0;
+	for (int i = lane; i < n; i += 32) ss += (double)xr[i] * (double)xr[i];
+	ss = vla_warp_sum_d(ss);
+	const float ms = (float)(ss / (double)n);
+	const float s = (float)(1.0 / sqrt((double)(ms + eps)));
+	for (int i = lane; i < n; i += 32) yr[i] = __fmul_rn(vla_load(w, wdt, i), __fmul_rn(xr[i], s));
+}
+
+// vla_layernorm_rows is vla_layernorm for `rows` rows of n, a warp each.
+extern "C" __global__ void vla_layernorm_rows(float *y, const float *x, const void *__restrict__ w, int wdt,
+                                              const void *__restrict__ b, int bdt, int n, float eps, u64 rows) {
+	const u64 row = (u64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	const int lane = threadIdx.x & 31;
+	if (row >= rows) return;
+	const float *xr = x + row * n;
+	float *yr = y + row * n;
+	double s = 0.0;
+	for (int i = lane; i < n; i += 32) s += (double)xr[i];
+	const double mean = vla_warp_sum_d(s) / (double)n;
+	double v = 0.0;
+	for (int i = lane; i < n; i += 32) {
+		const double d = (double)xr[i] - mean;
+		v += d * d;
+	}
+	v = vla_warp_sum_d(v);
+	const double r = (double)(float)(1.0 / sqrt((double)((float)(v / (double)n) + eps)));
+	for (int i = lane; i < n; i += 32) {
+		float o = __fmul_rn((float)(((double)xr[i] - mean) * r), vla_load(w, wdt, i));
+		if (b != 0) o = __fadd_rn(o, vla_load(b, bdt, i));
+		yr[i] = o;
+	}
+}

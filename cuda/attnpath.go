@@ -1,0 +1,225 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"vlanode/backend"
+	"vlanode/cuda/driver"
+)
+
+// Shapes of the decode and flash attention kernels (kernels/decode.cu,
+// kernels/flash.cu).
+const (
+	decMaxQueries = 4    // queries that take the decode kernel
+	decMaxGroup   = 8    // VLA_DEC_MAX_G: query heads per KV head
+	decMaxHeadDim = 128  // lanes × 4 dims
+	decChunk      = 32   // VLA_DEC_CHUNK: keys per block
+	decMaxSplits  = 4096 // VLA_COMB_MAX_SPLITS: splits vla_attn_combine merges
+	decThreads    = 128  // VLA_DEC_THREADS
+	combThreads   = 256  // VLA_COMB_THREADS
+	flashBlockQ   = 64   // VLA_FA_BQ: query rows per block
+	flashBlockK   = 64   // VLA_FA_BK: keys per tile
+	flashThreads  = 128  // VLA_FA_THREADS
+	maxSplits     = 64   // key splits of one flash call
+	flashPerSM    = 2    // flash blocks resident per SM (171 registers × 128 threads)
+)
+
+// flashHeadDims are the padded head dims of the flash kernels, smallest
+// first: a head dim is padded with zeros to the first that holds it.
+var flashHeadDims = [...]int{80, 128}
+
+// attnKind is the kernel an attention call takes.
+type attnKind int
+
+const (
+	pathExact attnKind = iota
+	pathDecode
+	pathFlash
+)
+
+// attnCall is one checked attention call.
+type attnCall struct {
+	d, q, k, v *Tensor
+	o          backend.AttnOpts
+	tq         int
+	segs       []byte // struct vla_segments
+}
+
+func (a attnCall) causal() int32 {
+	if a.o.Causal {
+		return 1
+	}
+	return 0
+}
+
+// common adds the parameters every attention kernel starts with: out (or
+// the first output), q, k, v, heads, kvheads, hd, and, for the exact
+// kernel, nkv.
+func (a attnCall) common(args *driver.Args, out driver.DevicePtr) {
+	args.Ptr(out).Ptr(a.q.ptr).Ptr(a.k.ptr).Ptr(a.v.ptr).
+		I32(int32(a.o.Heads)).I32(int32(a.o.KVHeads)).I32(int32(a.o.HeadDim)).I32(int32(a.o.NKV))
+}
+
+// aligned16 says whether q, k and v can be read 16 bytes at a time.
+func (a attnCall) aligned16() bool {
+	return a.q.ptr%16 == 0 && a.k.ptr%16 == 0 && a.v.ptr%16 == 0 && a.d.ptr%8 == 0 && a.o.HeadDim%4 == 0
+}
+
+// attnPath picks the kernel of an attention call (see Attention).
+func attnPath(a attnCall, exact bool) attnKind {
+	hd := a.o.HeadDim
+	switch {
+	case a.tq <= decMaxQueries && hd <= decMaxHeadDim && a.o.Heads/a.o.KVHeads <= decMaxGroup && a.aligned16():
+		return pathDecode
+	case !exact && hd <= flashHeadDims[len(flashHeadDims)-1] && a.aligned16():
+		return pathFlash
+	}
+	return pathExact
+}
+
+// log2e converts a natural-log scale to base 2 (the kernels use exp2).
+const log2e = 1.4426950408889634
+
+// splitScratch returns the partial-result buffers of nsplit splits:
+// part_o [nsplit][tq*heads][hd] and part_ml [nsplit][tq*heads][2] floats.
+func (g *gpu) splitScratch(a attnCall, nsplit int) (po, pml driver.DevicePtr, err error) {
+	rows := int64(nsplit) * int64(a.tq) * int64(a.o.Heads)
+	oBytes := roundUp(rows*int64(a.o.HeadDim)*4, smallGranule)
+	p, err := g.scratch(&g.attnScratch, oBytes+rows*8)
+	if err != nil {
+		return 0, 0, fmt.Errorf("cuda: attention: %w", err)
+	}
+	return p, p + driver.DevicePtr(oBytes), nil
+}
+
+// combine queues the merge of nsplit partial results into a.d.
+func (g *gpu) combine(a attnCall, nsplit int, po, pml driver.DevicePtr) error {
+	g.args.Reset()
+	g.args.Ptr(a.d.ptr).Ptr(po).Ptr(pml).I32(int32(nsplit)).I32(int32(a.tq)).I32(int32(a.o.Heads)).I32(int32(a.o.HeadDim))
+	grid := driver.Dim3{uint32(a.tq * a.o.Heads), 1, 1}
+	return g.launch("attention combine", g.k.attnCombine, grid, block1D(combThreads), 0)
+}
+
+// attnDecode queues the decode kernel (one block per 32 keys, KV head and
+// query) and the merge of its splits.
+func (g *gpu) attnDecode(a attnCall) error {
+	nsplit := (a.o.NKV + decChunk - 1) / decChunk
+	if nsplit > decMaxSplits {
+		return g.attnExact(a)
+	}
+	po, pml, err := g.splitScratch(a, nsplit)
+	if err != nil {
+		return err
+	}
+	g.args.Reset()
+	g.args.Ptr(po).Ptr(pml).Ptr(a.q.ptr).Ptr(a.k.ptr).Ptr(a.v.ptr).
+		I32(int32(a.o.Heads)).I32(int32(a.o.KVHeads)).I32(int32(a.o.HeadDim)).I32(int32(a.tq)).I32(int32(a.o.NKV)).
+		F32(float32(float64(a.o.Scale)*log2e)).I32(a.causal()).I32(int32(a.o.QPos0)).
+		I32(int32(a.o.MaskFrom)).I32(int32(a.o.MaskTo)).Struct(a.segs, 4)
+	grid := driver.Dim3{uint32(nsplit), uint32(a.o.KVHeads), uint32(a.tq)}
+	if err := g.launch("attention decode", g.k.attnDecode, grid, block1D(decThreads), 0); err != nil {
+		return err
+	}
+	return g.combine(a, nsplit, po, pml)
+}
+
+// flashTiles is the number of 64-row query tiles: over all rows, or
+// segment by segment (a tile never spans two segments).
+func flashTiles(tq int, segments []int) int {
+	if len(segments) < 2 {
+		return (tq + flashBlockQ - 1) / flashBlockQ
+	}
+	n := 0
+	for i := 1; i < len(segments); i++ {
+		n += (segments[i] - segments[i-1] + flashBlockQ - 1) / flashBlockQ
+	}
+	return n
+}
+
+// flashSplits is the key splits of a flash launch: 1 when tiles × heads
+// fill the GPU, else as many as one wave of resident blocks holds (a
+// second, partial wave would double the time), each split keeping at
+// least one key tile.
+func flashSplits(tiles, heads, keyTiles, sms int) int {
+	blocks := tiles * heads
+	want := flashPerSM * max(sms, 1)
+	if blocks >= want || keyTiles < 2 {
+		return 1
+	}
+	return max(1, min(want/blocks, keyTiles, maxSplits))
+}
+
+// attnFlash queues the tensor-core kernel (and the merge of its splits).
+func (g *gpu) attnFlash(a attnCall) error {
+	idx := 0
+	for idx < len(flashHeadDims)-1 && flashHeadDims[idx] < a.o.HeadDim {
+		idx++
+	}
+	tiles := flashTiles(a.tq, a.o.Segments)
+	nsplit := 1
+	if len(a.o.Segments) < 2 {
+		keys := a.o.NKV
+		if a.o.Causal {
+			keys = min(keys, a.o.QPos0+a.tq)
+		}
+		nsplit = flashSplits(tiles, a.o.Heads, (keys+flashBlockK-1)/flashBlockK, g.info.SMs)
+	}
+	var po, pml driver.DevicePtr
+	if nsplit > 1 {
+		var err error
+		if po, pml, err = g.splitScratch(a, nsplit); err != nil {
+			return err
+		}
+	}
+	kernel, name := g.k.flashPipe[idx], "attention flash"
+	kp, vp := a.k.ptr, a.v.ptr
+	if g.flashInPlace {
+		kernel, name = g.k.flash[idx], "attention flash (in place)"
+	} else {
+		var err error
+		if kp, vp, err = g.kvBF16(a, flashHeadDims[idx]); err != nil {
+			return err
+		}
+	}
+	g.args.Reset()
+	g.args.Ptr(a.d.ptr).Ptr(po).Ptr(pml).Ptr(a.q.ptr).Ptr(kp).Ptr(vp).
+		I32(int32(a.o.Heads)).I32(int32(a.o.KVHeads)).I32(int32(a.o.HeadDim)).I32(int32(a.tq)).I32(int32(a.o.NKV)).
+		F32(float32(float64(a.o.Scale)*log2e)).I32(a.causal()).I32(int32(a.o.QPos0)).
+		I32(int32(a.o.MaskFrom)).I32(int32(a.o.MaskTo)).Struct(a.segs, 4)
+	grid := driver.Dim3{uint32(tiles), uint32(a.o.Heads), uint32(nsplit)}
+	if err := g.launch(fmt.Sprintf("%s %d", name, flashHeadDims[idx]), kernel, grid, block1D(flashThreads), 0); err != nil {
+		return err
+	}
+	if nsplit == 1 {
+		return nil
+	}
+	return g.combine(a, nsplit, po, pml)
+}
+
+// kvBF16 queues the rounding of the first NKV rows of K and V to bf16
+// copies [kvheads][NKV][hdp] (zero-padded head dims) in a scratch buffer,
+// the layout the pipelined flash kernels copy tiles from.
+func (g *gpu) kvBF16(a attnCall, hdp int) (kb, vb driver.DevicePtr, err error) {
+	per := int64(a.o.KVHeads) * int64(a.o.NKV) * int64(hdp) * 2
+	half := roundUp(per, smallGranule)
+	p, err := g.scratch(&g.kvScratch, 2*half)
+	if err != nil {
+		return 0, 0, fmt.Errorf("cuda: attention: %w", err)
+	}
+	kb, vb = p, p+driver.DevicePtr(half)
+	g.args.Reset()
+	g.args.Ptr(kb).Ptr(vb).Ptr(a.k.ptr).Ptr(a.v.ptr).I32(int32(a.o.KVHeads)).I32(int32(a.o.HeadDim)).I32(int32(hdp)).I32(int32(a.o.NKV))
+	return kb, vb, g.elementwise("attention k/v to bf16", g.k.kvToBF16, 2*per/16)
+}
+
+// segmentBytes lays out struct vla_segments: the boundary count, then the
+// boundaries, zero-padded.
+func segmentBytes(bounds []int) []byte {
+	out := make([]byte, attSegsBytes)
+	binary.NativeEndian.PutUint32(out, uint32(len(bounds)))
+	for i, s := range bounds {
+		binary.NativeEndian.PutUint32(out[4+4*i:], uint32(s))
+	}
+	return out
+}

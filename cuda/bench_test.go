@@ -1,0 +1,312 @@
+package cuda
+
+import (
+	"math"
+	"testing"
+
+	"vlanode/backend"
+	"vlanode/tensor"
+)
+
+// Kernel benchmarks at the Standard workload's shapes (DESIGN.md:
+// Alpamayo-R1-10B: Qwen3-VL-8B text stack 4096 hidden, 32/8 heads × 128,
+// MLP 12288, prefill ≈ 3,030 tokens; vision 16 images × 720 patches, 16
+// heads × 72, hidden 1152; expert 64 action tokens over the VLM cache).
+// Each reports its GPU time (median, CUDA events), the bytes and FLOPs it
+// must move or do, and its ratio to the floor that the ceilings measured
+// in the same run set: max(bytes / byte ceiling, FLOPs / GEMM ceiling).
+// Run on the GPU machine:
+//
+//	cuda.test -test.run '^$' -test.bench GPU -test.benchtime 20x -test.v
+//
+// Without a GPU each benchmark says SKIPPED.
+
+// rotation is how many copies of an op's inputs a benchmark cycles
+// through when one copy fits in the L2 (60 MB on the H200): enough that
+// repeated runs read device memory, not the cache.
+func rotation(bytes float64) int {
+	const target = 240e6 // 4 × L2
+	return int(min(max(math.Ceil(target/bytes), 1), 16))
+}
+
+func BenchmarkGPUCeilings(b *testing.B) {
+	be := gpuBackend(b)
+	needCeilings(b, be)
+	b.Run("copy_d2d_2GiB", func(b *testing.B) {
+		src := devRandom(b, be, tensor.F32, 1, ceilingBytes/4)
+		dst := devRandom(b, be, tensor.F32, 1, ceilingBytes/4)
+		defer be.Free(src)
+		defer be.Free(dst)
+		gpuBench(b, be, benchWork{bytes: 2 * ceilingBytes}, func() error { return be.Copy(dst, src) })
+	})
+	b.Run("gemm_bf16_8192", func(b *testing.B) {
+		d := measureGEMM(b, be)
+		b.ReportMetric(d, "TFLOP/s")
+	})
+}
+
+func BenchmarkGPUMatMul(b *testing.B) {
+	be := gpuBackend(b)
+	needCeilings(b, be)
+	for _, c := range []struct {
+		name    string
+		M, N, K int
+		cublas  bool // through cuBLAS even where the GEMV kernel applies
+	}{
+		{"gemv_bf16_1x4096x12288", 1, 12288, 4096, false},
+		{"gemv_bf16_1x4096x12288_cublas", 1, 12288, 4096, true},
+		{"gemv_bf16_1x12288x4096", 1, 4096, 12288, false},
+		{"matmul_bf16_4x4096x12288", 4, 12288, 4096, false},
+		{"gemm_bf16_3030x4096x12288", 3030, 12288, 4096, false},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			if err := be.run(func(g *gpu) error { g.noGEMV = c.cublas; return nil }); err != nil {
+				b.Fatal(err)
+			}
+			defer be.run(func(g *gpu) error { g.noGEMV = false; return nil })
+			wBytes := float64(c.N) * float64(c.K) * 2
+			n := rotation(wBytes)
+			ws := make([]backend.Tensor, n)
+			for i := range ws {
+				ws[i] = devRandom(b, be, tensor.BF16, 0.05, c.N, c.K)
+				defer be.Free(ws[i])
+			}
+			x := devRandom(b, be, tensor.F32, 1, c.M, c.K)
+			dst := devRandom(b, be, tensor.F32, 1, c.M, c.N)
+			defer be.Free(x)
+			defer be.Free(dst)
+			i := 0
+			w := benchWork{
+				bytes: wBytes + 4*float64(c.M)*float64(c.K+c.N),
+				flops: 2 * float64(c.M) * float64(c.N) * float64(c.K),
+			}
+			med := gpuBench(b, be, w, func() error {
+				i++
+				return be.MatMul(dst, x, ws[i%n], nil)
+			})
+			b.ReportMetric(wBytes/med.Seconds()/1e12, "weight-TB/s")
+		})
+	}
+}
+
+// attnBench is one attention shape of the workload.
+type attnBench struct {
+	name       string
+	tq, rows   int
+	o          backend.AttnOpts
+	exact      bool
+	inPlace    bool    // the flash kernels that read float K and V in place
+	flops      float64 // multiply-adds × 2 of the visible scores and P·V
+	rotateKV   bool
+	rowsPerSeg int
+}
+
+func BenchmarkGPUAttention(b *testing.B) {
+	be := gpuBackend(b)
+	needCeilings(b, be)
+	const T = 3030
+	vis := backend.AttnOpts{Heads: 16, KVHeads: 16, HeadDim: 72, NKV: 16 * 720}
+	for s := 0; s <= 16; s++ {
+		vis.Segments = append(vis.Segments, s*720)
+	}
+	causalPairs := float64(T) * float64(T+1) / 2
+	cases := []attnBench{
+		{name: "prefill_3030_32x8x128_causal", tq: T, rows: T, o: backend.AttnOpts{Heads: 32, KVHeads: 8, HeadDim: 128, NKV: T, Causal: true},
+			flops: 4 * 128 * 32 * causalPairs},
+		{name: "prefill_3030_32x8x128_causal_inplace", tq: T, rows: T, o: backend.AttnOpts{Heads: 32, KVHeads: 8, HeadDim: 128, NKV: T, Causal: true},
+			flops: 4 * 128 * 32 * causalPairs, inPlace: true},
+		{name: "prefill_3030_32x8x128_causal_exact", tq: T, rows: T, o: backend.AttnOpts{Heads: 32, KVHeads: 8, HeadDim: 128, NKV: T, Causal: true},
+			flops: 4 * 128 * 32 * causalPairs, exact: true},
+		{name: "decode_1_over_3030", tq: 1, rows: T, o: backend.AttnOpts{Heads: 32, KVHeads: 8, HeadDim: 128, NKV: T, Causal: true, QPos0: T - 1},
+			flops: 4 * 128 * 32 * T, rotateKV: true},
+		{name: "expert_64_over_3094", tq: 64, rows: T + 64, o: backend.AttnOpts{Heads: 32, KVHeads: 8, HeadDim: 128, NKV: T + 64},
+			flops: 4 * 128 * 32 * 64 * (T + 64), rotateKV: true},
+		{name: "expert_64_over_3094_inplace", tq: 64, rows: T + 64, o: backend.AttnOpts{Heads: 32, KVHeads: 8, HeadDim: 128, NKV: T + 64},
+			flops: 4 * 128 * 32 * 64 * (T + 64), rotateKV: true, inPlace: true},
+		{name: "vision_16x720_16x72", tq: 16 * 720, rows: 16 * 720, o: vis, flops: 4 * 72 * 16 * 16 * 720 * 720},
+		{name: "vision_16x720_16x72_inplace", tq: 16 * 720, rows: 16 * 720, o: vis, flops: 4 * 72 * 16 * 16 * 720 * 720, inPlace: true},
+		{name: "vision_16x720_16x72_exact", tq: 16 * 720, rows: 16 * 720, o: vis, flops: 4 * 72 * 16 * 16 * 720 * 720, exact: true},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			o := c.o
+			o.Scale = float32(1 / math.Sqrt(float64(o.HeadDim)))
+			qc, kc := o.Heads*o.HeadDim, o.KVHeads*o.HeadDim
+			kvBytes := 2 * 4 * float64(o.NKV) * float64(kc)
+			n := 1
+			if c.rotateKV {
+				n = rotation(kvBytes)
+			}
+			ks, vs := make([]backend.Tensor, n), make([]backend.Tensor, n)
+			for i := range ks {
+				ks[i] = devRandom(b, be, tensor.F32, 1, c.rows, kc)
+				vs[i] = devRandom(b, be, tensor.F32, 1, c.rows, kc)
+				defer be.Free(ks[i])
+				defer be.Free(vs[i])
+			}
+			q := devRandom(b, be, tensor.F32, 1, c.tq, qc)
+			dst := devRandom(b, be, tensor.F32, 1, c.tq, qc)
+			defer be.Free(q)
+			defer be.Free(dst)
+			setExactAttention(b, be, c.exact)
+			defer setExactAttention(b, be, false)
+			setFlashInPlace(b, be, c.inPlace)
+			defer setFlashInPlace(b, be, false)
+			i := 0
+			w := benchWork{bytes: kvBytes + 2*4*float64(c.tq)*float64(qc), flops: c.flops}
+			gpuBench(b, be, w, func() error {
+				i++
+				return be.Attention(dst, q, ks[i%n], vs[i%n], o)
+			})
+		})
+	}
+}
+
+func BenchmarkGPUOps(b *testing.B) {
+	be := gpuBackend(b)
+	needCeilings(b, be)
+	type opCase struct {
+		name  string
+		bytes float64
+		setup func(b *testing.B) func() error // returns one run of the op
+	}
+	const T, H, F = 3030, 4096, 12288
+	const VT, VH, VF = 16 * 720, 1152, 4304
+	f32 := func(b *testing.B, shape ...int) backend.Tensor {
+		t := devRandom(b, be, tensor.F32, 1, shape...)
+		b.Cleanup(func() { be.Free(t) })
+		return t
+	}
+	bf16 := func(b *testing.B, shape ...int) backend.Tensor {
+		t := devRandom(b, be, tensor.BF16, 1, shape...)
+		b.Cleanup(func() { be.Free(t) })
+		return t
+	}
+	// rot makes n copies of an input (n from its size) and returns a
+	// function that hands them out in turn.
+	rot := func(b *testing.B, bytes float64, mk func() backend.Tensor) func() backend.Tensor {
+		n := rotation(bytes)
+		ts := make([]backend.Tensor, n)
+		for i := range ts {
+			ts[i] = mk()
+		}
+		i := 0
+		return func() backend.Tensor { i++; return ts[i%n] }
+	}
+	cases := []opCase{
+		{"rmsnorm_3030x4096", 2 * 4 * T * H, func(b *testing.B) func() error {
+			x := rot(b, 4*T*H, func() backend.Tensor { return f32(b, T, H) })
+			w, d := bf16(b, H), f32(b, T, H)
+			return func() error { return be.RMSNorm(d, x(), w, 1e-6) }
+		}},
+		{"rmsnorm_heads_3030x32x128", 2 * 4 * T * H, func(b *testing.B) func() error {
+			x := rot(b, 4*T*H, func() backend.Tensor { return f32(b, T*32, 128) })
+			w, d := bf16(b, 128), f32(b, T*32, 128)
+			return func() error { return be.RMSNorm(d, x(), w, 1e-6) }
+		}},
+		{"layernorm_11520x1152", 2 * 4 * VT * VH, func(b *testing.B) func() error {
+			x := rot(b, 4*VT*VH, func() backend.Tensor { return f32(b, VT, VH) })
+			w, bias, d := bf16(b, VH), bf16(b, VH), f32(b, VT, VH)
+			return func() error { return be.LayerNorm(d, x(), w, bias, 1e-6) }
+		}},
+		{"rope_3030x32x128", 2*4*T*H + 2*4*T*64, func(b *testing.B) func() error {
+			x := rot(b, 4*T*H, func() backend.Tensor { return f32(b, T, H) })
+			c, s := f32(b, T, 64), f32(b, T, 64)
+			return func() error { return be.Rope(x(), c, s, 128) }
+		}},
+		{"silumul_3030x12288", 3 * 4 * T * F, func(b *testing.B) func() error {
+			g, u, d := f32(b, T, F), f32(b, T, F), f32(b, T, F)
+			return func() error { return be.SiLUMul(d, g, u) }
+		}},
+		{"gelu_tanh_11520x4304", 2 * 4 * VT * VF, func(b *testing.B) func() error {
+			x, d := f32(b, VT, VF), f32(b, VT, VF)
+			return func() error { return be.GELU(d, x, true) }
+		}},
+		{"gelu_erf_11520x4304", 2 * 4 * VT * VF, func(b *testing.B) func() error {
+			x, d := f32(b, VT, VF), f32(b, VT, VF)
+			return func() error { return be.GELU(d, x, false) }
+		}},
+		{"add_3030x4096", 3 * 4 * T * H, func(b *testing.B) func() error {
+			x := rot(b, 8*T*H, func() backend.Tensor { return f32(b, T, H) })
+			y, d := f32(b, T, H), f32(b, T, H)
+			return func() error { return be.Add(d, x(), y) }
+		}},
+		{"embedding_3030_of_151936x4096_bf16", (2 + 4) * T * H, func(b *testing.B) func() error {
+			table, d := bf16(b, 151936, H), f32(b, T, H)
+			ids := make([]int32, T)
+			for i := range ids {
+				ids[i] = int32((i*7919 + 13) % 151936)
+			}
+			return func() error { return be.Embedding(d, table, ids) }
+		}},
+		{"rmsnorm_decode_1x4096", 2 * 4 * H, func(b *testing.B) func() error {
+			x, w, d := f32(b, 1, H), bf16(b, H), f32(b, 1, H)
+			return func() error { return be.RMSNorm(d, x, w, 1e-6) }
+		}},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			run := c.setup(b)
+			gpuBench(b, be, benchWork{bytes: c.bytes}, run)
+		})
+	}
+}
+
+// BenchmarkGPUGraph compares queuing ops one by one with replaying them
+// as a captured graph: 1,000 tiny Adds (launch overhead alone), and four
+// decode steps of a full-size Qwen3-VL-8B layer over a 3,030-token cache.
+func BenchmarkGPUGraph(b *testing.B) {
+	be := gpuBackend(b)
+	needCeilings(b, be)
+	const nOps = 1000
+	tiny := func(b *testing.B) func() error {
+		x := devRandom(b, be, tensor.F32, 1, 4096)
+		y := devRandom(b, be, tensor.F32, 1, 4096)
+		b.Cleanup(func() { be.Free(x); be.Free(y) })
+		return func() error {
+			for i := 0; i < nOps; i++ {
+				if err := be.Add(y, x, y); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	b.Run("adds_1000_direct", func(b *testing.B) {
+		med := gpuBench(b, be, benchWork{}, tiny(b))
+		b.ReportMetric(float64(med.Nanoseconds())/1e3/nOps, "us/add")
+	})
+	b.Run("adds_1000_graph", func(b *testing.B) {
+		fn := tiny(b)
+		gr, err := be.Capture(fn)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer gr.Close()
+		med := gpuBench(b, be, benchWork{}, gr.Launch)
+		b.ReportMetric(float64(med.Nanoseconds())/1e3/nOps, "us/add")
+	})
+	for _, graph := range []bool{false, true} {
+		name := "decode_4_layers_direct"
+		if graph {
+			name = "decode_4_layers_graph"
+		}
+		b.Run(name, func(b *testing.B) {
+			st := newDecodeStack(b, be, decodeFull, 4)
+			fn := st.step
+			if graph {
+				if err := fn(); err != nil { // sizes the scratch buffers
+					b.Fatal(err)
+				}
+				gr, err := be.Capture(fn)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer gr.Close()
+				b.Logf("graph of %d nodes", gr.Nodes())
+				fn = gr.Launch
+			}
+			gpuBench(b, be, benchWork{bytes: st.bytes}, fn)
+		})
+	}
+}

@@ -1,0 +1,43 @@
+package cuda
+
+import (
+	"vlanode/cuda/driver"
+	"vlanode/tensor"
+)
+
+// The GEMV kernels (kernels/gemv.cu): MatMul with one row of x and a
+// 16-bit weight, in one launch that streams the weight once. Measured on
+// the H200 (bench/results/cuda-kernels.md): 3.4–3.6 TB/s of weights at
+// 4096×12288, against 3.1–3.3 for cuBLAS with its conversion kernel; with
+// 4 rows of x it ran at half cuBLAS's speed, so more rows go to cuBLAS.
+const (
+	gemvMaxM    = 1   // rows of x the kernels are built for
+	gemvThreads = 256 // VLA_GEMV_THREADS: 8 warps, one output column each
+)
+
+// useGEMV says whether MatMul takes the GEMV kernel: a bf16 or f16 weight,
+// at most gemvMaxM rows, K a multiple of 8 and 16-byte aligned operands
+// (each lane reads 8 weights at a time). The choice depends on the shapes
+// and alignment alone, so a unit computes the same bits wherever it lives.
+func useGEMV(x, w *Tensor, M, K int) bool {
+	return (w.dt == tensor.BF16 || w.dt == tensor.F16) && M >= 1 && M <= gemvMaxM &&
+		K%8 == 0 && w.ptr%16 == 0 && x.ptr%16 == 0
+}
+
+// gemv queues dst[M,N] = x[M,K]·wᵀ + bias with the GEMV kernel.
+func (g *gpu) gemv(d, x, w, bias *Tensor, M, N, K int) error {
+	t := 0
+	if w.dt == tensor.F16 {
+		t = 1
+	}
+	var bp driver.DevicePtr
+	bdt := int32(0)
+	if bias != nil {
+		bp, bdt = bias.ptr, dtypeCode(bias.dt)
+	}
+	g.args.Reset()
+	g.args.Ptr(d.ptr).Ptr(x.ptr).Ptr(w.ptr).Ptr(bp).I32(bdt).I32(int32(N)).I32(int32(K))
+	warps := gemvThreads / 32
+	grid := driver.Dim3{uint32((N + warps - 1) / warps), 1, 1}
+	return g.launch("matmul gemv", g.k.gemv[t][M-1], grid, block1D(gemvThreads), 0)
+}

@@ -1,0 +1,254 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"vlanode/backend"
+	"vlanode/tensor"
+)
+
+// refAttention is softmax(q·kᵀ·scale + mask)·v in float64, query by query.
+// It also returns, per output, Σ_j p_j·|v_j| / Σ_j p_j: the bound on what
+// rounding the softmax weights to bf16 can change (relative error 2^-9 per
+// weight).
+func refAttention(q, k, v []float32, tq int, o backend.AttnOpts) (out, mag []float64) {
+	hd, group := o.HeadDim, o.Heads/o.KVHeads
+	qs, ks := o.Heads*hd, o.KVHeads*hd
+	out, mag = make([]float64, tq*qs), make([]float64, tq*qs)
+	for i := 0; i < tq; i++ {
+		lo, hi := 0, o.NKV
+		for s := 0; s+1 < len(o.Segments); s++ {
+			if o.Segments[s] <= i && i < o.Segments[s+1] {
+				lo, hi = o.Segments[s], o.Segments[s+1]
+			}
+		}
+		if o.Causal {
+			hi = min(hi, o.QPos0+i+1)
+		}
+		visible := func(j int) bool { return o.MaskTo <= o.MaskFrom || j < o.MaskFrom || j >= o.MaskTo }
+		for h := 0; h < o.Heads; h++ {
+			kv := h / group
+			scores := make([]float64, max(hi-lo, 0))
+			m := math.Inf(-1)
+			for j := lo; j < hi; j++ {
+				if !visible(j) {
+					scores[j-lo] = math.Inf(-1)
+					continue
+				}
+				var dot float64
+				for d := 0; d < hd; d++ {
+					dot += float64(q[i*qs+h*hd+d]) * float64(k[j*ks+kv*hd+d])
+				}
+				scores[j-lo] = dot * float64(o.Scale)
+				m = math.Max(m, scores[j-lo])
+			}
+			if math.IsInf(m, -1) {
+				continue // no key visible: zeros
+			}
+			var sum float64
+			for j := range scores {
+				scores[j] = math.Exp(scores[j] - m)
+				sum += scores[j]
+			}
+			for d := 0; d < hd; d++ {
+				var acc, am float64
+				for j := lo; j < hi; j++ {
+					x := float64(v[j*ks+kv*hd+d])
+					acc += scores[j-lo] * x
+					am += scores[j-lo] * math.Abs(x)
+				}
+				out[i*qs+h*hd+d], mag[i*qs+h*hd+d] = acc/sum, am/sum
+			}
+		}
+	}
+	return out, mag
+}
+
+// attnCase is one attention test: tq queries over rows K/V rows (rows
+// past NKV hold NaN and must never be read).
+type attnCase struct {
+	name     string
+	tq, rows int
+	o        backend.AttnOpts
+}
+
+var attnCases = []attnCase{
+	{"prefill causal GQA", 70, 70, backend.AttnOpts{Heads: 8, KVHeads: 2, HeadDim: 64, NKV: 70, Causal: true}},
+	{"decode", 1, 160, backend.AttnOpts{Heads: 8, KVHeads: 2, HeadDim: 128, NKV: 130, Causal: true, QPos0: 129}},
+	{"decode 3 queries with a mask", 3, 700, backend.AttnOpts{Heads: 32, KVHeads: 8, HeadDim: 128, NKV: 690, Causal: true, QPos0: 687, MaskFrom: 100, MaskTo: 333}},
+	{"decode long cache", 1, 3100, backend.AttnOpts{Heads: 32, KVHeads: 8, HeadDim: 128, NKV: 3030, Causal: true, QPos0: 3029}},
+	{"decode segments", 4, 4, backend.AttnOpts{Heads: 4, KVHeads: 2, HeadDim: 72, NKV: 4, Segments: []int{0, 1, 4}}},
+	{"chunked prefill", 5, 40, backend.AttnOpts{Heads: 4, KVHeads: 4, HeadDim: 128, NKV: 25, Causal: true, QPos0: 20}},
+	{"prefill 300 causal", 300, 300, backend.AttnOpts{Heads: 4, KVHeads: 1, HeadDim: 128, NKV: 300, Causal: true}},
+	{"chunked prefill 100 after 150", 100, 260, backend.AttnOpts{Heads: 4, KVHeads: 2, HeadDim: 128, NKV: 250, Causal: true, QPos0: 150}},
+	{"expert, non-causal over a cache", 64, 300, backend.AttnOpts{Heads: 32, KVHeads: 8, HeadDim: 128, NKV: 250}},
+	{"expert, long cache", 64, 900, backend.AttnOpts{Heads: 8, KVHeads: 2, HeadDim: 128, NKV: 894, MaskFrom: 700, MaskTo: 830}},
+	{"vision segments", 97, 97, backend.AttnOpts{Heads: 4, KVHeads: 4, HeadDim: 72, NKV: 97, Segments: []int{0, 30, 50, 97}}},
+	{"vision segments past a tile", 300, 300, backend.AttnOpts{Heads: 2, KVHeads: 2, HeadDim: 72, NKV: 300, Segments: []int{0, 100, 230, 300}}},
+	{"segments and causal", 40, 40, backend.AttnOpts{Heads: 2, KVHeads: 1, HeadDim: 256, NKV: 40, Causal: true, Segments: []int{0, 10, 40}}},
+	{"segments and causal, flash", 150, 150, backend.AttnOpts{Heads: 2, KVHeads: 1, HeadDim: 128, NKV: 150, Causal: true, Segments: []int{0, 70, 150}}},
+	{"head dim 512", 3, 3, backend.AttnOpts{Heads: 1, KVHeads: 1, HeadDim: 512, NKV: 3, Causal: true}},
+	{"head dim 36", 20, 20, backend.AttnOpts{Heads: 3, KVHeads: 1, HeadDim: 36, NKV: 20, Causal: true}},
+	{"expert with a mask", 64, 200, backend.AttnOpts{Heads: 8, KVHeads: 2, HeadDim: 128, NKV: 190, MaskFrom: 60, MaskTo: 130}},
+	{"mask at the start", 10, 100, backend.AttnOpts{Heads: 2, KVHeads: 2, HeadDim: 64, NKV: 100, MaskFrom: 0, MaskTo: 70}},
+	{"mask past the causal edge", 30, 30, backend.AttnOpts{Heads: 2, KVHeads: 1, HeadDim: 64, NKV: 30, Causal: true, MaskFrom: 20, MaskTo: 30}},
+	{"rows that see nothing", 8, 8, backend.AttnOpts{Heads: 2, KVHeads: 1, HeadDim: 64, NKV: 8, Causal: true, MaskFrom: 0, MaskTo: 3}},
+}
+
+// TestGPUAttention runs every case through the kernel Attention picks
+// (flash on the tensor cores for more than 4 queries, pipelined over bf16
+// copies of K and V), then with the flash kernels that read the float K
+// and V in place, then with exact attention forced. The float32 kernels must match the float64
+// reference to 1e-5 + 1e-4·|want|. The flash kernel rounds q, k, v and the
+// softmax weights to bf16: it is checked against the reference on the
+// rounded q, k, v, within 2^-8·Σp|v|/Σp + 1e-5(1 + |want|) (twice the
+// bound of the weights' rounding), and its overall relative error against
+// the unrounded reference is logged and must stay under 1e-2.
+func TestGPUAttention(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(5, 5))
+	for _, variant := range []string{"default", "in-place", "exact"} {
+		exact, inPlace := variant == "exact", variant == "in-place"
+		setExactAttention(t, b, exact)
+		setFlashInPlace(t, b, inPlace)
+		for _, c := range attnCases {
+			t.Run(fmt.Sprintf("%s/%s", c.name, variant), func(t *testing.T) {
+				runAttnCase(t, b, r, c, exact)
+			})
+		}
+	}
+	setExactAttention(t, b, false)
+	setFlashInPlace(t, b, false)
+	q := alloc(t, b, 2, 64)
+	if err := b.Attention(q, q, q, q, backend.AttnOpts{Heads: 1, KVHeads: 1, HeadDim: 64, NKV: 2, Scale: 1}); err == nil {
+		t.Error("attention into its own q accepted")
+	}
+}
+
+// setFlashInPlace picks the flash kernels that read float K and V.
+func setFlashInPlace(t testing.TB, b *Backend, inPlace bool) {
+	t.Helper()
+	if err := b.run(func(g *gpu) error { g.flashInPlace = inPlace; return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setExactAttention switches the shared backend's attention kernels.
+func setExactAttention(t testing.TB, b *Backend, exact bool) {
+	t.Helper()
+	if err := b.run(func(g *gpu) error { g.exactAttention = exact; return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func runAttnCase(t *testing.T, b *Backend, r *rand.Rand, c attnCase, exact bool) {
+	o := c.o
+	o.Scale = float32(1 / math.Sqrt(float64(o.HeadDim)))
+	qv := randVals(r, c.tq*o.Heads*o.HeadDim, 1)
+	kv := randVals(r, c.rows*o.KVHeads*o.HeadDim, 1)
+	vv := randVals(r, c.rows*o.KVHeads*o.HeadDim, 1)
+	for i := o.NKV * o.KVHeads * o.HeadDim; i < len(kv); i++ {
+		kv[i], vv[i] = float32(math.NaN()), float32(math.NaN()) // must never be read
+	}
+	q := upload(t, b, qv, c.tq, o.Heads*o.HeadDim)
+	k := upload(t, b, kv, c.rows, o.KVHeads*o.HeadDim)
+	v := upload(t, b, vv, c.rows, o.KVHeads*o.HeadDim)
+	poison := make([]float32, c.tq*o.Heads*o.HeadDim)
+	for i := range poison {
+		poison[i] = float32(math.NaN()) // every output must be written
+	}
+	dst := upload(t, b, poison, c.tq, o.Heads*o.HeadDim)
+	if err := b.Attention(dst, q, k, v, o); err != nil {
+		t.Fatal(err)
+	}
+	got := download(t, b, dst)
+	path := attnPath(attnCall{d: dst.(*Tensor), q: q.(*Tensor), k: k.(*Tensor), v: v.(*Tensor), o: o, tq: c.tq}, exact)
+	want, _ := refAttention(qv, kv, vv, c.tq, o)
+	if path != pathFlash {
+		closeTo(t, fmt.Sprintf("attention (path %d)", path), got, want, 1e-5, 1e-4, nil)
+		return
+	}
+	rq, rk, rv := roundTo(tensor.BF16, qv), roundTo(tensor.BF16, kv), roundTo(tensor.BF16, vv)
+	wantR, mag := refAttention(rq, rk, rv, c.tq, o)
+	tol := make([]float64, len(mag))
+	for i := range tol {
+		tol[i] = mag[i]/256 + 1e-5*(1+math.Abs(wantR[i]))
+	}
+	closeTo(t, "flash attention vs bf16-rounded inputs", got, wantR, 0, 0, tol)
+	if t.Failed() {
+		logAttnMisses(t, got, wantR, tol, o)
+	}
+	var num, den float64
+	for i := range got {
+		d := float64(got[i]) - want[i]
+		num, den = num+d*d, den+want[i]*want[i]
+	}
+	rel := math.Sqrt(num / math.Max(den, 1e-300))
+	t.Logf("flash: ‖out − ref‖/‖ref‖ = %.2e against the float32 inputs", rel)
+	if !(rel < 1e-2) {
+		t.Errorf("flash: relative error %.2e against the float32 inputs", rel)
+	}
+}
+
+// logAttnMisses names the first outputs out of tolerance by query row,
+// head and dim, to locate a kernel bug from the log alone.
+func logAttnMisses(t *testing.T, got []float32, want, tol []float64, o backend.AttnOpts) {
+	n := 0
+	for i := range got {
+		e := math.Abs(float64(got[i]) - want[i])
+		if e <= tol[i] && !math.IsNaN(float64(got[i])) {
+			continue
+		}
+		row, col := i/(o.Heads*o.HeadDim), i%(o.Heads*o.HeadDim)
+		t.Logf("  query %d head %d dim %d: got %v want %.6g (tol %.2g)", row, col/o.HeadDim, col%o.HeadDim, got[i], want[i], tol[i])
+		if n++; n == 12 {
+			return
+		}
+	}
+}
+
+// TestAttnPath checks the kernel choice and split sizes (no GPU needed).
+func TestAttnPath(t *testing.T) {
+	mk := func(tq, heads, kvheads, hd int) attnCall {
+		ten := &Tensor{ptr: 1 << 20}
+		return attnCall{d: ten, q: ten, k: ten, v: ten, tq: tq, o: backend.AttnOpts{Heads: heads, KVHeads: kvheads, HeadDim: hd}}
+	}
+	for _, c := range []struct {
+		a     attnCall
+		exact bool
+		want  attnKind
+	}{
+		{mk(1, 32, 8, 128), false, pathDecode},
+		{mk(4, 32, 8, 128), true, pathDecode},
+		{mk(5, 32, 8, 128), false, pathFlash},
+		{mk(5, 32, 8, 128), true, pathExact},
+		{mk(3030, 32, 8, 128), false, pathFlash},
+		{mk(11520, 16, 16, 72), false, pathFlash},
+		{mk(40, 2, 1, 256), false, pathExact},
+		{mk(1, 2, 1, 256), false, pathExact},
+		{mk(1, 32, 1, 128), false, pathFlash}, // 32 query heads per KV head: not the decode kernel
+		{mk(20, 2, 1, 66), false, pathExact},  // not a multiple of 4
+	} {
+		if got := attnPath(c.a, c.exact); got != c.want {
+			t.Errorf("tq %d, %d/%d heads × %d, exact %v: path %d, want %d", c.a.tq, c.a.o.Heads, c.a.o.KVHeads, c.a.o.HeadDim, c.exact, got, c.want)
+		}
+	}
+	if s := flashSplits(1, 32, 49, 132); s != 8 {
+		t.Errorf("expert: %d splits, want 8 (256 blocks: one wave of 264)", s)
+	}
+	if s := flashSplits(1, 8, 3, 132); s != 3 {
+		t.Errorf("8 heads over 3 key tiles: %d splits, want 3", s)
+	}
+	if s := flashSplits(48, 32, 48, 132); s != 1 {
+		t.Errorf("prefill: %d splits, want 1", s)
+	}
+	if n := flashTiles(11520, []int{0, 720, 1440}); n != 24 {
+		t.Errorf("tiles of two segments of 720: %d, want 24", n)
+	}
+	if n := flashTiles(3030, nil); n != 48 {
+		t.Errorf("tiles of 3030 rows: %d, want 48", n)
+	}
+}

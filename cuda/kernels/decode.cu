@@ -1,0 +1,204 @@
+// decode.cu: attention for a few queries over a long KV cache (decoding),
+// split over the keys (flash decoding) so that 8 KV heads × 1 query still
+// fill every SM, and the merge of split results (also used by flash.cu).
+// Float32 throughout: decoding moves bytes, not FLOPs.
+//
+// vla_attn_decode: grid (split, kv head, query). A block takes 32 keys
+// [32·split, ...) of one KV head for one query row and all G =
+// heads/kvheads query heads that read that KV head (GQA: the cache is read
+// once for the group). Each of its 4 warps loads the K and V rows of 8
+// keys at once (lane l holds dims 4l..4l+3: 16 float4 loads in flight, one
+// memory round trip per block), scores them against the G query heads,
+// and after a softmax over the block's 32 keys adds its share of P·V; the
+// warps' sums meet in shared memory. The block writes its unnormalized O
+// and its maximum (base 2) and sum; vla_attn_combine merges the splits.
+// Visibility is that of vla_attention (attention.cu). hd <= 128,
+// hd % 4 == 0, G <= 8 (checked in Go).
+
+#define VLA_DEC_THREADS 128
+#define VLA_DEC_WARPS (VLA_DEC_THREADS / 32)
+#define VLA_DEC_MAX_G 8
+#define VLA_DEC_KEYS 8                               // keys per warp
+#define VLA_DEC_CHUNK (VLA_DEC_WARPS * VLA_DEC_KEYS) // keys per block: 32, one per lane in the softmax
+
+extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)
+    vla_attn_decode(float *__restrict__ part_o, float *__restrict__ part_ml, const float *__restrict__ q,
+                    const float *__restrict__ k, const float *__restrict__ v, int heads, int kvheads, int hd, int tq,
+                    int nkv, float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs) {
+	__shared__ float s[VLA_DEC_MAX_G][VLA_DEC_CHUNK];                        // scores, then weights
+	__shared__ __align__(16) float red[VLA_DEC_WARPS][VLA_DEC_MAX_G][128]; // the warps' partial P·V
+	__shared__ float ms[VLA_DEC_MAX_G], ls[VLA_DEC_MAX_G];
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int split = blockIdx.x, kvh = blockIdx.y, i = blockIdx.z;
+	const int G = heads / kvheads;
+	const u64 qstride = (u64)heads * hd, kstride = (u64)kvheads * hd;
+
+	int lo = 0, hi = nkv;
+	if (segs.n > 1) {
+		int a = 0, z = segs.n - 1; // find a with b[a] <= i < b[a+1]
+		while (z - a > 1) {
+			const int m = (a + z) / 2;
+			if (segs.b[m] <= i) a = m;
+			else z = m;
+		}
+		lo = segs.b[a];
+		hi = segs.b[a + 1];
+	}
+	if (causal) hi = min(hi, qpos0 + i + 1);
+	const bool hasmask = mask_to > mask_from;
+	const bool dl = lane * 4 < hd; // this lane holds dims 4·lane..4·lane+3
+	float4 zero4;
+	zero4.x = zero4.y = zero4.z = zero4.w = 0.0f;
+
+	// All of this warp's loads first: its 8 keys' K and V rows, then q.
+	const int jw = split * VLA_DEC_CHUNK + warp * VLA_DEC_KEYS;
+	const float *kb = k + (u64)kvh * hd + lane * 4, *vb = v + (u64)kvh * hd + lane * 4;
+	float4 kv[VLA_DEC_KEYS], vv[VLA_DEC_KEYS];
+	bool vis[VLA_DEC_KEYS];
+#pragma unroll
+	for (int u = 0; u < VLA_DEC_KEYS; u++) {
+		const int j = jw + u;
+		vis[u] = j < nkv && j >= lo && j < hi && !(hasmask && j >= mask_from && j < mask_to);
+		kv[u] = (vis[u] && dl) ? *(const float4 *)(kb + (u64)j * kstride) : zero4;
+		vv[u] = (vis[u] && dl) ? *(const float4 *)(vb + (u64)j * kstride) : zero4;
+	}
+	float4 qr[VLA_DEC_MAX_G];
+#pragma unroll
+	for (int r = 0; r < VLA_DEC_MAX_G; r++)
+		qr[r] = (r < G && dl) ? *(const float4 *)(q + (u64)i * qstride + (u64)(kvh * G + r) * hd + lane * 4) : zero4;
+
+#pragma unroll
+	for (int u = 0; u < VLA_DEC_KEYS; u++) {
+#pragma unroll
+		for (int r = 0; r < VLA_DEC_MAX_G; r++) {
+			if (r < G) {
+				float d = qr[r].x * kv[u].x + qr[r].y * kv[u].y + qr[r].z * kv[u].z + qr[r].w * kv[u].w;
+				d = vla_warp_sum(d);
+				if (lane == 0) s[r][warp * VLA_DEC_KEYS + u] = vis[u] ? d * sl2 : VLA_NEG_INF;
+			}
+		}
+	}
+	__syncthreads();
+
+	// Softmax over the block's 32 keys: one warp per query head, one key
+	// per lane.
+	for (int r = warp; r < G; r += VLA_DEC_WARPS) {
+		const float x = s[r][lane];
+		const float m = vla_warp_max(x);
+		const float p = exp2f(x - (m == VLA_NEG_INF ? 0.0f : m));
+		s[r][lane] = p;
+		const float l = vla_warp_sum(p);
+		if (lane == 0) {
+			ms[r] = m;
+			ls[r] = l;
+		}
+	}
+	__syncthreads();
+
+#pragma unroll
+	for (int r = 0; r < VLA_DEC_MAX_G; r++) {
+		if (r < G) {
+			float4 acc = zero4;
+#pragma unroll
+			for (int u = 0; u < VLA_DEC_KEYS; u++) {
+				const float p = s[r][warp * VLA_DEC_KEYS + u];
+				acc.x += p * vv[u].x;
+				acc.y += p * vv[u].y;
+				acc.z += p * vv[u].z;
+				acc.w += p * vv[u].w;
+			}
+			*(float4 *)&red[warp][r][lane * 4] = acc;
+		}
+	}
+	__syncthreads();
+	const u64 rows = (u64)tq * heads;
+	for (int e = tid; e < G * hd; e += VLA_DEC_THREADS) {
+		const int r = e / hd, d = e % hd;
+		float sum = 0.0f;
+#pragma unroll
+		for (int w = 0; w < VLA_DEC_WARPS; w++) sum += red[w][r][d];
+		part_o[((u64)split * rows + (u64)i * heads + kvh * G + r) * hd + d] = sum;
+	}
+	if (tid < G) {
+		const u64 row = (u64)split * rows + (u64)i * heads + kvh * G + tid;
+		part_ml[2 * row] = ms[tid];
+		part_ml[2 * row + 1] = ls[tid];
+	}
+}
+
+// vla_attn_combine merges nsplit partial results of rows (query, head):
+// out = Σ_z 2^(m_z - M)·o_z / Σ_z 2^(m_z - M)·l_z with M = max_z m_z; a row
+// no split saw a key of gets zeros. One block of 256 threads per row: the
+// weights first, then each warp sums every 8th split (lane l holds dims
+// 4l..4l+3, four splits' loads in flight) and the 8 warps' sums meet in
+// shared memory. out is [tq, heads*hd], part_o [nsplit][tq*heads][hd],
+// part_ml [nsplit][tq*heads][2]; hd <= 128, hd % 4 == 0, nsplit <=
+// VLA_COMB_MAX_SPLITS.
+#define VLA_COMB_THREADS 256
+#define VLA_COMB_WARPS (VLA_COMB_THREADS / 32)
+#define VLA_COMB_MAX_SPLITS 4096
+
+extern "C" __global__ void __launch_bounds__(VLA_COMB_THREADS)
+    vla_attn_combine(float *__restrict__ out, const float *__restrict__ part_o, const float *__restrict__ part_ml,
+                     int nsplit, int tq, int heads, int hd) {
+	__shared__ float w[VLA_COMB_MAX_SPLITS];
+	__shared__ __align__(16) float acc[VLA_COMB_WARPS][128];
+	__shared__ float red[VLA_COMB_WARPS];
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const u64 rows = (u64)tq * heads, row = blockIdx.x;
+
+	float m = VLA_NEG_INF;
+	for (int z = tid; z < nsplit; z += VLA_COMB_THREADS) m = fmaxf(m, part_ml[2 * (z * rows + row)]);
+	m = vla_warp_max(m);
+	if (lane == 0) red[warp] = m;
+	__syncthreads();
+	float M = VLA_NEG_INF;
+#pragma unroll
+	for (int i = 0; i < VLA_COMB_WARPS; i++) M = fmaxf(M, red[i]);
+	__syncthreads(); // red is reused below
+
+	float L = 0.0f;
+	for (int z = tid; z < nsplit; z += VLA_COMB_THREADS) {
+		const float mz = part_ml[2 * (z * rows + row)];
+		const float wz = mz == VLA_NEG_INF ? 0.0f : exp2f(mz - M);
+		w[z] = wz;
+		L += wz * part_ml[2 * (z * rows + row) + 1];
+	}
+	L = vla_warp_sum(L);
+	if (lane == 0) red[warp] = L;
+	__syncthreads(); // also publishes w
+	L = 0.0f;
+#pragma unroll
+	for (int i = 0; i < VLA_COMB_WARPS; i++) L += red[i];
+	const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+
+	const bool dl = lane * 4 < hd;
+	float4 a;
+	a.x = a.y = a.z = a.w = 0.0f;
+	for (int z0 = warp; z0 < nsplit; z0 += 4 * VLA_COMB_WARPS) {
+		float4 o[4];
+		float wz[4];
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			const int z = z0 + u * VLA_COMB_WARPS;
+			wz[u] = z < nsplit ? w[z] : 0.0f;
+			if (z < nsplit && dl) o[u] = *(const float4 *)(part_o + (z * rows + row) * hd + lane * 4);
+			else o[u].x = o[u].y = o[u].z = o[u].w = 0.0f;
+		}
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			a.x += wz[u] * o[u].x;
+			a.y += wz[u] * o[u].y;
+			a.z += wz[u] * o[u].z;
+			a.w += wz[u] * o[u].w;
+		}
+	}
+	*(float4 *)&acc[warp][lane * 4] = a;
+	__syncthreads();
+	for (int d = tid; d < hd; d += VLA_COMB_THREADS) {
+		float sum = 0.0f;
+#pragma unroll
+		for (int i = 0; i < VLA_COMB_WARPS; i++) sum += acc[i][d];
+		out[row * hd + d] = sum * inv;
+	}
+}

@@ -1,0 +1,381 @@
+// flash.cu: attention on the tensor cores (flash attention 2). A block of
+// 4 warps takes 64 query rows of one head; each warp holds 16 rows of Q as
+// bf16 fragments in registers and streams the visible keys in tiles of
+// 64, as bf16 in shared memory: either copied asynchronously (cp.async)
+// from bf16 copies of K and V that vla_kv_to_bf16 made, V of a tile during
+// its S and K of the next during its P·V (vla_flash_pipe_*), or read as
+// float and rounded through registers, then computed (vla_flash_*).
+// S = Q·Kᵀ and O += P·V run as mma.sync m16n8k16 with float accumulators,
+// and an online softmax (base 2, the scale folded in) keeps S out of
+// memory. Only Q, K, V and P are rounded to bf16; scores, the softmax and
+// O stay float32.
+//
+// Semantics are those of vla_attention (attention.cu): GQA, causal from
+// qpos0, segments, and the hidden key range [mask_from, mask_to). With
+// segments a block's 64 rows lie in one segment (the grid counts tiles
+// segment by segment). Keys past a tile's end are zero-filled, never read,
+// and masked to -inf; a row that sees no key gets zeros.
+//
+// Split mode (gridDim.z > 1): split z takes its share of the key tiles and
+// writes its unnormalized O, running maximum (base 2) and sum to part_o and
+// part_ml; vla_attn_combine (decode.cu) merges the splits. Heads ×
+// query tiles too few to fill the GPU (the action expert's 64 queries over
+// a long cache) are split this way.
+//
+// The head dim is padded with zeros to HDP (80 or 128), so Q·Kᵀ is
+// exact for any hd <= HDP with hd % 4 == 0 (float4 loads).
+
+#define VLA_FA_BQ 64
+#define VLA_FA_BK 64
+#define VLA_FA_THREADS 128
+
+// The rows and keys of one block.
+struct vla_fa_tile {
+	int q0, q1;   // query rows [q0, q1)
+	int klo, khi; // keys of their segment (all keys without segments)
+};
+
+// vla_fa_find_tile maps tile index t to its rows: tiles of 64 rows over
+// tq, or segment by segment.
+__device__ __forceinline__ vla_fa_tile vla_fa_find_tile(int t, int tq, int nkv, const vla_segments &segs) {
+	vla_fa_tile r;
+	r.q0 = t * VLA_FA_BQ;
+	r.q1 = min(r.q0 + VLA_FA_BQ, tq);
+	r.klo = 0;
+	r.khi = nkv;
+	if (segs.n > 1) {
+		for (int s = 0; s + 1 < segs.n; s++) {
+			const int lo = segs.b[s], hi = segs.b[s + 1];
+			const int cnt = (hi - lo + VLA_FA_BQ - 1) / VLA_FA_BQ;
+			if (t < cnt) {
+				r.q0 = lo + t * VLA_FA_BQ;
+				r.q1 = min(r.q0 + VLA_FA_BQ, hi);
+				r.klo = lo;
+				r.khi = hi;
+				break;
+			}
+			t -= cnt;
+		}
+	}
+	return r;
+}
+
+// vla_fa_load rounds rows [r0, r0+64) of a float matrix (row stride
+// stride, hd columns used) to bf16 into dst [64][HDP+8]; rows from r1 on
+// and columns from hd on are zeros.
+template <int HDP>
+__device__ __forceinline__ void vla_fa_load(u16 *dst, const float *__restrict__ src, u64 stride, int r0, int r1,
+                                            int hd) {
+	constexpr int C4 = HDP / 4, LD = HDP + 8;
+#pragma unroll
+	for (int e = threadIdx.x; e < VLA_FA_BK * C4; e += VLA_FA_THREADS) {
+		const int r = e / C4, c = (e % C4) * 4;
+		float4 x;
+		x.x = x.y = x.z = x.w = 0.0f;
+		if (r0 + r < r1 && c < hd) x = *(const float4 *)(src + (u64)(r0 + r) * stride + c);
+		uint2 pk;
+		pk.x = vla_pack_bf16x2(x.x, x.y);
+		pk.y = vla_pack_bf16x2(x.z, x.w);
+		*(uint2 *)(dst + r * LD + c) = pk;
+	}
+}
+
+// vla_fa_scores starts one key tile [j0, j0+64) for a warp's 16 rows: S =
+// Q·Kᵀ from the bf16 K tile in shared memory, scaled to base 2 and masked,
+// the online softmax update (O rescaled), and the weights P left in s.
+template <int HDP>
+__device__ __forceinline__ void vla_fa_scores(const u16 *ks, const u32 (&qf)[HDP / 16][4], float (&s)[VLA_FA_BK / 8][4],
+                                              float (&o)[HDP / 8][4], float (&mrow)[2], float (&lrow)[2], float sl2,
+                                              int j0, int khi, int hia, int hib, int causal, int qpos0, int q0,
+                                              int mask_from, int mask_to) {
+	constexpr int LD = HDP + 8, KS = HDP / 16, ND = HDP / 8, NT = VLA_FA_BK / 8;
+	const int lane = threadIdx.x & 31;
+	const int g = lane >> 2, t4 = lane & 3;
+	const bool hasmask = mask_to > mask_from;
+#pragma unroll
+	for (int nt = 0; nt < NT; nt++) {
+		s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+		for (int kk = 0; kk < KS; kk++) {
+			const u16 *p = ks + (nt * 8 + g) * LD + kk * 16 + t4 * 2;
+			vla_mma_bf16(s[nt], qf[kk], *(const u32 *)p, *(const u32 *)(p + 8));
+		}
+	}
+
+	// Scale to base 2, hide what the row may not see, and update the
+	// running maximum and sum.
+	const bool needmask = j0 + VLA_FA_BK > khi || (causal && j0 + VLA_FA_BK - 1 > qpos0 + q0) ||
+	                      (hasmask && j0 < mask_to && j0 + VLA_FA_BK > mask_from);
+	float mx[2] = {VLA_NEG_INF, VLA_NEG_INF};
+#pragma unroll
+	for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			float x = s[nt][e] * sl2;
+			if (needmask) {
+				const int j = j0 + nt * 8 + t4 * 2 + (e & 1);
+				if (j >= (e < 2 ? hia : hib) || (hasmask && j >= mask_from && j < mask_to)) x = VLA_NEG_INF;
+			}
+			s[nt][e] = x;
+			mx[e >> 1] = fmaxf(mx[e >> 1], x);
+		}
+	}
+	float muse[2], corr[2];
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+		mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+		const float mnew = fmaxf(mrow[r], mx[r]);
+		muse[r] = mnew == VLA_NEG_INF ? 0.0f : mnew; // a row with nothing visible yet stays at 0
+		corr[r] = exp2f(mrow[r] - muse[r]);
+		mrow[r] = mnew;
+	}
+	float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+	for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const float p = exp2f(s[nt][e] - muse[e >> 1]);
+			s[nt][e] = p;
+			rs[e >> 1] += p;
+		}
+	}
+#pragma unroll
+	for (int r = 0; r < 2; r++) lrow[r] = lrow[r] * corr[r] + rs[r];
+#pragma unroll
+	for (int nd = 0; nd < ND; nd++) {
+		o[nd][0] *= corr[0];
+		o[nd][1] *= corr[0];
+		o[nd][2] *= corr[1];
+		o[nd][3] *= corr[1];
+	}
+}
+
+// vla_fa_pv ends a key tile: O += P·V with the bf16 V tile in shared
+// memory.
+template <int HDP>
+__device__ __forceinline__ void vla_fa_pv(const u16 *vs, const float (&s)[VLA_FA_BK / 8][4], float (&o)[HDP / 8][4]) {
+	constexpr int LD = HDP + 8, ND = HDP / 8;
+	const int lane = threadIdx.x & 31;
+	// O += P·V: the S accumulators of key tiles 2kk and 2kk+1 are the A
+	// fragment of keys [16kk, 16kk+16); V comes transposed by ldmatrix.
+	const int mat = lane >> 3, r8 = lane & 7;
+#pragma unroll
+	for (int kk = 0; kk < VLA_FA_BK / 16; kk++) {
+		u32 a[4];
+		a[0] = vla_pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+		a[1] = vla_pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+		a[2] = vla_pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+		a[3] = vla_pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+		const u16 *vrow = vs + (kk * 16 + (mat & 1) * 8 + r8) * LD + (mat >> 1) * 8;
+#pragma unroll
+		for (int np = 0; np < ND / 2; np++) {
+			u32 b[4];
+			vla_ldmatrix_x4_trans(b, vrow + np * 16);
+			vla_mma_bf16(o[2 * np], a, b[0], b[1]);
+			vla_mma_bf16(o[2 * np + 1], a, b[2], b[3]);
+		}
+	}
+}
+
+// vla_fa_issue starts the asynchronous copy of rows [j0, j0+64) of one KV
+// head's bf16 rows src [nkv][HDP] into dst [64][HDP+8]; rows from khi on
+// are zero-filled, not read. Commit and wait with vla_cp_async_*.
+template <int HDP> __device__ __forceinline__ void vla_fa_issue(u16 *dst, const u16 *__restrict__ src, int j0, int khi) {
+	constexpr int C8 = HDP / 8, LD = HDP + 8;
+#pragma unroll
+	for (int e = threadIdx.x; e < VLA_FA_BK * C8; e += VLA_FA_THREADS) {
+		const int r = e / C8, c = (e % C8) * 8;
+		const bool ok = j0 + r < khi;
+		vla_cp_async16(dst + r * LD + c, src + (u64)(ok ? j0 + r : 0) * HDP + c, ok);
+	}
+}
+
+// vla_flash is the kernel body. PIPE = false: k and v are the float K and
+// V, each tile rounded to bf16 through registers, then computed (load and
+// compute in turn). PIPE = true: k and v are bf16 copies [kvheads][nkv][HDP]
+// made by vla_kv_to_bf16, and tiles arrive by cp.async while the previous
+// step computes: V of tile t during S of tile t, K of tile t+1 during P·V
+// of tile t.
+template <int HDP, bool PIPE>
+__device__ __forceinline__ void vla_flash(float *__restrict__ out, float *__restrict__ part_o,
+                                          float *__restrict__ part_ml, const float *__restrict__ q,
+                                          const void *__restrict__ kp, const void *__restrict__ vp, int heads,
+                                          int kvheads, int hd, int tq, int nkv, float sl2, int causal, int qpos0,
+                                          int mask_from, int mask_to, const vla_segments &segs) {
+	constexpr int LD = HDP + 8; // shared row stride in bf16: conflict-free fragment loads
+	constexpr int KS = HDP / 16; // k-steps of Q·Kᵀ
+	constexpr int ND = HDP / 8;  // n-tiles of O
+	constexpr int NT = VLA_FA_BK / 8;
+	__shared__ __align__(16) u16 ks[VLA_FA_BK * LD];
+	__shared__ __align__(16) u16 vs[VLA_FA_BK * LD];
+
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int g = lane >> 2, t4 = lane & 3;
+	const int h = blockIdx.y, kvh = h / (heads / kvheads);
+	const int nsplit = gridDim.z, split = blockIdx.z;
+	const int tile = causal ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x; // the longest rows first
+	const vla_fa_tile T = vla_fa_find_tile(tile, tq, nkv, segs);
+	const u64 qstride = (u64)heads * hd, kstride = (u64)kvheads * hd;
+	const int khi = causal ? min(T.khi, qpos0 + T.q1) : T.khi;
+	const int ntiles = khi > T.klo ? (khi - T.klo + VLA_FA_BK - 1) / VLA_FA_BK : 0;
+	const int tt0 = (int)((long long)ntiles * split / nsplit), tt1 = (int)((long long)ntiles * (split + 1) / nsplit);
+	const bool hasmask = mask_to > mask_from;
+
+	const u16 *kb = (const u16 *)kp + (u64)kvh * nkv * HDP, *vb = (const u16 *)vp + (u64)kvh * nkv * HDP;
+	// tile t is not hidden by the mask as a whole (the same for every thread)
+	auto live = [&](int t) {
+		const int j0 = T.klo + t * VLA_FA_BK;
+		return !(hasmask && j0 >= mask_from && j0 + VLA_FA_BK <= mask_to);
+	};
+	int tt = tt0;
+	if (PIPE) {
+		while (tt < tt1 && !live(tt)) tt++;
+		if (tt < tt1) vla_fa_issue<HDP>(ks, kb, T.klo + tt * VLA_FA_BK, khi); // the first K tile, during Q's load
+		vla_cp_async_commit();
+	}
+
+	// Q: staged through vs, then held as A fragments.
+	u16 *qs = vs;
+	vla_fa_load<HDP>(qs, q + (u64)h * hd, qstride, T.q0, T.q1, hd);
+	__syncthreads();
+	const int ra = warp * 16 + g; // this thread's rows of the tile: ra and ra+8
+	u32 qf[KS][4];
+#pragma unroll
+	for (int kk = 0; kk < KS; kk++) {
+		const u16 *p = qs + ra * LD + kk * 16 + t4 * 2;
+		qf[kk][0] = *(const u32 *)p;
+		qf[kk][1] = *(const u32 *)(p + 8 * LD);
+		qf[kk][2] = *(const u32 *)(p + 8);
+		qf[kk][3] = *(const u32 *)(p + 8 * LD + 8);
+	}
+	__syncthreads();
+
+	const int ia = T.q0 + ra, ib = ia + 8; // query rows
+	const int hia = causal ? min(khi, qpos0 + ia + 1) : khi;
+	const int hib = causal ? min(khi, qpos0 + ib + 1) : khi;
+	float o[ND][4];
+#pragma unroll
+	for (int nd = 0; nd < ND; nd++) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
+	float mrow[2] = {VLA_NEG_INF, VLA_NEG_INF}, lrow[2] = {0.0f, 0.0f};
+
+	if (!PIPE) {
+		const float *k = (const float *)kp + (u64)kvh * hd, *v = (const float *)vp + (u64)kvh * hd;
+		for (; tt < tt1; tt++) {
+			if (!live(tt)) continue;
+			const int j0 = T.klo + tt * VLA_FA_BK;
+			vla_fa_load<HDP>(ks, k, kstride, j0, khi, hd);
+			vla_fa_load<HDP>(vs, v, kstride, j0, khi, hd);
+			__syncthreads();
+			float p[VLA_FA_BK / 8][4];
+			vla_fa_scores<HDP>(ks, qf, p, o, mrow, lrow, sl2, j0, khi, hia, hib, causal, qpos0, T.q0, mask_from,
+			                   mask_to);
+			vla_fa_pv<HDP>(vs, p, o);
+			__syncthreads(); // before the next tile overwrites ks and vs
+		}
+	} else {
+		while (tt < tt1) {
+			int nxt = tt + 1;
+			while (nxt < tt1 && !live(nxt)) nxt++;
+			const int j0 = T.klo + tt * VLA_FA_BK;
+			vla_cp_async_wait_all();
+			__syncthreads(); // K(tt) is in; every warp is done with vs (Q, or V of the last tile)
+			vla_fa_issue<HDP>(vs, vb, j0, khi);
+			vla_cp_async_commit();
+			float p[VLA_FA_BK / 8][4];
+			vla_fa_scores<HDP>(ks, qf, p, o, mrow, lrow, sl2, j0, khi, hia, hib, causal, qpos0, T.q0, mask_from,
+			                   mask_to);
+			vla_cp_async_wait_all();
+			__syncthreads(); // V(tt) is in; every warp is done with ks
+			if (nxt < tt1) vla_fa_issue<HDP>(ks, kb, T.klo + nxt * VLA_FA_BK, khi);
+			vla_cp_async_commit();
+			vla_fa_pv<HDP>(vs, p, o);
+			tt = nxt;
+		}
+	}
+
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 1);
+		lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 2);
+	}
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		const int i = r == 0 ? ia : ib;
+		if (i >= T.q1) continue;
+		if (nsplit == 1) {
+			const float inv = lrow[r] > 0.0f ? 1.0f / lrow[r] : 0.0f;
+			float *orow = out + (u64)i * qstride + (u64)h * hd;
+#pragma unroll
+			for (int nd = 0; nd < ND; nd++) {
+				const int c = nd * 8 + t4 * 2;
+				if (c < hd) {
+					float2 w;
+					w.x = o[nd][2 * r] * inv;
+					w.y = o[nd][2 * r + 1] * inv;
+					*(float2 *)(orow + c) = w;
+				}
+			}
+		} else {
+			const u64 row = ((u64)split * tq + i) * heads + h;
+			float *orow = part_o + row * hd;
+#pragma unroll
+			for (int nd = 0; nd < ND; nd++) {
+				const int c = nd * 8 + t4 * 2;
+				if (c < hd) {
+					float2 w;
+					w.x = o[nd][2 * r];
+					w.y = o[nd][2 * r + 1];
+					*(float2 *)(orow + c) = w;
+				}
+			}
+			if (t4 == 0) {
+				part_ml[2 * row] = mrow[r];
+				part_ml[2 * row + 1] = lrow[r];
+			}
+		}
+	}
+}
+
+#define VLA_FLASH_KERNEL(name, HDP, PIPE)                                                                            \
+	extern "C" __global__ void __launch_bounds__(VLA_FA_THREADS)                                                    \
+	    name(float *__restrict__ out, float *__restrict__ part_o, float *__restrict__ part_ml,                      \
+	         const float *__restrict__ q, const void *__restrict__ k, const void *__restrict__ v, int heads,          \
+	         int kvheads, int hd, int tq, int nkv, float sl2, int causal, int qpos0, int mask_from, int mask_to,      \
+	         vla_segments segs) {                                                                                    \
+		vla_flash<HDP, PIPE>(out, part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0,        \
+		                     mask_from, mask_to, segs);                                                              \
+	}
+
+VLA_FLASH_KERNEL(vla_flash_80, 80, false)
+VLA_FLASH_KERNEL(vla_flash_128, 128, false)
+VLA_FLASH_KERNEL(vla_flash_pipe_80, 80, true)
+VLA_FLASH_KERNEL(vla_flash_pipe_128, 128, true)
+
+// vla_kv_to_bf16 rounds K and V [nkv][kvheads*hd] (float) to bf16 copies
+// kb, vb [kvheads][nkv][HDP], zero-padded from hd to HDP: the layout the
+// pipelined flash kernels copy tiles from, 16 bytes at a time. hd % 4 == 0.
+extern "C" __global__ void vla_kv_to_bf16(uint4 *__restrict__ kb, uint4 *__restrict__ vb, const float *__restrict__ k,
+                                          const float *__restrict__ v, int kvheads, int hd, int hdp, int nkv) {
+	const int c8 = hdp / 8;
+	const u64 per = (u64)kvheads * nkv * c8; // chunks of 8 per tensor
+	const u64 kstride = (u64)kvheads * hd;
+	VLA_FOR(e, 2 * per) {
+		const bool isv = e >= per;
+		const u64 f = isv ? e - per : e;
+		const int c = (int)(f % c8) * 8;
+		const u64 hj = f / c8; // kvh * nkv + j
+		const int j = (int)(hj % nkv), kvh = (int)(hj / nkv);
+		const float *src = (isv ? v : k) + (u64)j * kstride + (u64)kvh * hd + c;
+		float4 a, b;
+		a.x = a.y = a.z = a.w = b.x = b.y = b.z = b.w = 0.0f;
+		if (c < hd) a = *(const float4 *)src;
+		if (c + 4 < hd) b = *(const float4 *)(src + 4);
+		uint4 o;
+		o.x = vla_pack_bf16x2(a.x, a.y);
+		o.y = vla_pack_bf16x2(a.z, a.w);
+		o.z = vla_pack_bf16x2(b.x, b.y);
+		o.w = vla_pack_bf16x2(b.z, b.w);
+		(isv ? vb : kb)[f] = o;
+	}
+}

@@ -1,0 +1,115 @@
+// gemv.cu: y[M,N] = x[M,K] · w[N,K]ᵀ (+ bias) for one row of x (decode)
+// and a bf16 or f16 weight: one pass over the weight at memory speed, with
+// no conversion kernel and no cuBLAS call. (The template takes M rows; on
+// the H200, M = 4 ran at half cuBLAS's speed, so only M = 1 is built.) x is float and is
+// rounded to the weight's type as it is read, exactly as the GEMM path
+// rounds it, so every product is exact in float and only the order of the
+// float32 sums differs from cuBLAS.
+//
+// One warp per output column n: each lane streams 16-byte chunks (8
+// weights) of row n of w, eight chunks in flight, and multiplies them with
+// the matching 8 values of each row of x (read through the caches: x is
+// small and every warp reads it). K must be a multiple of 8 and w and x
+// 16-byte aligned (checked in Go).
+
+#define VLA_GEMV_THREADS 256
+#define VLA_GEMV_UNROLL 8
+
+// vla_ld_stream reads 16 bytes of a weight that is read once: through the
+// non-coherent path, not kept in L1. volatile keeps the loads of a batch
+// issued together, ahead of the arithmetic that uses them.
+__device__ __forceinline__ uint4 vla_ld_stream(const uint4 *p) {
+	uint4 r;
+	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+	             : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+	             : "l"(p));
+	return r;
+}
+
+// vla_unpack8 widens 8 packed 16-bit weights to float.
+template <bool F16> __device__ __forceinline__ void vla_unpack8(uint4 c, float *f) {
+	const u32 w[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		if (F16) {
+			f[2 * i] = vla_f16_to_f32((u16)(w[i] & 0xffffu));
+			f[2 * i + 1] = vla_f16_to_f32((u16)(w[i] >> 16));
+		} else {
+			f[2 * i] = __uint_as_float(w[i] << 16);
+			f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+		}
+	}
+}
+
+// vla_round8 reads 8 floats of x and rounds them to the weight's type.
+template <bool F16> __device__ __forceinline__ void vla_round8(const float *__restrict__ x, float *f) {
+	const float4 a = ((const float4 *)x)[0], b = ((const float4 *)x)[1];
+	const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		if (F16) {
+			const u32 p = vla_pack_f16x2(v[2 * i], v[2 * i + 1]);
+			f[2 * i] = vla_f16_to_f32((u16)(p & 0xffffu));
+			f[2 * i + 1] = vla_f16_to_f32((u16)(p >> 16));
+		} else {
+			const u32 p = vla_pack_bf16x2(v[2 * i], v[2 * i + 1]);
+			f[2 * i] = __uint_as_float(p << 16);
+			f[2 * i + 1] = __uint_as_float(p & 0xffff0000u);
+		}
+	}
+}
+
+// vla_gemv_chunk adds the products of one 16-byte weight chunk (index c
+// of the row) to acc.
+template <int M, bool F16>
+__device__ __forceinline__ void vla_gemv_chunk(uint4 wc, const float *__restrict__ x, int K, int c, float *acc) {
+	float wf[8];
+	vla_unpack8<F16>(wc, wf);
+#pragma unroll
+	for (int m = 0; m < M; m++) {
+		float xf[8];
+		vla_round8<F16>(x + (u64)m * K + 8 * c, xf);
+#pragma unroll
+		for (int i = 0; i < 8; i++) acc[m] = fmaf(wf[i], xf[i], acc[m]);
+	}
+}
+
+template <int M, bool F16>
+__device__ __forceinline__ void vla_gemv(float *__restrict__ y, const float *__restrict__ x,
+                                         const uint4 *__restrict__ w, const void *__restrict__ bias, int bdt, int N,
+                                         int K) {
+	const int lane = threadIdx.x & 31;
+	const int n = blockIdx.x * (VLA_GEMV_THREADS / 32) + (threadIdx.x >> 5);
+	if (n >= N) return;
+	const int kc = K >> 3;
+	const uint4 *__restrict__ wr = w + (u64)n * kc;
+	float acc[M];
+#pragma unroll
+	for (int m = 0; m < M; m++) acc[m] = 0.0f;
+	int c = lane;
+	for (; c + 32 * (VLA_GEMV_UNROLL - 1) < kc; c += 32 * VLA_GEMV_UNROLL) {
+		uint4 wc[VLA_GEMV_UNROLL];
+#pragma unroll
+		for (int u = 0; u < VLA_GEMV_UNROLL; u++) wc[u] = vla_ld_stream(wr + c + 32 * u);
+#pragma unroll
+		for (int u = 0; u < VLA_GEMV_UNROLL; u++) vla_gemv_chunk<M, F16>(wc[u], x, K, c + 32 * u, acc);
+	}
+	for (; c < kc; c += 32) vla_gemv_chunk<M, F16>(vla_ld_stream(wr + c), x, K, c, acc);
+#pragma unroll
+	for (int m = 0; m < M; m++) acc[m] = vla_warp_sum(acc[m]);
+	if (lane == 0) {
+		const float b = bias != 0 ? vla_load(bias, bdt, n) : 0.0f;
+#pragma unroll
+		for (int m = 0; m < M; m++) y[(u64)m * N + n] = bias != 0 ? acc[m] + b : acc[m];
+	}
+}
+
+#define VLA_GEMV_KERNEL(name, M, F16)                                                                              \
+	extern "C" __global__ void __launch_bounds__(VLA_GEMV_THREADS)                                                 \
+	    name(float *__restrict__ y, const float *__restrict__ x, const uint4 *__restrict__ w,                    \
+	         const void *__restrict__ bias, int bdt, int N, int K) {                                               \
+		vla_gemv<M, F16>(y, x, w, bias, bdt, N, K);                                                                 \
+	}
+
+VLA_GEMV_KERNEL(vla_gemv_bf16_1, 1, false)
+VLA_GEMV_KERNEL(vla_gemv_f16_1, 1, true)
