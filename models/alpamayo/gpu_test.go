@@ -1,0 +1,122 @@
+package alpamayo_test
+
+import (
+	"context"
+	"math"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"vlanode/backend"
+	"vlanode/cpu"
+	"vlanode/cuda"
+	"vlanode/models/alpamayo"
+	"vlanode/models/qwen3vl"
+)
+
+func openCUDA(tb testing.TB) backend.Backend {
+	tb.Helper()
+	if err := cuda.Available(); err != nil {
+		tb.Skipf("SKIPPED: no CUDA driver/GPU on this machine: %v", err)
+	}
+	be, err := cuda.New()
+	require.NoError(tb, err)
+	tb.Cleanup(func() { be.Close() })
+	return be
+}
+
+// TestCUDAVisionMatchesCPU encodes the same images on both backends. The
+// cuda backend rounds matmul and attention inputs to bf16, so the merged
+// visual tokens agree within a fraction of their largest magnitude (2%, as
+// the Qwen3 logits do: see models/qwen3/gpu_test.go).
+func TestCUDAVisionMatchesCPU(t *testing.T) {
+	gpu := openCUDA(t)
+	host, err := cpu.New()
+	require.NoError(t, err)
+	defer host.Close()
+	req := request(5)
+	encode := func(be backend.Backend) []float32 {
+		m, err := alpamayo.Load(be, tinyCheckpoint(t), alpamayo.LoadOptions{})
+		require.NoError(t, err)
+		defer m.Close()
+		f, err := m.VLM.Vision.Encode(context.Background(), &req.Images)
+		require.NoError(t, err)
+		defer f.Free(be)
+		out, err := be.Download(f.Embeds)
+		require.NoError(t, err)
+		return out
+	}
+	want, got := encode(host), encode(gpu)
+	require.Equal(t, len(want), len(got))
+	var diff, scale float64
+	for i := range want {
+		diff = math.Max(diff, math.Abs(float64(got[i]-want[i])))
+		scale = math.Max(scale, math.Abs(float64(want[i])))
+	}
+	t.Logf("visual tokens: max |cuda - cpu| = %.3g = %.2f%% of max %.3g", diff, 100*diff/scale, scale)
+	require.LessOrEqual(t, diff, 0.02*scale)
+}
+
+// TestCUDAInferTiny runs the whole pipeline on the GPU.
+func TestCUDAInferTiny(t *testing.T) {
+	gpu := openCUDA(t)
+	m, err := alpamayo.Load(gpu, tinyCheckpoint(t), alpamayo.LoadOptions{})
+	require.NoError(t, err)
+	defer m.Close()
+	req := request(3)
+	req.Greedy, req.MaxReasoningTokens = true, 8
+	res, err := m.Infer(context.Background(), req)
+	require.NoError(t, err)
+	require.Len(t, res.XYZ, 64)
+	for _, p := range res.XYZ {
+		for _, v := range p {
+			require.False(t, math.IsNaN(float64(v)) || math.IsInf(float64(v), 0))
+		}
+	}
+	t.Logf("cuda: %d reasoning tokens, last waypoint %v, timing %+v", len(res.ReasoningIDs), res.XYZ[63], res.Timing)
+}
+
+// BenchmarkStandardWorkload runs DESIGN.md's standard workload (16 images
+// of 720 patches, 21 reasoning tokens, 10 Euler steps) on the checkpoint in
+// $VLANODE_BENCH_MODEL (e.g. `vlanode synth --arch alpamayo-r1-10b`),
+// fully resident on the GPU, and reports each stage in ms.
+func BenchmarkStandardWorkload(b *testing.B) {
+	dir := os.Getenv("VLANODE_BENCH_MODEL")
+	if dir == "" {
+		b.Skip("SKIPPED: set VLANODE_BENCH_MODEL to an alpamayo-r1-10b checkpoint")
+	}
+	gpu := openCUDA(b)
+	start := time.Now()
+	m, err := alpamayo.Load(gpu, dir, alpamayo.LoadOptions{})
+	require.NoError(b, err)
+	defer m.Close()
+	b.Logf("loaded %s in %v", dir, time.Since(start))
+	req := request(1)
+	req.Images = qwen3vl.Images{}
+	for range 16 { // 1920×1080 → 576×320: a 1×20×36 grid, 720 patches
+		req.Images.Grids = append(req.Images.Grids, qwen3vl.Grid{T: 1, H: 20, W: 36})
+	}
+	req.Images.Pixels = make([]float32, 16*720*1536)
+	for i := range req.Images.Pixels {
+		req.Images.Pixels[i] = float32(i%255)/127.5 - 1
+	}
+	req.Greedy, req.MaxReasoningTokens = true, 21
+	var last *alpamayo.Result
+	for i := 0; i < b.N+1; i++ { // the first run warms up (kernel compile, cuBLAS)
+		if i == 1 {
+			b.ResetTimer()
+		}
+		res, err := m.Infer(context.Background(), req)
+		require.NoError(b, err)
+		last = res
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	b.ReportMetric(ms(last.Timing.Vision), "vision-ms")
+	b.ReportMetric(ms(last.Timing.Prefill), "prefill-ms")
+	b.ReportMetric(ms(last.Timing.Decode), "decode-ms")
+	b.ReportMetric(ms(last.Timing.Diffusion), "diffusion-ms")
+	b.ReportMetric(ms(last.Timing.Total), "total-ms")
+	b.Logf("prompt %d tokens, %d reasoning tokens, cached %d", last.PromptTokens, len(last.ReasoningIDs), last.CachedTokens)
+}
