@@ -9,7 +9,7 @@ DEMO      := $(REFERENCE)/qwen3-mha-untied
 
 export CGO_ENABLED := 1
 
-.PHONY: all deps build test vet fmt-check run bench clean
+.PHONY: all deps build test vet fmt-check run check-reference bench gpu-test clean
 
 all: build
 
@@ -34,21 +34,28 @@ fmt-check:
 test: deps fmt-check vet
 	$(GO) test $(GOFLAGS) -count=1 ./...
 
-# run: the most useful end-to-end job there is so far — greedy generation
-# on a small Qwen3 checkpoint with random weights (made by Hugging Face
-# transformers, see scripts/reference), checked against transformers' own
-# greedy tokens and logits.
+# run: the main job on one machine — an embedded NATS server, the node
+# serving the tiny synthetic Alpamayo-R1 on the CPU backend, and a replay of
+# a synthetic driving clip into it, printing each plan (scripts/run-demo.sh).
+# The checkpoint and the clip are generated once under .cache/.
+TINY := .cache/alpamayo-r1-tiny
+CLIP := .cache/clip
 run: build
-	@echo "== greedy generation on $(DEMO) (CPU backend)"
+	@[ -f $(TINY)/model.safetensors ] || $(BIN) synth --arch alpamayo-r1-tiny --out $(TINY) --force
+	@[ -f $(CLIP)/ego.csv ] || $(BIN) clip --out $(CLIP)
+	@BIN=$(BIN) MODEL=$(TINY) CLIP=$(CLIP) bash scripts/run-demo.sh
+
+# check-reference: the Qwen3 model against transformers' outputs, through
+# the command line (what `make run` did before the node existed).
+check-reference: build
 	$(BIN) generate --model $(DEMO) --inputs $(DEMO)/inputs.safetensors --max-new-tokens 12 --expect $(DEMO)/expected.safetensors
-	@echo "== logits for every prompt position, against transformers"
 	$(BIN) eval --model $(DEMO) --inputs $(DEMO)/inputs.safetensors --out /tmp/vlanode-demo-logits.safetensors --expect $(DEMO)/expected.safetensors
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 2x ./cpu
 
 clean:
-	rm -rf bin
+	rm -rf bin .cache .gpu
 
 # gpu-test builds the GPU test binaries (without OpenCV: tag nogocv) into
 # .gpu/ and runs them. On the GPU machine the same binaries run against the

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sort"
+	"slices"
 )
 
 // Greedy returns the index of the largest logit; ties go to the lowest
@@ -78,7 +78,17 @@ func (s *Sampler) Next(logits []float32) (int, error) {
 		cands = append(cands, cand{i, p})
 		sum += p
 	}
-	sort.SliceStable(cands, func(a, b int) bool { return cands[a].p > cands[b].p })
+	// Most probable first; equal probabilities in id order, so draws are
+	// reproducible.
+	slices.SortFunc(cands, func(a, b cand) int {
+		switch {
+		case a.p > b.p:
+			return -1
+		case a.p < b.p:
+			return 1
+		}
+		return a.id - b.id
+	})
 	// Keep the smallest prefix whose mass reaches top_p (always the first).
 	var acc float64
 	keep := len(cands)

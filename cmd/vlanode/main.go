@@ -25,6 +25,7 @@ func commands() map[string]command {
 		"eval":     {"compute logits for input_ids (and images) from a safetensors file", runEval},
 		"generate": {"greedy-decode a continuation of input_ids", runGenerate},
 		"infer":    {"run a VLA model on camera images: trajectory and reasoning", runInfer},
+		"clip":     {"write a synthetic driving clip (camera folders + ego.csv) for replay", runClip},
 		"serve":    {"serve plans over NATS (an embedded NATS server unless --nats-url)", serveCommand(alpamayoSpec())},
 		"replay":   {"play a recorded clip into a node and summarize its answers", runReplay},
 		"record":   {"store a node's frames, requests and plans in a JetStream stream", runRecord},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"vlanode/msgs"
 	"vlanode/node"
 	"vlanode/node/replay"
 )
@@ -41,6 +42,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	inflight := fs.Int("max-inflight", 16, "real time: requests awaiting answers at once")
 	discoverWait := fs.Duration("discover-timeout", 5*time.Second, "how long to wait for the node to describe its model")
 	noProgress := fs.Bool("no-progress", false, "do not draw a progress bar")
+	maxTokens := fs.Int("max-reasoning-tokens", 0, "max_reasoning_tokens of every request (0: as recorded, or the model's default)")
+	printPlans := fs.Bool("print-plans", false, "print each plan as it arrives: trajectory, reasoning, latency per stage")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: vlanode replay --node NAME [flags] SOURCE\n\nSOURCE: a clip folder (<camera>/<stamp_ns>.jpg|png, ego.csv; see docs/node.md) or jetstream:STREAM (made by vlanode record).\n\nflags:")
 		fs.PrintDefaults()
@@ -52,8 +55,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	switch {
 	case *name == "":
 		return usagef("--node is required")
-	case *speed <= 0 || *every < 1 || *inflight < 1 || *deadline < 0:
-		return usagef("--speed must be positive, --every and --max-inflight at least 1, --deadline-ms not negative")
+	case *speed <= 0 || *every < 1 || *inflight < 1 || *deadline < 0 || *maxTokens < 0:
+		return usagef("--speed must be positive, --every and --max-inflight at least 1, --deadline-ms and --max-reasoning-tokens not negative")
 	}
 	if nf.url == "" {
 		nf.url = "nats://127.0.0.1:4222"
@@ -97,6 +100,10 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg := replay.Config{
 		Node: *name, Info: peer.Info, Explicit: *explicit, Fast: *fast, Speed: *speed,
 		DeadlineMs: *deadline, Timeout: *timeout, Prompt: *prompt, KeepStamps: *keep, MaxInflight: *inflight,
+		MaxReasoningTokens: *maxTokens,
+	}
+	if *printPlans {
+		cfg.OnPlan = func(p *msgs.Plan, rtt time.Duration) { printReplayPlan(stdout, p, rtt) }
 	}
 	if *subject == "any" {
 		cfg.Subject = node.AnyInferSubject
@@ -155,4 +162,22 @@ func checkSource(source string) error {
 		return fmt.Errorf("%s: video files are not supported yet: decoding video needs the vision package's reader, which this binary does not have; extract the frames into a clip folder (docs/node.md) or replay a stream recorded with vlanode record", source)
 	}
 	return fmt.Errorf("%s: not a clip folder, jetstream:STREAM or video file", source)
+}
+
+// printReplayPlan prints one plan in a few lines: where the trajectory
+// goes, the reasoning, and the time of each stage.
+func printReplayPlan(w io.Writer, p *msgs.Plan, rtt time.Duration) {
+	var end [3]float64
+	if n := len(p.Trajectory.XYZ); n > 0 {
+		end = p.Trajectory.XYZ[n-1]
+	}
+	horizon := p.Trajectory.DT * float64(len(p.Trajectory.XYZ))
+	reasoning := p.Reasoning
+	if r := []rune(reasoning); len(r) > 60 {
+		reasoning = string(r[:60]) + "…"
+	}
+	t := p.TimingMs
+	fmt.Fprintf(w, "\rplan %s from %s: in %.1f s to x=%.1f m, y=%.1f m | reasoning %q\n", p.ID, p.Node, horizon, end[0], end[1], reasoning)
+	fmt.Fprintf(w, "  ms: preprocess %.0f, vision %.0f, prefill %.0f, decode %.0f, diffusion %.0f, total %.0f (round trip %.0f)\n",
+		t.Preprocess, t.Vision, t.Prefill, t.Decode, t.Diffusion, t.Total, float64(rtt)/float64(time.Millisecond))
 }

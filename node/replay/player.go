@@ -29,15 +29,22 @@ type Config struct {
 	// Fast sends the next event as soon as the previous request is
 	// answered; otherwise the clip's timing is kept (scaled by Speed) and
 	// requests do not wait for each other's answers.
-	Fast        bool
-	Speed       float64       // real-time factor; 0 means 1
-	DeadlineMs  int           // each request's deadline_ms; 0: none
-	Timeout     time.Duration // how long to wait for an answer; 0 means 10 s
-	Prompt      string        // replaces the requests' prompt when not empty
-	KeepStamps  bool          // publish the recorded stamps; otherwise shift them to now
-	MaxInflight int           // real time: requests awaiting answers at once; 0 means 16
+	Fast       bool
+	Speed      float64       // real-time factor; 0 means 1
+	DeadlineMs int           // each request's deadline_ms; 0: none
+	Timeout    time.Duration // how long to wait for an answer; 0 means 10 s
+	Prompt     string        // replaces the requests' prompt when not empty
+	// MaxReasoningTokens replaces the requests' max_reasoning_tokens when
+	// positive.
+	MaxReasoningTokens int
+	KeepStamps         bool // publish the recorded stamps; otherwise shift them to now
+	MaxInflight        int  // real time: requests awaiting answers at once; 0 means 16
 
 	Progress io.Writer // a progress bar is drawn here; nil: none
+	// OnPlan, when set, is called with every plan received and its round
+	// trip, from the goroutine that received it (serialized with the
+	// summary's updates).
+	OnPlan func(plan *msgs.Plan, rtt time.Duration)
 }
 
 // Client-side outcomes of a request, counted in Summary.Errors beside the
@@ -210,6 +217,9 @@ func (p *player) request(ctx context.Context, clip *msgs.InferRequest) {
 		e.StampNs = p.shift(e.StampNs)
 		req.EgoHistory[i] = e
 	}
+	if p.cfg.MaxReasoningTokens > 0 {
+		req.MaxReasoningTokens = p.cfg.MaxReasoningTokens
+	}
 	if p.cfg.Prompt != "" {
 		req.Prompt = p.cfg.Prompt
 	}
@@ -284,6 +294,9 @@ func (p *player) send(ctx context.Context, id string, data []byte) {
 			s.note(fmt.Sprintf("%s: %s: %s", id, e.Err.Code, e.Err.Message))
 		default:
 			s.addPlan(plan, rtt)
+			if p.cfg.OnPlan != nil {
+				p.cfg.OnPlan(plan, rtt)
+			}
 		}
 	})
 }
