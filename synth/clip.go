@@ -118,7 +118,7 @@ func renderRoad(o ClipOptions, ci int, t float64) *image.RGBA {
 				c = color.RGBA{v / 2, v * 3 / 4, v, 255}
 			} else {
 				depth := float64(y-horizon) / float64(h-horizon) // 0 at the horizon, 1 at the bottom
-				z := 1 / (depth + 0.02)                            // distance ahead, arbitrary units
+				z := 1 / (depth + 0.02)                          // distance ahead, arbitrary units
 				center := float64(w)/2 - look*float64(w) - bend*z*z*float64(w)/400
 				half := depth * float64(w) * 0.45 * zoom
 				dx := float64(x) - center
