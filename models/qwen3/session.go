@@ -15,6 +15,9 @@ type Session struct {
 	kc, vc []backend.Tensor // per layer [capacity, kvHeads*headDim]
 	len    int
 	cap    int
+	// step is the scratch of single-token calls, kept across decode steps
+	// so that a step allocates and frees no device memory.
+	step *Scratch
 }
 
 // LayerHook runs after decoder layer i with the residual stream x
@@ -70,6 +73,10 @@ func (s *Session) Truncate(n int) error {
 
 // Close frees the KV cache.
 func (s *Session) Close() {
+	if s.step != nil {
+		s.step.Free(s.m.be)
+		s.step = nil
+	}
 	for i := range s.kc {
 		s.m.be.Free(s.kc[i])
 		s.m.be.Free(s.vc[i])
@@ -122,11 +129,13 @@ func (s *Session) ForwardEmbedded(ctx context.Context, x backend.Tensor, cos, si
 	if s.len+T > s.cap {
 		return fmt.Errorf("qwen3: %d tokens after %d do not fit the session's %d: %w", T, s.len, s.cap, models.ErrBadInput)
 	}
-	sc, err := NewScratch(m.be, m.Config, T)
+	sc, err := s.scratch(T)
 	if err != nil {
 		return err
 	}
-	defer sc.Free(m.be)
+	if sc != s.step {
+		defer sc.Free(m.be)
+	}
 	if err := sc.SetRope(m.be, cos, sin); err != nil {
 		return err
 	}
@@ -196,4 +205,20 @@ func (m *Model) Logits(x backend.Tensor, all bool) ([]float32, error) {
 		return nil, fmt.Errorf("qwen3: lm head: %w", err)
 	}
 	return m.be.Download(out)
+}
+
+// scratch returns activations for T tokens: the session's kept decode
+// scratch when T is 1, else a new one the caller frees.
+func (s *Session) scratch(T int) (*Scratch, error) {
+	if T != 1 {
+		return NewScratch(s.m.be, s.m.Config, T)
+	}
+	if s.step == nil {
+		sc, err := NewScratch(s.m.be, s.m.Config, 1)
+		if err != nil {
+			return nil, err
+		}
+		s.step = sc
+	}
+	return s.step, nil
 }

@@ -140,7 +140,7 @@ func (p *VisionPass) embed(im *Images) error {
 	}
 	// The interpolation runs on the host: the backend has no op that scales
 	// rows by per-row weights (see interpolatePositions).
-	pos, err := interpolatePositions(v.pos, im.Grids, c.GridSide(), c.SpatialMergeSize)
+	pos, err := interpolatePositions(v.pos, &v.posCache, im.Grids, c.GridSide(), c.SpatialMergeSize)
 	if err != nil {
 		return err
 	}
@@ -150,7 +150,7 @@ func (p *VisionPass) embed(im *Images) error {
 	if err := be.Add(p.x, p.x, p.s.h); err != nil {
 		return err
 	}
-	cos, sin := visionRopeTables(im.Grids, c.SpatialMergeSize, v.invFreq)
+	cos, sin := v.rope.tables(im.Grids, c.SpatialMergeSize, v.invFreq)
 	if err := be.Upload(p.s.cos, cos); err != nil {
 		return err
 	}

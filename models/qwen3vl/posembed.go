@@ -2,6 +2,7 @@ package qwen3vl
 
 import (
 	"fmt"
+	"sync"
 
 	"vlanode/tensor"
 )
@@ -87,21 +88,67 @@ func (t posTable) row(dst []float32, r int) error {
 	return tensor.ToF32(dst, t.dt, t.data[r*n:(r+1)*n])
 }
 
+// gridCache keeps the interpolated position embeddings of the grids seen
+// last: a camera's frames keep their size, so every request after the first
+// reuses them. It is safe for concurrent use.
+type gridCache struct {
+	mu      sync.Mutex
+	entries map[Grid][]float32
+}
+
+// maxCachedGrids bounds the cache (each 1×20×36 grid holds 720 × 1152
+// float32: 3.3 MB).
+const maxCachedGrids = 16
+
+func (c *gridCache) get(g Grid, compute func() ([]float32, error)) ([]float32, error) {
+	c.mu.Lock()
+	v, ok := c.entries[g]
+	c.mu.Unlock()
+	if ok {
+		return v, nil
+	}
+	v, err := compute()
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil || len(c.entries) >= maxCachedGrids {
+		c.entries = map[Grid][]float32{}
+	}
+	c.entries[g] = v
+	return v, nil
+}
+
 // interpolatePositions returns the position embeddings of all patches of
 // grids, [patches, hidden] row-major: for each patch the sum, in float32
 // and in transformers' order, of its four table rows times their weights.
-func interpolatePositions(t posTable, grids []Grid, side, merge int) ([]float32, error) {
+// Each distinct grid is computed once (and kept in cache).
+func interpolatePositions(t posTable, cache *gridCache, grids []Grid, side, merge int) ([]float32, error) {
 	total := 0
 	for _, g := range grids {
 		total += g.Patches()
 	}
 	out := make([]float32, 0, total*t.hidden)
+	for _, g := range grids {
+		v, err := cache.get(g, func() ([]float32, error) { return interpolateGrid(t, g, side, merge) })
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v...)
+	}
+	return out, nil
+}
+
+// interpolateGrid is interpolatePositions for one grid.
+func interpolateGrid(t posTable, g Grid, side, merge int) ([]float32, error) {
+	out := make([]float32, 0, g.Patches()*t.hidden)
 	rows := make([][]float32, 4)
 	for i := range rows {
 		rows[i] = make([]float32, t.hidden)
 	}
 	acc := make([]float32, t.hidden)
-	for _, g := range grids {
+	{
 		for _, c := range bilinearPlan(g, side, merge) {
 			for k := range 4 {
 				if err := t.row(rows[k], c.idx[k]); err != nil {

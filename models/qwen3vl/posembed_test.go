@@ -47,7 +47,7 @@ func TestInterpolateLinearTable(t *testing.T) {
 	// of 10·r + c at a 4×6 grid gives 10·h + w at h = linspace(0, 2, 4),
 	// w = linspace(0, 2, 6), in the 2×2 merge-block order.
 	tab := f32Table(3, func(r, c int) float32 { return float32(10*r + c) })
-	out, err := interpolatePositions(tab, []Grid{{2, 4, 6}}, 3, 2)
+	out, err := interpolatePositions(tab, &gridCache{}, []Grid{{2, 4, 6}}, 3, 2)
 	require.NoError(t, err)
 	require.Len(t, out, 2*24)
 	hs, ws := linspace32(0, 2, 4), linspace32(0, 2, 6)
@@ -63,9 +63,37 @@ func TestInterpolateReadsBF16(t *testing.T) {
 	v := []float32{1, 2, 3, 4}
 	data, err := tensor.FromF32(tensor.BF16, v)
 	require.NoError(t, err)
-	out, err := interpolatePositions(posTable{dt: tensor.BF16, data: data, hidden: 1}, []Grid{{1, 2, 2}}, 2, 2)
+	out, err := interpolatePositions(posTable{dt: tensor.BF16, data: data, hidden: 1}, &gridCache{}, []Grid{{1, 2, 2}}, 2, 2)
 	require.NoError(t, err)
 	assert.Equal(t, v, out)
-	_, err = interpolatePositions(posTable{dt: tensor.BF16, data: data[:4], hidden: 1}, []Grid{{1, 2, 2}}, 2, 2)
+	_, err = interpolatePositions(posTable{dt: tensor.BF16, data: data[:4], hidden: 1}, &gridCache{}, []Grid{{1, 2, 2}}, 2, 2)
 	assert.ErrorContains(t, err, "outside")
+}
+
+// TestPositionCache: repeated and cached grids give the same rows as a
+// fresh computation.
+func TestPositionCache(t *testing.T) {
+	const hidden, side = 3, 4
+	vals := make([]float32, side*side*hidden)
+	for i := range vals {
+		vals[i] = float32(i%7) - 3
+	}
+	data, err := tensor.FromF32(tensor.F32, vals)
+	require.NoError(t, err)
+	tab := posTable{dt: tensor.F32, data: data, hidden: hidden}
+	grids := []Grid{{1, 4, 6}, {1, 6, 4}, {1, 4, 6}}
+	var cache gridCache
+	first, err := interpolatePositions(tab, &cache, grids, side, 2)
+	require.NoError(t, err)
+	again, err := interpolatePositions(tab, &cache, grids, side, 2)
+	require.NoError(t, err)
+	require.Equal(t, first, again)
+	var want []float32
+	for _, g := range grids {
+		one, err := interpolateGrid(tab, g, side, 2)
+		require.NoError(t, err)
+		want = append(want, one...)
+	}
+	require.Equal(t, want, first)
+	require.Len(t, cache.entries, 2)
 }

@@ -1,6 +1,10 @@
 package qwen3vl
 
-import "math"
+import (
+	"fmt"
+	"math"
+	"sync"
+)
 
 // mropeAxis returns which position axis (0 temporal, 1 height, 2 width)
 // rotary frequency j carries under transformers' apply_interleaved_mrope:
@@ -75,4 +79,25 @@ func visionRopeTables(grids []Grid, merge int, invFreq []float32) (cos, sin []fl
 		}
 	}
 	return cos, sin
+}
+
+// ropeCache keeps the vision rotary tables of the last list of grids: a
+// node's requests repeat the same cameras and sizes. Safe for concurrent use.
+type ropeCache struct {
+	mu       sync.Mutex
+	key      string
+	cos, sin []float32
+}
+
+// tables returns visionRopeTables(grids, merge, invFreq), from the cache
+// when grids are those of the last call. The slices must not be modified.
+func (c *ropeCache) tables(grids []Grid, merge int, invFreq []float32) (cos, sin []float32) {
+	key := fmt.Sprint(grids, merge)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if key != c.key {
+		c.cos, c.sin = visionRopeTables(grids, merge, invFreq)
+		c.key = key
+	}
+	return c.cos, c.sin
 }

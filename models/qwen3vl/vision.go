@@ -40,6 +40,8 @@ type Vision struct {
 	invFreq  []float32      // rotary frequencies of dimension headDim/2
 	dsBlocks []int          // vision block of each DeepStack feature, increasing
 	dsMerger []int          // its merger in Deepstack
+	posCache gridCache      // interpolated position embeddings by grid
+	rope     ropeCache      // rotary tables of the last grids
 }
 
 // newVision binds the vision tower's tensors under prefix ("model.visual."
