@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"vlanode/configs"
 
 	"vlanode/diffusion/actionspace"
 )
@@ -285,4 +286,15 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("diffusion config: %w", err)
 	}
 	return nil
+}
+
+// Qwen3 is the expert's architecture as a Qwen3 decoder config: its layers
+// are Qwen3 decoder layers (models/qwen3), with the expert's own sizes.
+func (c *ExpertConfig) Qwen3() *configs.Qwen3 {
+	return &configs.Qwen3{
+		ModelType: "qwen3", HiddenSize: c.HiddenSize, IntermediateSize: c.IntermediateSize,
+		NumHiddenLayers: c.NumHiddenLayers, NumAttentionHeads: c.NumAttentionHeads,
+		NumKeyValueHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim, RMSNormEps: c.RMSNormEps,
+		RopeTheta: c.RopeTheta, HiddenAct: c.HiddenAct, AttentionBias: c.AttentionBias,
+	}
 }

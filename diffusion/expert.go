@@ -8,6 +8,7 @@ import (
 	"vlanode/backend"
 	"vlanode/diffusion/actionspace"
 	"vlanode/models"
+	"vlanode/models/qwen3"
 	"vlanode/safetensors"
 	"vlanode/tensor"
 )
@@ -23,7 +24,7 @@ type Expert struct {
 	be     backend.Backend
 
 	InProj  *ActionInProj
-	Layers  []*Layer
+	Layers  []*qwen3.Layer
 	Norm    backend.Tensor // expert.norm.weight [hidden]
 	OutProj *ActionOutProj
 	// Space is the action space, with the checkpoint's action_space.*
@@ -82,8 +83,8 @@ func (e *Expert) load(ck *safetensors.Checkpoint) error {
 		return err
 	}
 	for i := range ec.NumHiddenLayers {
-		l := &Layer{cfg: ec}
-		u, err := models.LoadUnit(e.be, ck, fmt.Sprintf("expert.layer.%d", i), fmt.Sprintf("%slayers.%d.", prefixExpert, i), l.specs())
+		l := qwen3.NewLayer(ec.Qwen3())
+		u, err := models.LoadUnit(e.be, ck, fmt.Sprintf("expert.layer.%d", i), fmt.Sprintf("%slayers.%d.", prefixExpert, i), l.Specs())
 		if err != nil {
 			return fmt.Errorf("diffusion: %w", err)
 		}
@@ -150,7 +151,7 @@ func (e *Expert) Close() {
 		specs = append(specs, e.InProj.specs()...)
 	}
 	for _, l := range e.Layers {
-		specs = append(specs, l.specs()...)
+		specs = append(specs, l.Specs()...)
 	}
 	specs = append(specs, e.OutProj.specs(0, 0)...)
 	specs = append(specs, models.Spec{Dst: &e.Norm})
@@ -255,7 +256,10 @@ func (e *Expert) forward(ctx context.Context, p *Prefix, x []float32, t float32)
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := l.Forward(be, s.x, p.Cache[i].K, p.Cache[i].V, p.Len, p.maskFrom(), s); err != nil {
+		// The action tokens' keys and values go to cache rows [Len, Len+t);
+		// they see the prefix but its hidden rows, and each other both ways.
+		span := qwen3.Span{Pos: p.Len, MaskFrom: p.maskFrom(), MaskTo: p.Len}
+		if err := l.Attend(be, s.x, p.Cache[i].K, p.Cache[i].V, span, s.layer); err != nil {
 			return fmt.Errorf("diffusion: expert layer %d: %w", i, err)
 		}
 	}

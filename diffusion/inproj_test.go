@@ -3,6 +3,7 @@ package diffusion
 import (
 	"math"
 	"testing"
+	"vlanode/models/qwen3"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -74,9 +75,9 @@ func TestInProjSpecs(t *testing.T) {
 	}, got)
 	assert.Equal(t, []string{"sinus.0.freqs", "sinus.1.freqs", "timestep_fourier_encoder.freqs"}, p.freqNames())
 
-	l := &Layer{cfg: &c.Expert}
+	l := qwen3.NewLayer(c.Expert.Qwen3())
 	shapes := map[string][]int{}
-	for _, s := range l.specs() {
+	for _, s := range l.Specs() {
 		shapes[s.Name] = s.Shape
 	}
 	// ALPAMAYO.md §1: q [2048,2048], k/v [1024,2048], gate/up [8256,2048], q/k norms [128]

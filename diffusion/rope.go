@@ -42,11 +42,8 @@ func (e *Expert) uploadRope(p *Prefix, s *scratch) error {
 	}
 	s.ropeValid = false
 	models.RopeTables(s.cosH, s.sinH, p.positions(s.t), e.invFreq)
-	if err := e.be.Upload(s.cos, s.cosH); err != nil {
-		return fmt.Errorf("diffusion: uploading rotary tables: %w", err)
-	}
-	if err := e.be.Upload(s.sin, s.sinH); err != nil {
-		return fmt.Errorf("diffusion: uploading rotary tables: %w", err)
+	if err := s.layer.SetRope(e.be, s.cosH, s.sinH); err != nil {
+		return fmt.Errorf("diffusion: %w", err)
 	}
 	s.ropeFirst, s.ropeValid = first, true
 	return nil

@@ -2,9 +2,9 @@ package diffusion
 
 import (
 	"fmt"
-	"math"
 
 	"vlanode/backend"
+	"vlanode/models/qwen3"
 	"vlanode/tensor"
 )
 
@@ -16,12 +16,8 @@ type scratch struct {
 	mlpA, mlpB backend.Tensor // [t, action_in_proj hidden]
 	x          backend.Tensor // [t, hidden] the residual stream
 	h          backend.Tensor // [t, hidden]
-	q, attn    backend.Tensor // [t, heads*headDim]
-	k, v       backend.Tensor // [t, kvHeads*headDim]
-	gate, up   backend.Tensor // [t, intermediate]
-	cos, sin   backend.Tensor // [t, headDim/2]
 	out        backend.Tensor // [t, action dims]
-	scale      float32
+	layer      *qwen3.Scratch // the decoder layers' activations and rotary tables
 	allocated  []backend.Tensor
 
 	featsH, cosH, sinH []float32 // host staging
@@ -34,7 +30,7 @@ type scratch struct {
 
 func newScratch(be backend.Backend, c *Config, t, channels int, features int) (*scratch, error) {
 	e := c.Expert
-	s := &scratch{t: t, scale: float32(1 / math.Sqrt(float64(e.HeadDim)))}
+	s := &scratch{t: t}
 	half := e.HeadDim / 2
 	s.featsH = make([]float32, t*features)
 	s.cosH, s.sinH = make([]float32, t*half), make([]float32, t*half)
@@ -43,11 +39,7 @@ func newScratch(be backend.Backend, c *Config, t, channels int, features int) (*
 		cols int
 	}{
 		{&s.feats, features}, {&s.mlpA, c.InProj.HiddenSize}, {&s.mlpB, c.InProj.HiddenSize},
-		{&s.x, e.HiddenSize}, {&s.h, e.HiddenSize},
-		{&s.q, e.NumAttentionHeads * e.HeadDim}, {&s.attn, e.NumAttentionHeads * e.HeadDim},
-		{&s.k, e.NumKeyValueHeads * e.HeadDim}, {&s.v, e.NumKeyValueHeads * e.HeadDim},
-		{&s.gate, e.IntermediateSize}, {&s.up, e.IntermediateSize},
-		{&s.cos, half}, {&s.sin, half}, {&s.out, channels},
+		{&s.x, e.HiddenSize}, {&s.h, e.HiddenSize}, {&s.out, channels},
 	} {
 		tt, err := be.Alloc("activations", tensor.F32, t, a.cols)
 		if err != nil {
@@ -57,10 +49,19 @@ func newScratch(be backend.Backend, c *Config, t, channels int, features int) (*
 		*a.dst = tt
 		s.allocated = append(s.allocated, tt)
 	}
+	var err error
+	if s.layer, err = qwen3.NewScratch(be, c.Expert.Qwen3(), t); err != nil {
+		s.free(be)
+		return nil, fmt.Errorf("diffusion: allocating activations: %w", err)
+	}
 	return s, nil
 }
 
 func (s *scratch) free(be backend.Backend) {
+	if s.layer != nil {
+		s.layer.Free(be)
+		s.layer = nil
+	}
 	for _, t := range s.allocated {
 		be.Free(t)
 	}

@@ -1,6 +1,8 @@
 package qwen3
 
 import (
+	"fmt"
+
 	"vlanode/backend"
 	"vlanode/configs"
 	"vlanode/models"
@@ -27,8 +29,13 @@ type Layer struct {
 	Down      backend.Tensor // [hidden, intermediate]
 }
 
-// specs is the one table binding checkpoint names to the layer's fields.
-func (l *Layer) specs() []models.Spec {
+// NewLayer returns an unbound layer of configuration c; bind its weights
+// with models.LoadUnit over Specs.
+func NewLayer(c *configs.Qwen3) *Layer { return &Layer{cfg: c} }
+
+// Specs is the one table binding checkpoint names (under the layer's
+// prefix, e.g. "model.layers.3.") to the layer's fields.
+func (l *Layer) Specs() []models.Spec {
 	c := l.cfg
 	h, q, kv, ff, hd := c.HiddenSize, c.NumAttentionHeads*c.HeadDim, c.NumKeyValueHeads*c.HeadDim, c.IntermediateSize, c.HeadDim
 	s := []models.Spec{
@@ -56,49 +63,77 @@ func (l *Layer) specs() []models.Spec {
 }
 
 func (l *Layer) free(be backend.Backend) {
-	for _, s := range l.specs() {
+	for _, s := range l.Specs() {
 		if *s.Dst != nil {
 			be.Free(*s.Dst)
 		}
 	}
 }
 
-// Forward runs the layer on the residual stream x [T, hidden] in place.
-// The T tokens sit at cache rows [pos, pos+T) of the layer's caches kc and
-// vc; s holds activations sized for T tokens and their rotary tables
-// (Scratch.SetRope).
+// Span says where a call's T tokens sit in the layer's KV cache and what
+// they attend to.
+type Span struct {
+	// Pos is the cache row of the first token: the tokens' keys and values
+	// are written to rows [Pos, Pos+T), and they attend to rows [0, Pos+T).
+	Pos int
+	// Causal masks the later tokens (a decoder); without it the T tokens
+	// see each other both ways (Alpamayo's action expert).
+	Causal bool
+	// MaskFrom and MaskTo hide cache rows [MaskFrom, MaskTo) when
+	// MaskTo > MaskFrom.
+	MaskFrom, MaskTo int
+}
+
+// Forward runs the layer as a causal decoder: Attend with the tokens at
+// cache rows [pos, pos+T).
 func (l *Layer) Forward(be backend.Backend, x backend.Tensor, kc, vc backend.Tensor, pos int, s *Scratch) error {
+	return l.Attend(be, x, kc, vc, Span{Pos: pos, Causal: true}, s)
+}
+
+// Attend runs the layer on the residual stream x [T, hidden] in place,
+// with the tokens placed in the caches kc and vc as sp says; s holds
+// activations sized for T tokens and their rotary tables
+// (Scratch.SetRope).
+func (l *Layer) Attend(be backend.Backend, x backend.Tensor, kc, vc backend.Tensor, sp Span, s *Scratch) error {
 	c := l.cfg
-	T := s.t
-	steps := []func() error{
-		func() error { return be.RMSNorm(s.h, x, l.InputNorm, float32(c.RMSNormEps)) },
-		func() error { return be.MatMul(s.q, s.h, l.Q, l.QBias) },
-		func() error { return be.MatMul(s.k, s.h, l.K, l.KBias) },
-		func() error { return be.MatMul(s.v, s.h, l.V, l.VBias) },
-		func() error { return be.RMSNorm(s.q, s.q, l.QNorm, float32(c.RMSNormEps)) },
-		func() error { return be.RMSNorm(s.k, s.k, l.KNorm, float32(c.RMSNormEps)) },
-		func() error { return be.Rope(s.q, s.cos, s.sin, c.HeadDim) },
-		func() error { return be.Rope(s.k, s.cos, s.sin, c.HeadDim) },
-		func() error { return copyRows(be, kc, pos, s.k) },
-		func() error { return copyRows(be, vc, pos, s.v) },
-		func() error {
-			return be.Attention(s.attn, s.q, kc, vc, backend.AttnOpts{
+	eps := float32(c.RMSNormEps)
+	pos := sp.Pos
+	steps := []struct {
+		name string
+		run  func() error
+	}{
+		{"input norm", func() error { return be.RMSNorm(s.h, x, l.InputNorm, eps) }},
+		{"q", func() error { return be.MatMul(s.q, s.h, l.Q, l.QBias) }},
+		{"k", func() error { return be.MatMul(s.k, s.h, l.K, l.KBias) }},
+		{"v", func() error { return be.MatMul(s.v, s.h, l.V, l.VBias) }},
+		{"q norm", func() error { return be.RMSNorm(s.q, s.q, l.QNorm, eps) }},
+		{"k norm", func() error { return be.RMSNorm(s.k, s.k, l.KNorm, eps) }},
+		{"q rope", func() error { return be.Rope(s.q, s.cos, s.sin, c.HeadDim) }},
+		{"k rope", func() error { return be.Rope(s.k, s.cos, s.sin, c.HeadDim) }},
+		{"k to cache", func() error { return copyRows(be, kc, pos, s.k) }},
+		{"v to cache", func() error { return copyRows(be, vc, pos, s.v) }},
+		{"attention", func() error {
+			o := backend.AttnOpts{
 				Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim,
-				NKV: pos + T, Scale: s.scale, Causal: true, QPos0: pos,
-			})
-		},
-		func() error { return be.MatMul(s.h, s.attn, l.O, l.OBias) },
-		func() error { return be.Add(x, x, s.h) },
-		func() error { return be.RMSNorm(s.h, x, l.PostNorm, float32(c.RMSNormEps)) },
-		func() error { return be.MatMul(s.gate, s.h, l.Gate, nil) },
-		func() error { return be.MatMul(s.up, s.h, l.Up, nil) },
-		func() error { return be.SiLUMul(s.gate, s.gate, s.up) },
-		func() error { return be.MatMul(s.h, s.gate, l.Down, nil) },
-		func() error { return be.Add(x, x, s.h) },
+				NKV: pos + s.t, Scale: s.scale, MaskFrom: sp.MaskFrom, MaskTo: sp.MaskTo,
+			}
+			if sp.Causal {
+				o.Causal, o.QPos0 = true, pos
+			}
+			return be.Attention(s.attn, s.q, kc, vc, o)
+		}},
+		{"o", func() error { return be.MatMul(s.h, s.attn, l.O, l.OBias) }},
+		{"attention residual", func() error { return be.Add(x, x, s.h) }},
+		{"post norm", func() error { return be.RMSNorm(s.h, x, l.PostNorm, eps) }},
+		{"gate", func() error { return be.MatMul(s.gate, s.h, l.Gate, nil) }},
+		{"up", func() error { return be.MatMul(s.up, s.h, l.Up, nil) }},
+		{"silu·up", func() error { return be.SiLUMul(s.gate, s.gate, s.up) }},
+		{"down", func() error { return be.MatMul(s.h, s.gate, l.Down, nil) }},
+		{"mlp residual", func() error { return be.Add(x, x, s.h) }},
 	}
-	for _, step := range steps {
-		if err := step(); err != nil {
-			return err
+	for _, st := range steps {
+		if err := st.run(); err != nil {
+			return fmt.Errorf("%s: %w", st.name, err)
 		}
 	}
 	return nil

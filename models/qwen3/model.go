@@ -51,8 +51,8 @@ func New(be backend.Backend, cfg *configs.Qwen3, ck *safetensors.Checkpoint, pre
 	}
 	m.Units = append(m.Units, emb)
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
-		l := &Layer{cfg: cfg}
-		u, err := models.LoadUnit(be, ck, fmt.Sprintf("layer.%d", i), fmt.Sprintf("%slayers.%d.", prefix, i), l.specs())
+		l := NewLayer(cfg)
+		u, err := models.LoadUnit(be, ck, fmt.Sprintf("layer.%d", i), fmt.Sprintf("%slayers.%d.", prefix, i), l.Specs())
 		if err != nil {
 			return nil, err
 		}
