@@ -3,10 +3,11 @@ package diffusion
 import (
 	"math"
 	"testing"
-	"vlanode/models/qwen3"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"vlanode/models/qwen3"
 )
 
 func TestDefaultFreqs(t *testing.T) {
