@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"vlanode/configs"
+	"vlanode/residency"
+)
+
+// runPlan plans a model's VRAM residency under a budget and prints where
+// each unit lives, where every byte goes and the predicted latency. It
+// reads config files only, never the weights.
+func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("plan", stderr)
+	dir := fs.String("model", "", "model directory; only config.json is read (and, for alpamayo_r1, the VLM config it names)")
+	budgetFlag := fs.String("budget", "none", "VRAM budget: 8G = 8·10⁹ bytes (K, M, G, T), 8GiB = 8·2³⁰ (KiB, MiB, GiB, TiB), or none")
+	profileFile := fs.String("profile", "", "device profile JSON (default: the shipped H200 profile, derived from this repository's measurements)")
+	workloadName := fs.String("workload", residency.StandardWorkloadName, "workload: "+strings.Join(workloadNames(), ", "))
+	vlm := fs.String("vlm", "", "alpamayo_r1: the VLM's config folder or file, overriding the checkpoint's vlm_name_or_path")
+	asJSON := fs.Bool("json", false, "print the plan as one JSON object")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *dir == "" {
+		return usagef("--model is required")
+	}
+	budget, err := residency.ParseBudget(*budgetFlag)
+	if err != nil {
+		return usageError{fmt.Sprintf("--budget: %v", err)}
+	}
+	w, ok := residency.Workloads()[*workloadName]
+	if !ok {
+		return usagef("unknown --workload %q (known: %s)", *workloadName, strings.Join(workloadNames(), ", "))
+	}
+	arch, err := loadArch(*dir, *vlm)
+	if err != nil {
+		return err
+	}
+	prof, profName, err := loadProfile(*profileFile)
+	if err != nil {
+		return err
+	}
+	plan, err := residency.NewPlan(arch, w, prof, budget)
+	if err != nil {
+		return err
+	}
+	info := planInfo{dir: *dir, profile: profName, device: prof.Device, h2d: prof.H2DGBps}
+	if *asJSON {
+		return writePlanJSON(stdout, plan, info)
+	}
+	writePlanText(stdout, plan, info)
+	return nil
+}
+
+func workloadNames() []string {
+	var names []string
+	for n := range residency.Workloads() {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// loadArch reads the architecture of the model in dir from its config
+// files: Alpamayo-R1 (with the VLM config it names), Qwen3-VL or Qwen3.
+func loadArch(dir, vlm string) (*residency.Arch, error) {
+	mt, err := configs.ReadModelType(dir)
+	if err != nil {
+		return nil, err
+	}
+	switch mt {
+	case configs.AlpamayoR1ModelType:
+		alp, err := configs.LoadAlpamayoR1(dir)
+		if err != nil {
+			return nil, err
+		}
+		v, err := alp.LocateVLM(dir, configs.VLMLocator{Override: vlm})
+		if err != nil {
+			return nil, err
+		}
+		return residency.AlpamayoR1Arch(alp, v)
+	case "qwen3_vl":
+		c, err := configs.LoadQwen3VL(dir)
+		if err != nil {
+			return nil, err
+		}
+		return residency.Qwen3VLArch(c), nil
+	case "qwen3":
+		c, err := configs.LoadQwen3(dir)
+		if err != nil {
+			return nil, err
+		}
+		return residency.Qwen3Arch(c), nil
+	}
+	return nil, configs.UnknownArchitecture(dir, mt)
+}
+
+// loadProfile reads the profile in file, or the default one when file is
+// empty, and names it.
+func loadProfile(file string) (*residency.Profile, string, error) {
+	if file == "" {
+		p, err := residency.DefaultProfile()
+		return p, residency.DefaultProfileName, err
+	}
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return nil, "", fmt.Errorf("reading the profile: %w", err)
+	}
+	p, err := residency.ParseProfile(raw)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", file, err)
+	}
+	return p, file, nil
+}

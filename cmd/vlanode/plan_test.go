@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"vlanode/residency"
+	"vlanode/synth"
+)
+
+// configOnly writes what `vlanode synth --config-only --arch arch` writes.
+func configOnly(t *testing.T, arch synth.Arch) string {
+	t.Helper()
+	dir := t.TempDir()
+	l, err := synth.NewLayout(arch)
+	require.NoError(t, err)
+	_, err = synth.Write(context.Background(), dir, l, synth.Options{ConfigOnly: true, Overwrite: true})
+	require.NoError(t, err)
+	return dir
+}
+
+// planOut is the part of `plan --json` the tests read.
+type planOut struct {
+	BudgetBytes    int64              `json:"budget_bytes"`
+	Unlimited      bool               `json:"unlimited"`
+	MinBudgetBytes int64              `json:"min_budget_bytes"`
+	Bytes          map[string]int64   `json:"bytes"`
+	PredictedMs    map[string]float64 `json:"predicted_ms"`
+	Units          []struct {
+		Module    string `json:"module"`
+		Index     int    `json:"index"`
+		Bytes     int64  `json:"bytes"`
+		Placement string `json:"placement"`
+	} `json:"units"`
+}
+
+func planJSONOf(t *testing.T, args ...string) planOut {
+	t.Helper()
+	code, stdout, stderr := runCmd(append([]string{"plan", "--json"}, args...)...)
+	require.Equal(t, 0, code, stderr)
+	var out planOut
+	require.NoError(t, json.Unmarshal([]byte(stdout), &out), stdout)
+	return out
+}
+
+// TestPlanAlpamayo10B plans the 10B from its config files alone at the
+// standard budgets: more budget, more resident VLM layers, never slower;
+// every byte of a budget accounted for.
+func TestPlanAlpamayo10B(t *testing.T) {
+	dir := configOnly(t, synth.AlpamayoR1_10B)
+	matches, _ := filepath.Glob(filepath.Join(dir, "*.safetensors*"))
+	require.Empty(t, matches, "no weights: the plan needs config.json only")
+
+	prevVLM, prevMs := -1, 0.0
+	for _, tc := range []struct {
+		budget string
+		bytes  int64
+	}{{"4G", 4e9}, {"8G", 8e9}, {"16G", 16e9}, {"none", 0}} {
+		t.Run(tc.budget, func(t *testing.T) {
+			out := planJSONOf(t, "--model", dir, "--budget", tc.budget)
+			assert.Equal(t, tc.bytes, out.BudgetBytes)
+			assert.Equal(t, tc.bytes == 0, out.Unlimited)
+			assert.InDelta(t, 3.67e9, float64(out.MinBudgetBytes), 0.01e9)
+			for _, k := range []string{"vision", "prefill", "decode", "diffusion", "total"} {
+				assert.Positive(t, out.PredictedMs[k], k)
+			}
+			for _, k := range []string{"weights-resident", "dfb-slots", "kv-cache", "activations", "workspaces", "context"} {
+				assert.Contains(t, out.Bytes, k)
+			}
+			var sum int64
+			for _, n := range out.Bytes {
+				sum += n
+			}
+			if tc.bytes > 0 {
+				assert.Equal(t, tc.bytes, sum)
+			}
+			require.Len(t, out.Units, 111) // 1 + 27 + 3 + 1 + 1 + 36 + 4 + 1 + 36 + 1
+			vlm := 0
+			for _, u := range out.Units {
+				assert.Contains(t, []string{"resident", "streamed", "host"}, u.Placement)
+				assert.Positive(t, u.Bytes)
+				if u.Module == "vlm" && u.Placement == "resident" {
+					vlm++
+				}
+			}
+			assert.GreaterOrEqual(t, vlm, prevVLM)
+			if prevMs > 0 {
+				assert.LessOrEqual(t, out.PredictedMs["total"], prevMs)
+			}
+			prevVLM, prevMs = vlm, out.PredictedMs["total"]
+		})
+	}
+	assert.Equal(t, 36, prevVLM)
+	assert.InDelta(t, 590.3, prevMs, 0.1, "none: the measured standard workload (594.9 ms with preprocessing)")
+}
+
+// TestPlanText checks the human-readable report.
+func TestPlanText(t *testing.T) {
+	dir := configOnly(t, synth.AlpamayoR1_10B)
+	code, stdout, stderr := runCmd("plan", "--model", dir, "--budget", "8GiB")
+	require.Equal(t, 0, code, stderr)
+	for _, want := range []string{
+		"model alpamayo_r1", "workload standard: 16 images × 720 patches",
+		"budget 8,589,934,592 bytes (8.59 GB)", "minimum 3,",
+		"  vlm          36", "0,2,5,8,11,14", "rows gathered on the host",
+		"weights-resident", "dfb-slots", "kv-cache", "= budget", "8,589,934,592",
+		"predicted ms", "decode", "total",
+	} {
+		assert.Contains(t, stdout, want)
+	}
+}
+
+// TestPlanErrors: a budget below the minimum exits 1 naming it; command
+// line mistakes exit 2.
+func TestPlanErrors(t *testing.T) {
+	dir := configOnly(t, synth.AlpamayoR1_10B)
+	code, _, stderr := runCmd("plan", "--model", dir, "--budget", "3G")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "below the minimum of 3,672,")
+	assert.Contains(t, stderr, "(3.67 GB)")
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan", "--budget", "8G"}, "--model is required"},
+		{[]string{"plan", "--model", dir, "--budget", "8X"}, `unknown unit "x"`},
+		{[]string{"plan", "--model", dir, "--budget", "-4G"}, "negative"},
+		{[]string{"plan", "--model", dir, "--workload", "huge"}, `unknown --workload "huge"`},
+	} {
+		code, _, stderr := runCmd(tc.args...)
+		assert.Equal(t, 2, code, tc.args)
+		assert.Contains(t, stderr, tc.want)
+	}
+
+	code, _, stderr = runCmd("plan", "--model", t.TempDir())
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "config.json")
+	code, _, stderr = runCmd("plan", "--model", dir, "--profile", filepath.Join(dir, "config.json"))
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "profile")
+}
+
+// TestPlanProfileFlag: any profile works; a slower link predicts a slower
+// plan at the same budget.
+func TestPlanProfileFlag(t *testing.T) {
+	dir := configOnly(t, synth.AlpamayoR1_10B)
+	p, err := residency.DefaultProfile()
+	require.NoError(t, err)
+	p.H2DGBps /= 10
+	p.Source = "test: the default profile at a tenth of its bandwidth"
+	raw, err := p.Marshal()
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "slow.json")
+	require.NoError(t, os.WriteFile(file, raw, 0o644))
+	fast := planJSONOf(t, "--model", dir, "--budget", "8G")
+	slow := planJSONOf(t, "--model", dir, "--budget", "8G", "--profile", file)
+	assert.Greater(t, slow.PredictedMs["total"], 5*fast.PredictedMs["total"])
+}
+
+// TestPlanQwen3VL plans plain Qwen3-VL-8B: no diffusion stage.
+func TestPlanQwen3VL(t *testing.T) {
+	out := planJSONOf(t, "--model", configOnly(t, synth.Qwen3VL8B), "--budget", "8G")
+	assert.NotContains(t, out.PredictedMs, "diffusion")
+	assert.Positive(t, out.PredictedMs["decode"])
+}

@@ -1,0 +1,116 @@
+package residency
+
+import "vlanode/configs"
+
+// Purpose names a share of the budget.
+type Purpose string
+
+// The purposes a plan accounts for.
+const (
+	PurposeResident    Purpose = "weights-resident" // resident units' blobs
+	PurposeSlots       Purpose = "dfb-slots"        // the two DFB slots
+	PurposeKV          Purpose = "kv-cache"         // keys and values of every text layer
+	PurposeActivations Purpose = "activations"      // the models' activation scratch
+	PurposeWorkspaces  Purpose = "workspaces"       // cuBLAS workspace and the backend's scratch
+	PurposeContext     Purpose = "context"          // CUDA context, cuBLAS handle, kernel module
+	PurposeFree        Purpose = "free"             // what the budget leaves unused
+)
+
+// Purposes lists the purposes in report order.
+func Purposes() []Purpose {
+	return []Purpose{PurposeResident, PurposeSlots, PurposeKV, PurposeActivations, PurposeWorkspaces, PurposeContext, PurposeFree}
+}
+
+// Element sizes of what the backends allocate today.
+const (
+	f32Bytes  = 4 // activations and the KV cache are float32
+	bf16Bytes = 2 // the backend's rounded copies of GEMM inputs and of K/V
+	// flashHeadAlign: the flash-attention kernels pad head dims (72 → 80).
+	flashHeadAlign = 16
+)
+
+// fixedCosts are the bytes a plan needs whatever its placement: KV cache,
+// activations, workspaces and context.
+func (a *Arch) fixedCosts(w Workload, p *Profile) map[Purpose]int64 {
+	g := a.geometry(w)
+	return map[Purpose]int64{
+		PurposeKV:          a.kvCacheBytes(g),
+		PurposeActivations: a.activationBytes(g),
+		PurposeWorkspaces:  p.Fixed.WorkspaceBytes + a.backendScratchBytes(g),
+		PurposeContext:     p.Fixed.ContextBytes + p.Fixed.CUBLASBytes + p.Fixed.KernelBytes,
+	}
+}
+
+// kvCacheBytes is K and V, float32, for every text layer over the session:
+// prompt, reasoning tokens and (with an expert) the action tokens the
+// expert writes after them.
+func (a *Arch) kvCacheBytes(g geometry) int64 {
+	t := a.Text
+	tokens := int64(g.prompt + g.w.ReasoningTokens)
+	if g.diffusion {
+		tokens += int64(g.w.ActionTokens)
+	}
+	return 2 * int64(t.NumHiddenLayers) * tokens * int64(t.NumKeyValueHeads*t.HeadDim) * f32Bytes
+}
+
+// activationBytes is the peak of the models' activation scratch: the
+// vision pass or the prefill, whichever is larger (each frees its scratch
+// when done; the visual features live on through prefill), plus the
+// expert's scratch, which lives as long as the model.
+func (a *Arch) activationBytes(g geometry) int64 {
+	var vision, features int64
+	if g.vision {
+		v := a.Vision
+		P := int64(g.patches)
+		// x, and scratch h, q, k, v, attn [P, hidden]; the folded copy
+		// [P/unit, unit·hidden]; ff [P, intermediate]; cos, sin [P, headDim/2].
+		scratch := P * int64(7*v.HiddenSize+v.IntermediateSize+v.HeadDim())
+		features = int64(len(v.DeepstackVisualIndexes)+1) * int64(g.merged) * int64(v.OutHiddenSize)
+		patches := P * int64(v.PatchDim()) // the pixel rows, while embedding
+		vision = scratch + max(patches, features)
+	}
+	t := a.Text
+	// x and scratch h [T, hidden]; q, attn [T, heads·headDim]; k, v
+	// [T, kvHeads·headDim]; gate, up [T, intermediate]; cos, sin.
+	perToken := 2*t.HiddenSize + 2*t.NumAttentionHeads*t.HeadDim + 2*t.NumKeyValueHeads*t.HeadDim + 2*t.IntermediateSize + t.HeadDim
+	logits := int64(t.HiddenSize + t.VocabSize) // the last row's norm and logits
+	prefill := int64(g.prompt)*int64(perToken) + features + logits
+	total := max(vision, prefill)
+	if g.diffusion {
+		total += a.expertScratch(g)
+	}
+	return total * f32Bytes
+}
+
+// expertScratch is diffusion's scratch in floats: the action tokens'
+// Fourier features, action_in_proj's MLP, the expert layer's activations
+// and the output.
+func (a *Arch) expertScratch(g geometry) int64 {
+	e, in := a.Expert, a.ActionIn
+	cols := in.InputFeatures() + 2*in.HiddenSize + 2*e.HiddenSize + 2*e.NumAttentionHeads*e.HeadDim +
+		2*e.NumKeyValueHeads*e.HeadDim + 2*e.IntermediateSize + e.HeadDim + configs.ActionDims
+	return int64(g.w.ActionTokens) * int64(cols)
+}
+
+// backendScratchBytes is the CUDA backend's own scratch at its peak: the
+// bf16 copy of the largest GEMM input (a matrix product rounds x to the
+// weight's type first) and the bf16 copies of K and V for the largest
+// flash-attention call.
+func (a *Arch) backendScratchBytes(g geometry) int64 {
+	t := a.Text
+	x := int64(g.prompt) * int64(max(t.HiddenSize, t.NumAttentionHeads*t.HeadDim, t.IntermediateSize))
+	kv := 2 * int64(g.prompt) * int64(t.NumKeyValueHeads*alignUp(t.HeadDim, flashHeadAlign))
+	if g.vision {
+		v := a.Vision
+		x = max(x, int64(g.patches)*int64(max(v.IntermediateSize, v.PatchDim())), int64(g.merged)*int64(v.MergeUnit()*v.HiddenSize))
+		kv = max(kv, 2*int64(g.patches)*int64(v.NumHeads*alignUp(v.HeadDim(), flashHeadAlign)))
+	}
+	if g.diffusion {
+		e := a.Expert
+		x = max(x, int64(g.w.ActionTokens)*int64(e.IntermediateSize))
+		kv = max(kv, 2*int64(g.expertCtx)*int64(e.NumKeyValueHeads*alignUp(e.HeadDim, flashHeadAlign)))
+	}
+	return (x + kv) * bf16Bytes
+}
+
+func alignUp(n, m int) int { return (n + m - 1) / m * m }

@@ -1,0 +1,234 @@
+package residency
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Plan is the planner's answer: where each unit lives, where every byte
+// of the budget goes, and the predicted latency.
+type Plan struct {
+	Model    string
+	Workload Workload
+	// BudgetBytes is the budget planned for; 0 means unlimited.
+	BudgetBytes int64
+	// MinBudgetBytes is the smallest budget that plans: fixed costs plus
+	// two DFB slots for the largest unit, everything streamed.
+	MinBudgetBytes int64
+	// Bytes says where the budget goes, by purpose; with a budget they add
+	// up to it (PurposeFree is the rest).
+	Bytes map[Purpose]int64
+	// SlotBytes is one DFB slot (the largest streamed unit); 0 when every
+	// unit is resident.
+	SlotBytes int64
+	// Units are every unit in execution order.
+	Units []Placement
+	// PredictedMs is the simulated latency of each stage that runs.
+	PredictedMs map[Stage]float64
+	// TotalMs is their sum.
+	TotalMs float64
+	// PreloadMs is ΣR·C_EXE per stage, the latency with every unit
+	// resident (the paper's C_opt); no plan predicts less.
+	PreloadMs map[Stage]float64
+	// PreloadTotalMs is their sum.
+	PreloadTotalMs float64
+	// Timing counts the units' compute times by where they came from
+	// ("profile", "scaled", "roofline": see Profile.Cost).
+	Timing map[string]int
+	// Roofline lists the modules and stages timed by the roofline alone
+	// (the profile has nothing for them), e.g. "action_in/diffusion".
+	Roofline []string
+}
+
+// Placement is one unit's place in a plan.
+type Placement struct {
+	Module    Module `json:"module"`
+	Index     int    `json:"index"`
+	Bytes     int64  `json:"bytes"`
+	Placement Place  `json:"placement"`
+	// BenefitMsPerMB is the unit's residency benefit B by the position
+	// rules (0 for host units).
+	BenefitMsPerMB float64 `json:"benefit_ms_per_mb"`
+}
+
+// NewPlan plans arch under workload w with profile p within budget bytes
+// (0: unlimited). A budget below the minimum is a *BudgetError.
+func NewPlan(arch *Arch, w Workload, p *Profile, budget int64) (*Plan, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	units, err := arch.Units(w)
+	if err != nil {
+		return nil, err
+	}
+	p.Cost(units)
+	items := make([]item, len(units))
+	for i, u := range units {
+		items[i] = item{Unit: u, dma: p.DMAMs(u.Bytes)}
+	}
+	plan, err := planItems(items, arch.fixedCosts(w, p), budget)
+	if err != nil {
+		return nil, err
+	}
+	plan.Model, plan.Workload = arch.Name, w
+	return plan, nil
+}
+
+// planItems places items under budget after the fixed costs.
+func planItems(items []item, fixed map[Purpose]int64, budget int64) (*Plan, error) {
+	if budget < 0 {
+		return nil, fmt.Errorf("residency: negative budget %d", budget)
+	}
+	if err := checkPasses(items); err != nil {
+		return nil, err
+	}
+	var fixedSum, all int64
+	for _, n := range fixed {
+		fixedSum += n
+	}
+	none := make([]bool, len(items))
+	for i := range items {
+		if !items[i].Host {
+			all += items[i].Bytes
+		}
+	}
+	slot := largestStreamed(items, none)
+	minimum := fixedSum + dfbSlots*slot
+	l := newLayout(items)
+	resident := make([]bool, len(items))
+	switch {
+	case budget == 0 || fixedSum+all <= budget:
+		for i := range items {
+			resident[i] = !items[i].Host
+		}
+	case budget < minimum:
+		return nil, &BudgetError{Budget: budget, Min: minimum, Fixed: fixed, Slot: slot}
+	default:
+		f := &filler{l: l, count: make([]int, len(l.modules)), blocked: make([]bool, len(l.modules)),
+			resident: resident, room: budget - fixedSum}
+		for _, m := range l.modules {
+			f.marg = append(f.marg, l.marginals(m))
+		}
+		f.total = f.predict(resident)
+		f.fill()
+		resident = f.resident
+	}
+	return assemble(l, resident, fixed, budget, minimum), nil
+}
+
+// checkPasses requires the units of a stage to agree on its passes.
+func checkPasses(items []item) error {
+	passes := map[Stage]int{}
+	for _, it := range items {
+		for _, w := range it.Work {
+			if p, ok := passes[w.Stage]; ok && p != w.Passes {
+				return fmt.Errorf("residency: %s runs %d passes of %s, other units %d", it.String(), w.Passes, w.Stage, p)
+			}
+			passes[w.Stage] = w.Passes
+		}
+	}
+	return nil
+}
+
+// assemble writes the plan of a resident set.
+func assemble(l *layout, resident []bool, fixed map[Purpose]int64, budget, minimum int64) *Plan {
+	p := &Plan{BudgetBytes: budget, MinBudgetBytes: minimum, Bytes: map[Purpose]int64{},
+		PredictedMs: map[Stage]float64{}, PreloadMs: map[Stage]float64{}, Timing: map[string]int{}}
+	for k, v := range fixed {
+		p.Bytes[k] = v
+	}
+	benefit := map[int]float64{}
+	for _, m := range l.modules {
+		for k, i := range m.idxs {
+			benefit[i] = l.benefit(m, k)
+		}
+	}
+	for i, it := range l.items {
+		pl := Placement{Module: it.Module, Index: it.Index, Bytes: it.Bytes, Placement: Streamed, BenefitMsPerMB: benefit[i]}
+		switch {
+		case it.Host:
+			pl.Placement = Host
+		case resident[i]:
+			pl.Placement = Resident
+			p.Bytes[PurposeResident] += it.Bytes
+		}
+		p.Units = append(p.Units, pl)
+		for _, w := range it.Work {
+			p.PreloadMs[w.Stage] += float64(w.Passes) * w.ExeMs
+			p.PreloadTotalMs += float64(w.Passes) * w.ExeMs
+			p.Timing[w.Timing]++
+			if k := string(it.Module) + "/" + string(w.Stage); w.Timing == "roofline" && !slices.Contains(p.Roofline, k) {
+				p.Roofline = append(p.Roofline, k)
+			}
+		}
+	}
+	p.SlotBytes = largestStreamed(l.items, resident)
+	p.Bytes[PurposeSlots] = dfbSlots * p.SlotBytes
+	if budget > 0 {
+		var used int64
+		for _, n := range p.Bytes {
+			used += n
+		}
+		p.Bytes[PurposeFree] = budget - used
+	}
+	for _, s := range Stages() {
+		if ms, ok := stageMs(l.items, resident, s); ok {
+			p.PredictedMs[s] = ms
+			p.TotalMs += ms
+		}
+	}
+	return p
+}
+
+// stageMs simulates stage s; ok is false when no unit runs in it.
+func stageMs(items []item, resident []bool, s Stage) (float64, bool) {
+	var seq []step
+	passes := 0
+	for i := range items {
+		w, ok := items[i].WorkIn(s)
+		if !ok {
+			continue
+		}
+		passes = w.Passes
+		streamed := !items[i].Host && !resident[i]
+		seq = append(seq, step{exe: w.ExeMs, dma: items[i].dma, streamed: streamed})
+	}
+	if len(seq) == 0 {
+		return 0, false
+	}
+	return simulate(passes, seq), true
+}
+
+// ModuleSummary is one module of a plan.
+type ModuleSummary struct {
+	Module Module
+	Units  int
+	// Resident are the indices of the resident units.
+	Resident []int
+	Host     bool
+	// Bytes is the module's total; ResidentBytes the resident share.
+	Bytes, ResidentBytes int64
+}
+
+// Modules summarizes the plan per module, in execution order.
+func (p *Plan) Modules() []ModuleSummary {
+	var out []ModuleSummary
+	for _, u := range p.Units {
+		k := slices.IndexFunc(out, func(s ModuleSummary) bool { return s.Module == u.Module })
+		if k < 0 {
+			out = append(out, ModuleSummary{Module: u.Module})
+			k = len(out) - 1
+		}
+		s := &out[k]
+		s.Units++
+		s.Bytes += u.Bytes
+		switch u.Placement {
+		case Resident:
+			s.Resident = append(s.Resident, u.Index)
+			s.ResidentBytes += u.Bytes
+		case Host:
+			s.Host = true
+		}
+	}
+	return out
+}

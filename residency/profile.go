@@ -1,0 +1,187 @@
+package residency
+
+import (
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Profile is what the planner knows of a device: the pinned host-to-device
+// bandwidth, compute times of units, a roofline for the shapes it lacks,
+// and the memory the runtime takes before any weight. Every figure should
+// come from a measurement; Source says which.
+type Profile struct {
+	// Source states where the figures come from (measurements, files,
+	// dates, and how each per-unit time was derived).
+	Source string `json:"source"`
+	Device string `json:"device"`
+	// H2DGBps is the pinned host-to-device copy bandwidth, 10⁹ bytes/s.
+	H2DGBps  float64      `json:"h2d_gbps"`
+	Roofline Roofline     `json:"roofline"`
+	Fixed    FixedCosts   `json:"fixed"`
+	Units    []UnitTiming `json:"units"`
+}
+
+// Roofline is the fallback model: a unit takes max(bytes/MemGBps,
+// FLOPs/TFLOPs), and a profiled time is carried to another shape of the
+// same module and stage in the ratio of their rooflines.
+type Roofline struct {
+	// MemGBps is the achieved device-memory read bandwidth, 10⁹ bytes/s.
+	MemGBps float64 `json:"mem_gbps"`
+	// TFLOPs is the achieved bf16 matrix rate, 10¹² FLOP/s.
+	TFLOPs float64 `json:"tflops"`
+}
+
+// FixedCosts are device bytes taken before any weight, KV cache or
+// activation.
+type FixedCosts struct {
+	// ContextBytes is the CUDA primary context.
+	ContextBytes int64 `json:"cuda_context_bytes"`
+	// CUBLASBytes is the cuBLAS handle with the kernels it loads.
+	CUBLASBytes int64 `json:"cublas_handle_bytes"`
+	// WorkspaceBytes is the workspace given to cuBLAS.
+	WorkspaceBytes int64 `json:"cublas_workspace_bytes"`
+	// KernelBytes is vlanode's kernel module.
+	KernelBytes int64 `json:"kernel_module_bytes"`
+}
+
+// UnitTiming is one measured (or derived) compute time: one pass of a unit
+// of Module in Stage, over Rows rows, whose blob was WeightBytes and whose
+// arithmetic was FLOPs. WeightBytes and FLOPs let the time be carried to
+// other shapes; with both zero, Ms is used as it is for every shape.
+type UnitTiming struct {
+	Module      Module  `json:"module"`
+	Stage       Stage   `json:"stage"`
+	Rows        int     `json:"rows"`
+	WeightBytes int64   `json:"weight_bytes"`
+	FLOPs       float64 `json:"flops"`
+	Ms          float64 `json:"ms"`
+	// Source says how Ms was obtained.
+	Source string `json:"source,omitempty"`
+}
+
+//go:embed profiles/h200.json
+var h200JSON []byte
+
+// DefaultProfileName names the shipped profile.
+const DefaultProfileName = "h200 (default)"
+
+// DefaultProfile is the shipped profile of one NVIDIA H200, derived from
+// the figures measured in this repository (see its Source). Each call
+// returns a new copy.
+func DefaultProfile() (*Profile, error) {
+	p, err := ParseProfile(h200JSON)
+	if err != nil {
+		return nil, fmt.Errorf("residency: the embedded H200 profile: %w", err)
+	}
+	return p, nil
+}
+
+// ParseProfile decodes and validates a profile.
+func ParseProfile(raw []byte) (*Profile, error) {
+	var p Profile
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("residency: profile: %w", err)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Marshal encodes the profile as indented JSON.
+func (p *Profile) Marshal() ([]byte, error) {
+	b, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("residency: profile: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+// Validate checks that every figure is usable.
+func (p *Profile) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if p.Source == "" {
+		bad("source is empty: say where the figures come from")
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"h2d_gbps", p.H2DGBps}, {"roofline.mem_gbps", p.Roofline.MemGBps}, {"roofline.tflops", p.Roofline.TFLOPs}} {
+		if !(f.v > 0) || math.IsInf(f.v, 0) {
+			bad("%s must be positive, got %g", f.name, f.v)
+		}
+	}
+	f := p.Fixed
+	if f.ContextBytes < 0 || f.CUBLASBytes < 0 || f.WorkspaceBytes < 0 || f.KernelBytes < 0 {
+		bad("fixed costs must not be negative: %+v", f)
+	}
+	for i, u := range p.Units {
+		if u.Module == "" || u.Stage == "" || u.Rows <= 0 || u.WeightBytes < 0 || u.FLOPs < 0 || !(u.Ms > 0) {
+			bad("units[%d] (%s in %s): module, stage, rows > 0, weight_bytes ≥ 0, flops ≥ 0 and ms > 0 are required", i, u.Module, u.Stage)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("residency: profile: %w", err)
+	}
+	return nil
+}
+
+// DMAMs is the time to copy n bytes host-to-device, C_DMA.
+func (p *Profile) DMAMs(n int64) float64 { return float64(n) / (p.H2DGBps * 1e9) * 1e3 }
+
+// rooflineMs is max(bytes/bandwidth, FLOPs/peak).
+func (p *Profile) rooflineMs(bytes int64, flops float64) float64 {
+	return max(float64(bytes)/(p.Roofline.MemGBps*1e9), flops/(p.Roofline.TFLOPs*1e12)) * 1e3
+}
+
+// Cost fills ExeMs and Timing of every unit's work: the profiled time of
+// the same module and stage ("profile" when the shape is the profiled one,
+// "scaled" by the ratio of rooflines when it is not; the entry with the
+// nearest rows is used), else the roofline ("roofline").
+func (p *Profile) Cost(units []Unit) {
+	for i := range units {
+		u := &units[i]
+		for j := range u.Work {
+			w := &u.Work[j]
+			w.ExeMs, w.Timing = p.exeMs(u, w)
+		}
+	}
+}
+
+func (p *Profile) exeMs(u *Unit, w *Work) (float64, string) {
+	own := p.rooflineMs(u.Bytes, w.FLOPs)
+	e, ok := p.nearest(u.Module, w.Stage, w.Rows)
+	if !ok {
+		return own, "roofline"
+	}
+	ref := p.rooflineMs(e.WeightBytes, e.FLOPs)
+	if ref <= 0 || (e.WeightBytes == u.Bytes && e.FLOPs == w.FLOPs) {
+		return e.Ms, "profile"
+	}
+	return e.Ms * own / ref, "scaled"
+}
+
+// nearest is the entry of module m in stage s whose rows are closest to
+// rows (in ratio).
+func (p *Profile) nearest(m Module, s Stage, rows int) (UnitTiming, bool) {
+	best, dist := -1, math.Inf(1)
+	for i, e := range p.Units {
+		if e.Module != m || e.Stage != s {
+			continue
+		}
+		if d := math.Abs(math.Log(float64(e.Rows) / float64(max(rows, 1)))); d < dist {
+			best, dist = i, d
+		}
+	}
+	if best < 0 {
+		return UnitTiming{}, false
+	}
+	return p.Units[best], true
+}

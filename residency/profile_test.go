@@ -1,0 +1,73 @@
+package residency
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestProfileRoundTrip(t *testing.T) {
+	p := defaultProfile(t)
+	raw, err := p.Marshal()
+	require.NoError(t, err)
+	q, err := ParseProfile(raw)
+	require.NoError(t, err)
+	assert.Equal(t, p, q)
+	assert.Contains(t, p.Source, "measured in this repository")
+	for _, u := range p.Units {
+		assert.NotEmpty(t, u.Source, "%s %s", u.Module, u.Stage)
+	}
+}
+
+func TestProfileErrors(t *testing.T) {
+	for _, tc := range []struct{ raw, want string }{
+		{`{`, "unexpected EOF"},
+		{`{"source":"x","h2d_gbps":1,"roofline":{"mem_gbps":1,"tflops":1},"bogus":1}`, `unknown field "bogus"`},
+		{`{"h2d_gbps":1,"roofline":{"mem_gbps":1,"tflops":1}}`, "source is empty"},
+		{`{"source":"x","roofline":{"mem_gbps":1,"tflops":1}}`, "h2d_gbps must be positive"},
+		{`{"source":"x","h2d_gbps":1,"roofline":{"tflops":1}}`, "roofline.mem_gbps must be positive"},
+		{`{"source":"x","h2d_gbps":1,"roofline":{"mem_gbps":1,"tflops":1},"fixed":{"cuda_context_bytes":-1}}`, "must not be negative"},
+		{`{"source":"x","h2d_gbps":1,"roofline":{"mem_gbps":1,"tflops":1},"units":[{"module":"vlm","stage":"decode","rows":1,"ms":0}]}`, "units[0] (vlm in decode)"},
+	} {
+		_, err := ParseProfile([]byte(tc.raw))
+		assert.ErrorContains(t, err, tc.want, tc.raw)
+	}
+}
+
+// TestProfileCost: a unit of the profiled shape takes the profiled time;
+// another shape of the same module and stage takes it in the ratio of the
+// rooflines (the nearest rows' entry); a module the profile lacks takes
+// the roofline.
+func TestProfileCost(t *testing.T) {
+	p := &Profile{
+		Source: "test", H2DGBps: 50, Roofline: Roofline{MemGBps: 1000, TFLOPs: 100},
+		Units: []UnitTiming{
+			{Module: VLM, Stage: StagePrefill, Rows: 1000, WeightBytes: 1e8, FLOPs: 2e12, Ms: 40}, // roofline 20 ms
+			{Module: VLM, Stage: StagePrefill, Rows: 10, WeightBytes: 1e8, FLOPs: 2e10, Ms: 0.3},  // roofline 0.2 ms
+			{Module: VLM, Stage: StageDecode, Rows: 1, WeightBytes: 1e8, FLOPs: 2e8, Ms: 0.2},     // roofline 0.1 ms
+		},
+	}
+	units := []Unit{
+		{Module: VLM, Bytes: 1e8, Work: []Work{
+			{Stage: StagePrefill, Rows: 1000, FLOPs: 2e12},
+			{Stage: StagePrefill, Rows: 2000, FLOPs: 4e12},
+			{Stage: StagePrefill, Rows: 20, FLOPs: 4e10},
+			{Stage: StageDecode, Rows: 1, FLOPs: 2e8},
+		}},
+		{Module: VLM, Bytes: 5e7, Work: []Work{{Stage: StageDecode, Rows: 1, FLOPs: 1e8}}},
+		{Module: Merger, Bytes: 8e7, Work: []Work{{Stage: StageVision, Rows: 100, FLOPs: 1e13}}},
+	}
+	p.Cost(units)
+	w := units[0].Work
+	assert.Equal(t, "profile", w[0].Timing)
+	assert.InDelta(t, 40, w[0].ExeMs, 1e-9)
+	assert.Equal(t, "scaled", w[1].Timing)
+	assert.InDelta(t, 80, w[1].ExeMs, 1e-9, "compute-bound: twice the FLOPs")
+	assert.InDelta(t, 0.3*0.4/0.2, w[2].ExeMs, 1e-9, "from the 10-row entry: roofline 0.4 over 0.2")
+	assert.InDelta(t, 0.2, w[3].ExeMs, 1e-9)
+	assert.InDelta(t, 0.1, units[1].Work[0].ExeMs, 1e-9, "memory-bound: half the bytes")
+	assert.Equal(t, "roofline", units[2].Work[0].Timing)
+	assert.InDelta(t, 100, units[2].Work[0].ExeMs, 1e-9, "1e13 FLOPs at 100 TFLOP/s")
+	assert.InDelta(t, 2, p.DMAMs(1e8), 1e-12, "100 MB at 50 GB/s")
+}

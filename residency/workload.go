@@ -1,0 +1,72 @@
+package residency
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Workload is the shape of one inference: what the planner sizes the KV
+// cache and activations for, and how often each stage repeats.
+type Workload struct {
+	Name string `json:"name"`
+	// Images and PatchesPerImage give the vision stage's patches
+	// (16 × 720 = 11,520 in the standard workload).
+	Images          int `json:"images"`
+	PatchesPerImage int `json:"patches_per_image"`
+	// PromptTokens is the prefill length, visual tokens included.
+	PromptTokens int `json:"prompt_tokens"`
+	// ReasoningTokens is N: decode passes, one per reasoning token.
+	ReasoningTokens int `json:"reasoning_tokens"`
+	// EulerSteps are the diffusion passes of the action expert.
+	EulerSteps int `json:"euler_steps"`
+	// ActionTokens are the expert's rows per pass (64 waypoints).
+	ActionTokens int `json:"action_tokens"`
+}
+
+// StandardWorkloadName names StandardWorkload.
+const StandardWorkloadName = "standard"
+
+// StandardWorkload is DESIGN.md's standard workload in the shape
+// bench/results/standard-workload.md measured: 16 images (4 cameras × 4
+// frames) of 576×320 → 720 patches each, a 3,042-token prompt, 21
+// reasoning tokens, 10 Euler steps over 64 action tokens.
+func StandardWorkload() Workload {
+	return Workload{
+		Name: StandardWorkloadName, Images: 16, PatchesPerImage: 720, PromptTokens: 3042,
+		ReasoningTokens: 21, EulerSteps: 10, ActionTokens: 64,
+	}
+}
+
+// Workloads maps the names the command line accepts to workloads.
+func Workloads() map[string]Workload {
+	return map[string]Workload{StandardWorkloadName: StandardWorkload()}
+}
+
+// Patches is the vision stage's patch count.
+func (w Workload) Patches() int { return w.Images * w.PatchesPerImage }
+
+// Validate checks the counts.
+func (w Workload) Validate() error {
+	var errs []error
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"images", w.Images}, {"patches_per_image", w.PatchesPerImage},
+		{"reasoning_tokens", w.ReasoningTokens}, {"euler_steps", w.EulerSteps}, {"action_tokens", w.ActionTokens},
+	} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("%s is negative (%d)", f.name, f.v))
+		}
+	}
+	if w.PromptTokens <= 0 {
+		errs = append(errs, fmt.Errorf("prompt_tokens must be positive, got %d", w.PromptTokens))
+	}
+	if (w.Images == 0) != (w.PatchesPerImage == 0) {
+		errs = append(errs, fmt.Errorf("images (%d) and patches_per_image (%d) must both be zero or both positive", w.Images, w.PatchesPerImage))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("residency: workload %q: %w", w.Name, err)
+	}
+	return nil
+}
