@@ -1,0 +1,68 @@
+package layering
+
+import "vlanode/weights"
+
+// Stream, Event and Slot are handles a Device hands out; they mean
+// nothing to another Device.
+type (
+	// Stream is an in-order queue of device work.
+	Stream int
+	// Event marks a point in a stream's queue.
+	Event int
+	// Slot is a DFB slot: one device buffer a streamed unit's blob is
+	// copied into.
+	Slot int
+)
+
+// NoSlot is the slot of a resident unit: its weights live in VRAM of their
+// own.
+const NoSlot Slot = -1
+
+// SlotPurpose is the budget purpose DFB slots are counted under.
+const SlotPurpose = "dfb-slots"
+
+// Compute is one unit's work on the compute stream.
+type Compute struct {
+	// Unit names the unit, for timelines and errors.
+	Unit string
+	// Slot is where the unit's weights are: a DFB slot, or NoSlot for a
+	// resident unit.
+	Slot Slot
+	// Run queues the unit's ops on the compute stream (for cuda: calls
+	// backend ops, which the Backend queues on its stream). It may be nil.
+	Run func(slot Slot) error
+}
+
+// Device is what the executor needs of a GPU. Work queued on one stream
+// runs in order; Wait is the only ordering across streams. A Device
+// serves one goroutine at a time, and owns everything it hands out:
+// its Close releases streams, events, slots and pinned memory.
+type Device interface {
+	// ComputeStream is the stream the compute backend queues its ops on.
+	ComputeStream() Stream
+	// NewStream makes a stream of its own, e.g. for copies.
+	NewStream(name string) (Stream, error)
+	// NewEvent makes an event that can be recorded and timed.
+	NewEvent(name string) (Event, error)
+	// Record marks e at the current end of s's queue (re-recording moves
+	// it).
+	Record(e Event, s Stream) error
+	// Wait makes work queued on s after this call wait until e's latest
+	// record (at the time of the call) has been reached.
+	Wait(s Stream, e Event) error
+	// AllocSlot allocates a DFB slot of bytes, counted under SlotPurpose,
+	// aligned to weights.Align.
+	AllocSlot(bytes int64) (Slot, error)
+	// PinHost page-locks a blob's host bytes, once, so copies from them are
+	// asynchronous DMA.
+	PinHost(b *weights.Blob) error
+	// CopyAsync queues a copy of src's whole blob into slot dst on s.
+	CopyAsync(dst Slot, src *weights.Blob, s Stream) error
+	// Launch queues c on s.
+	Launch(s Stream, c Compute) error
+	// Synchronize waits until every stream's work has run.
+	Synchronize() error
+	// Elapsed is the time in milliseconds between two recorded events
+	// that have been reached.
+	Elapsed(from, to Event) (float64, error)
+}

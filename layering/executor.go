@@ -1,0 +1,208 @@
+package layering
+
+import (
+	"errors"
+	"fmt"
+
+	"vlanode/residency"
+	"vlanode/weights"
+)
+
+// Mode is how the executor moves streamed units' weights.
+type Mode int
+
+// The modes (DESIGN.md, "Executor").
+const (
+	// Preload computes every unit in place: the caller loaded every unit
+	// resident (a plan without a budget). No slots, no copies.
+	Preload Mode = iota + 1
+	// Sequential copies each streamed unit into one slot on the compute
+	// stream, then computes it: copies never overlap computes (§IV-B).
+	Sequential
+	// Pipelined streams through two slots with the DFB protocol (§IV-C).
+	Pipelined
+)
+
+// String names the mode.
+func (m Mode) String() string {
+	switch m {
+	case Preload:
+		return "preload"
+	case Sequential:
+		return "sequential"
+	case Pipelined:
+		return "pipelined"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// slotsOf is the number of DFB slots a mode uses.
+func (m Mode) slotsOf() int {
+	switch m {
+	case Sequential:
+		return 1
+	case Pipelined:
+		return 2
+	}
+	return 0
+}
+
+// Unit is one flat weight blob and the compute that reads it.
+type Unit struct {
+	// Name identifies the unit, e.g. "vlm.12".
+	Name string
+	// Blob is the unit's host weights; streamed units are copied from it.
+	// Resident and host units need none.
+	Blob *weights.Blob
+	// Place is where the plan keeps the unit: residency.Streamed units go
+	// through the DFB slots; Resident and Host units compute in place.
+	Place residency.Place
+	// Run queues the unit's compute; slot says where its weights are (a
+	// DFB slot, or NoSlot for weights that live elsewhere). Nil runs
+	// nothing (tests).
+	Run func(slot Slot) error
+}
+
+// streamed reports whether u goes through the slots in mode m.
+func (u *Unit) streamed(m Mode) bool { return m != Preload && u.Place == residency.Streamed }
+
+// Pass is one sweep of a stage over its units: a vision pass, a prefill,
+// one decode step, one Euler step.
+type Pass struct {
+	// Name labels the pass in profiles and errors, e.g. "decode.3".
+	Name  string
+	Units []*Unit
+	// After, when set, runs on the host once the pass's computes and the
+	// copies that prefetch the next pass's first streamed units are queued
+	// (e.g. read the logits and sample): waiting on the GPU there does not
+	// hold the prefetch back.
+	After func() error
+}
+
+// Repeat returns n passes named name.0 … name.(n-1) over the same units
+// (decode steps, Euler steps).
+func Repeat(name string, units []*Unit, n int) []Pass {
+	out := make([]Pass, n)
+	for i := range out {
+		out[i] = Pass{Name: fmt.Sprintf("%s.%d", name, i), Units: units}
+	}
+	return out
+}
+
+// Config configures an Executor.
+type Config struct {
+	Mode Mode
+	// Profile records a pair of timing events around every copy and every
+	// compute, for Profile.Turns.
+	Profile bool
+}
+
+// Executor runs units on a Device in passes. It serves one goroutine at a
+// time. Its streams, events and slots belong to the Device, which
+// releases them at its Close.
+type Executor struct {
+	cfg   Config
+	dev   Device
+	known map[*Unit]bool
+
+	compute Stream // the backend's stream: every compute
+	copy    Stream // the copy stream (Pipelined); the compute stream otherwise
+
+	slots     []Slot
+	SlotBytes int64 // one slot's size: the largest streamed blob, aligned
+
+	// One event per (stream, slot).
+	dmaDone     []Event // [slot] on the copy stream: the slot holds its unit's blob
+	computeDone []Event // [slot] on the compute stream: the slot's unit has run
+
+	begin, end Event   // around a whole Run, on the compute stream
+	marks      []Event // timing events for Profile, reused by every Run
+}
+
+// New prepares an executor for units: it pins the host blobs of the
+// streamed ones (once, here), allocates the slots sized to the largest
+// streamed blob, and makes the copy stream and the events.
+func New(dev Device, cfg Config, units []*Unit) (*Executor, error) {
+	if cfg.Mode.slotsOf() == 0 && cfg.Mode != Preload {
+		return nil, fmt.Errorf("layering: unknown mode %v", cfg.Mode)
+	}
+	e := &Executor{cfg: cfg, dev: dev, known: map[*Unit]bool{}, compute: dev.ComputeStream()}
+	e.copy = e.compute
+	for _, u := range units {
+		if err := e.add(u); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	if e.begin, err = dev.NewEvent("begin"); err != nil {
+		return nil, fmt.Errorf("layering: %w", err)
+	}
+	if e.end, err = dev.NewEvent("end"); err != nil {
+		return nil, fmt.Errorf("layering: %w", err)
+	}
+	if e.SlotBytes == 0 {
+		return e, nil // nothing streamed
+	}
+	if err := e.allocSlots(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// add checks and pins one unit and grows the slot size to hold it.
+func (e *Executor) add(u *Unit) error {
+	switch {
+	case u == nil || u.Name == "":
+		return errors.New("layering: a unit without a name")
+	case e.known[u]:
+		return fmt.Errorf("layering: unit %s listed twice", u.Name)
+	case u.Place != residency.Streamed && u.Place != residency.Resident && u.Place != residency.Host:
+		return fmt.Errorf("layering: unit %s: unknown placement %q", u.Name, u.Place)
+	}
+	e.known[u] = true
+	if !u.streamed(e.cfg.Mode) {
+		return nil
+	}
+	if u.Blob == nil || u.Blob.Size() == 0 {
+		return fmt.Errorf("layering: streamed unit %s has no blob", u.Name)
+	}
+	if err := e.dev.PinHost(u.Blob); err != nil {
+		return fmt.Errorf("layering: pinning %s: %w", u.Name, err)
+	}
+	e.SlotBytes = max(e.SlotBytes, roundUp(u.Blob.Size(), weights.Align))
+	return nil
+}
+
+// allocSlots makes the slots, the copy stream and the slot events.
+func (e *Executor) allocSlots() error {
+	n := e.cfg.Mode.slotsOf()
+	for s := range n {
+		slot, err := e.dev.AllocSlot(e.SlotBytes)
+		if err != nil {
+			return fmt.Errorf("layering: DFB slot %d of %d bytes: %w", s, e.SlotBytes, err)
+		}
+		e.slots = append(e.slots, slot)
+	}
+	if e.cfg.Mode != Pipelined {
+		return nil
+	}
+	var err error
+	if e.copy, err = e.dev.NewStream("copy"); err != nil {
+		return fmt.Errorf("layering: %w", err)
+	}
+	for s := range n {
+		dma, err := e.dev.NewEvent(fmt.Sprintf("dma-done[%d]", s))
+		if err != nil {
+			return fmt.Errorf("layering: %w", err)
+		}
+		done, err := e.dev.NewEvent(fmt.Sprintf("compute-done[%d]", s))
+		if err != nil {
+			return fmt.Errorf("layering: %w", err)
+		}
+		e.dmaDone, e.computeDone = append(e.dmaDone, dma), append(e.computeDone, done)
+	}
+	return nil
+}
+
+// roundUp rounds n up to a multiple of m.
+func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }

@@ -1,0 +1,262 @@
+package layering
+
+import (
+	"errors"
+	"fmt"
+
+	"vlanode/weights"
+)
+
+// Fake is a Device that simulates a GPU with one copy engine and one
+// compute engine: an operation starts when its stream has reached it and
+// its engine is free, and lasts the time Copy or Exe gives it. Times are
+// computed as work is queued (each stream in order, Wait reading the
+// event's latest record, as CUDA does), so a Run's timeline is exact and
+// deterministic. With one stream per engine, as the executor uses them,
+// engine order is queue order.
+type Fake struct {
+	// Copy is the duration in ms of copying a blob; Exe that of a
+	// unit's compute. Nil means 0.
+	Copy func(blob string, bytes int64) float64
+	Exe  func(unit string) float64
+	// SlotBudget, when positive, refuses AllocSlot past that many bytes.
+	SlotBudget int64
+
+	// Timeline is every copy and compute, in the order queued.
+	Timeline []Op
+	// SlotBytes is the bytes of every slot allocated.
+	SlotBytes int64
+
+	streams       []fakeStream
+	events        []fakeEvent
+	slots         []int64 // bytes of each slot
+	pinned        map[*weights.Blob]bool
+	copyFree, exe float64 // when each engine is next free
+}
+
+// OpKind is what an Op did.
+type OpKind string
+
+// The kinds of Op.
+const (
+	OpCopy    OpKind = "copy"
+	OpCompute OpKind = "compute"
+)
+
+// Op is one operation on the Fake's timeline.
+type Op struct {
+	Kind   OpKind
+	Stream string
+	// Unit is the blob's name for a copy, the unit's for a compute.
+	Unit string
+	Slot Slot
+	// Start and End are in ms from the Fake's creation.
+	Start, End float64
+}
+
+type fakeStream struct {
+	name string
+	tail float64 // when the last queued op ends
+}
+
+type fakeEvent struct {
+	name     string
+	at       float64
+	recorded bool
+}
+
+var _ Device = (*Fake)(nil)
+
+// NewFake returns a Fake whose compute stream exists.
+func NewFake(copyMs func(blob string, bytes int64) float64, exeMs func(unit string) float64) *Fake {
+	return &Fake{Copy: copyMs, Exe: exeMs, streams: []fakeStream{{name: "compute"}}, pinned: map[*weights.Blob]bool{}}
+}
+
+// ComputeStream is stream 0, "compute".
+func (f *Fake) ComputeStream() Stream { return 0 }
+
+// NewStream makes a stream.
+func (f *Fake) NewStream(name string) (Stream, error) {
+	f.streams = append(f.streams, fakeStream{name: name})
+	return Stream(len(f.streams) - 1), nil
+}
+
+// NewEvent makes an event.
+func (f *Fake) NewEvent(name string) (Event, error) {
+	f.events = append(f.events, fakeEvent{name: name})
+	return Event(len(f.events) - 1), nil
+}
+
+func (f *Fake) stream(s Stream) (*fakeStream, error) {
+	if s < 0 || int(s) >= len(f.streams) {
+		return nil, fmt.Errorf("fake: no stream %d", s)
+	}
+	return &f.streams[s], nil
+}
+
+func (f *Fake) event(e Event) (*fakeEvent, error) {
+	if e < 0 || int(e) >= len(f.events) {
+		return nil, fmt.Errorf("fake: no event %d", e)
+	}
+	return &f.events[e], nil
+}
+
+// Record marks e at s's current end.
+func (f *Fake) Record(e Event, s Stream) error {
+	ev, err := f.event(e)
+	if err != nil {
+		return err
+	}
+	st, err := f.stream(s)
+	if err != nil {
+		return err
+	}
+	ev.at, ev.recorded = st.tail, true
+	return nil
+}
+
+// Wait holds s's later work until e's latest record; an event never
+// recorded is already reached.
+func (f *Fake) Wait(s Stream, e Event) error {
+	ev, err := f.event(e)
+	if err != nil {
+		return err
+	}
+	st, err := f.stream(s)
+	if err != nil {
+		return err
+	}
+	if ev.recorded {
+		st.tail = max(st.tail, ev.at)
+	}
+	return nil
+}
+
+// AllocSlot makes a slot, within SlotBudget.
+func (f *Fake) AllocSlot(bytes int64) (Slot, error) {
+	if bytes <= 0 || bytes%weights.Align != 0 {
+		return NoSlot, fmt.Errorf("fake: slot of %d bytes (positive, a multiple of %d)", bytes, weights.Align)
+	}
+	if f.SlotBudget > 0 && f.SlotBytes+bytes > f.SlotBudget {
+		return NoSlot, fmt.Errorf("fake: %s of %d bytes over the budget of %d", SlotPurpose, f.SlotBytes+bytes, f.SlotBudget)
+	}
+	f.slots = append(f.slots, bytes)
+	f.SlotBytes += bytes
+	return Slot(len(f.slots) - 1), nil
+}
+
+// PinHost marks b pinned; pinning twice is an error, as with
+// cuMemHostRegister.
+func (f *Fake) PinHost(b *weights.Blob) error {
+	if f.pinned[b] {
+		return fmt.Errorf("fake: blob %s pinned twice", b.Name)
+	}
+	f.pinned[b] = true
+	return nil
+}
+
+// CopyAsync copies a pinned blob into a slot that holds it.
+func (f *Fake) CopyAsync(dst Slot, src *weights.Blob, s Stream) error {
+	st, err := f.stream(s)
+	if err != nil {
+		return err
+	}
+	switch {
+	case dst < 0 || int(dst) >= len(f.slots):
+		return fmt.Errorf("fake: no slot %d", dst)
+	case !f.pinned[src]:
+		return fmt.Errorf("fake: blob %s is not pinned: the copy would not be asynchronous", src.Name)
+	case src.Size() > f.slots[dst]:
+		return fmt.Errorf("fake: blob %s (%d bytes) does not fit slot %d (%d bytes)", src.Name, src.Size(), dst, f.slots[dst])
+	}
+	d := 0.0
+	if f.Copy != nil {
+		d = f.Copy(src.Name, src.Size())
+	}
+	start := max(st.tail, f.copyFree)
+	st.tail, f.copyFree = start+d, start+d
+	f.Timeline = append(f.Timeline, Op{Kind: OpCopy, Stream: st.name, Unit: src.Name, Slot: dst, Start: start, End: start + d})
+	return nil
+}
+
+// Launch runs c.Run now (it queues work, on a real device) and places
+// the compute on the timeline.
+func (f *Fake) Launch(s Stream, c Compute) error {
+	st, err := f.stream(s)
+	if err != nil {
+		return err
+	}
+	if c.Slot != NoSlot && (c.Slot < 0 || int(c.Slot) >= len(f.slots)) {
+		return fmt.Errorf("fake: unit %s reads slot %d, which does not exist", c.Unit, c.Slot)
+	}
+	if c.Run != nil {
+		if err := c.Run(c.Slot); err != nil {
+			return err
+		}
+	}
+	d := 0.0
+	if f.Exe != nil {
+		d = f.Exe(c.Unit)
+	}
+	start := max(st.tail, f.exe)
+	st.tail, f.exe = start+d, start+d
+	f.Timeline = append(f.Timeline, Op{Kind: OpCompute, Stream: st.name, Unit: c.Unit, Slot: c.Slot, Start: start, End: start + d})
+	return nil
+}
+
+// Synchronize does nothing: the times are already known.
+func (f *Fake) Synchronize() error { return nil }
+
+// Elapsed is to's time minus from's.
+func (f *Fake) Elapsed(from, to Event) (float64, error) {
+	a, err := f.event(from)
+	if err != nil {
+		return 0, err
+	}
+	b, err := f.event(to)
+	if err != nil {
+		return 0, err
+	}
+	if !a.recorded || !b.recorded {
+		return 0, fmt.Errorf("fake: elapsed between %s and %s: not both recorded", a.name, b.name)
+	}
+	return b.at - a.at, nil
+}
+
+// Verify checks the DFB invariants on the timeline: every compute that
+// reads a slot finds there, from its start to its end, the blob of its
+// own unit (blobs are named as their units), fully copied, and no copy
+// into that slot in flight.
+func (f *Fake) Verify() error {
+	var errs []error
+	for _, c := range f.Timeline {
+		if c.Kind != OpCompute || c.Slot == NoSlot {
+			continue
+		}
+		var last *Op // the latest copy into the slot finished by c's start
+		for i := range f.Timeline {
+			w := &f.Timeline[i]
+			if w.Kind != OpCopy || w.Slot != c.Slot {
+				continue
+			}
+			switch {
+			case w.Start < c.End && w.End > c.Start && !(w.End == w.Start):
+				errs = append(errs, fmt.Errorf("slot %d: copy of %s [%g, %g] overwrites it while %s computes [%g, %g]",
+					c.Slot, w.Unit, w.Start, w.End, c.Unit, c.Start, c.End))
+			case w.End <= c.Start && (last == nil || w.End >= last.End):
+				last = w
+			}
+		}
+		if last == nil || last.Unit != c.Unit {
+			have := "nothing"
+			if last != nil {
+				have = last.Unit
+			}
+			errs = append(errs, fmt.Errorf("slot %d: %s computes at %g while the slot holds %s", c.Slot, c.Unit, c.Start, have))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close does nothing; a Fake holds no resources.
+func (f *Fake) Close() error { return nil }

@@ -1,0 +1,77 @@
+package layering
+
+import "fmt"
+
+// Profile is the timing of one Run, read from device events.
+type Profile struct {
+	// TotalMs is from the Run's start to its last compute.
+	TotalMs float64
+	// Turns are every unit's turn in order (Config.Profile only).
+	Turns []Turn
+}
+
+// Turn is one unit's copy and compute in one pass.
+type Turn struct {
+	Pass string
+	Unit string
+	Slot Slot // NoSlot for a unit computed in place
+	// CopyMs is the H2D copy (0 in place); ExeMs the compute, from the
+	// dependency waits' end to the compute's end.
+	CopyMs, ExeMs float64
+}
+
+// UnitTiming is a unit's mean timing over its turns.
+type UnitTiming struct {
+	Unit          string
+	Turns         int
+	CopyMs, ExeMs float64 // means over the turns
+}
+
+// PerUnit averages the turns per unit, in order of first appearance.
+func (p *Profile) PerUnit() []UnitTiming {
+	var out []UnitTiming
+	at := map[string]int{}
+	for _, t := range p.Turns {
+		k, ok := at[t.Unit]
+		if !ok {
+			k = len(out)
+			at[t.Unit] = k
+			out = append(out, UnitTiming{Unit: t.Unit})
+		}
+		u := &out[k]
+		u.Turns++
+		u.CopyMs += t.CopyMs
+		u.ExeMs += t.ExeMs
+	}
+	for i := range out {
+		out[i].CopyMs /= float64(out[i].Turns)
+		out[i].ExeMs /= float64(out[i].Turns)
+	}
+	return out
+}
+
+// profile reads the Run's events after it has finished.
+func (e *Executor) profile(passes []Pass, turns []turn) (*Profile, error) {
+	total, err := e.dev.Elapsed(e.begin, e.end)
+	if err != nil {
+		return nil, fmt.Errorf("layering: total time: %w", err)
+	}
+	p := &Profile{TotalMs: total}
+	if !e.cfg.Profile {
+		return p, nil
+	}
+	p.Turns = make([]Turn, len(turns))
+	for i, t := range turns {
+		tt := Turn{Pass: passes[t.pass].Name, Unit: t.unit.Name, Slot: t.slot}
+		if t.j >= 0 {
+			if tt.CopyMs, err = e.dev.Elapsed(t.copyStart, t.copyEnd); err != nil {
+				return nil, fmt.Errorf("layering: copy time of %s: %w", t.unit.Name, err)
+			}
+		}
+		if tt.ExeMs, err = e.dev.Elapsed(t.exeStart, t.exeEnd); err != nil {
+			return nil, fmt.Errorf("layering: compute time of %s: %w", t.unit.Name, err)
+		}
+		p.Turns[i] = tt
+	}
+	return p, nil
+}
