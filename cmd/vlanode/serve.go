@@ -14,6 +14,7 @@ import (
 
 	"vlanode/node"
 	"vlanode/node/gpu"
+	"vlanode/residency"
 )
 
 // engineSpec is how serve obtains its model engine. The model pipeline fills
@@ -154,15 +155,11 @@ func (b *budgetFlag) String() string {
 }
 
 func (b *budgetFlag) Set(s string) error {
-	switch s {
-	case "auto":
+	if s == "auto" {
 		*b = budgetFlag{auto: true}
 		return nil
-	case "unlimited", "0":
-		*b = budgetFlag{}
-		return nil
 	}
-	v, err := parseBytes(s)
+	v, err := residency.ParseBudget(s) // the budget syntax of every command
 	if err != nil {
 		return fmt.Errorf("want auto, unlimited or a size: %w", err)
 	}
