@@ -73,7 +73,7 @@ func serving(t *testing.T, spec engineSpec, args ...string) (string, *syncBuffer
 	go func() { done <- serveCommand(spec)(ctx, args, &stdout, &stderr) }()
 	re := regexp.MustCompile(`on (nats://\S+) `)
 	var url string
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second) // loading a model on a busy 2-core machine takes seconds
 	for url == "" {
 		if m := re.FindStringSubmatch(stdout.String()); m != nil {
 			url = m[1]
