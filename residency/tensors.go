@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"vlanode/configs"
+	"vlanode/models/qwen3"
 	"vlanode/tensor"
 	"vlanode/weights"
 )
@@ -89,20 +90,14 @@ func merger(v *configs.Qwen3VLVision, postShuffle bool) tensors {
 	return append(t, withBias("linear_fc2", v.OutHiddenSize, u)...)
 }
 
-// decoderLayer is a Qwen3 decoder layer (the VLM's and the expert's).
+// decoderLayer is a Qwen3 decoder layer (the VLM's and the expert's): the
+// loader's own table (qwen3.Layer.Specs), 2-D weights multiplied by every
+// row.
 func decoderLayer(c *configs.Qwen3) tensors {
-	h, q, kv, ff, hd := c.HiddenSize, c.NumAttentionHeads*c.HeadDim, c.NumKeyValueHeads*c.HeadDim, c.IntermediateSize, c.HeadDim
-	t := tensors{
-		vec("input_layernorm.weight", h),
-		mat("self_attn.q_proj.weight", q, h), mat("self_attn.k_proj.weight", kv, h),
-		mat("self_attn.v_proj.weight", kv, h), mat("self_attn.o_proj.weight", h, q),
-		vec("self_attn.q_norm.weight", hd), vec("self_attn.k_norm.weight", hd),
-		vec("post_attention_layernorm.weight", h),
-		mat("mlp.gate_proj.weight", ff, h), mat("mlp.up_proj.weight", ff, h), mat("mlp.down_proj.weight", h, ff),
-	}
-	if c.AttentionBias {
-		t = append(t, vec("self_attn.q_proj.bias", q), vec("self_attn.k_proj.bias", kv),
-			vec("self_attn.v_proj.bias", kv), vec("self_attn.o_proj.bias", h))
+	specs := qwen3.NewLayer(c).Specs()
+	t := make(tensors, len(specs))
+	for i, s := range specs {
+		t[i] = tensorSpec{name: s.Name, shape: s.Shape, multiply: len(s.Shape) == 2}
 	}
 	return t
 }
