@@ -34,9 +34,14 @@ type Expert struct {
 	// Units are the flat weight blobs, in execution order: action_in_proj,
 	// expert layers 0…n−1, then the final norm with action_out_proj.
 	Units []*models.Unit
+	// Exec runs each unit's compute where its weights are; nil runs them
+	// in place (every unit resident).
+	Exec models.Runner
 
-	invFreq []float32
-	s       *scratch
+	inUnit, headUnit *models.Unit
+	layerUnits       []*models.Unit
+	invFreq          []float32
+	s                *scratch
 }
 
 // Checkpoint prefixes of the action side (NVlabs/alpamayo
@@ -48,11 +53,12 @@ const (
 	prefixSpace   = "action_space."
 )
 
-// Load binds the action side of an Alpamayo-R1 checkpoint to be: the
-// tensors expert.*, action_in_proj.*, action_out_proj.* and, when present,
-// action_space.*. The checkpoint must stay open while the Expert is used;
-// Close releases the Expert's backend tensors.
-func Load(be backend.Backend, ck *safetensors.Checkpoint, cfg *Config) (*Expert, error) {
+// Load binds the action side of an Alpamayo-R1 checkpoint, placed as ld
+// says: the tensors expert.*, action_in_proj.*, action_out_proj.* and,
+// when present, action_space.*. The checkpoint must stay open while the
+// Expert is used; Close releases the Expert's backend tensors.
+func Load(ld *models.Loader, cfg *Config) (*Expert, error) {
+	be := ld.Backend
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -65,37 +71,41 @@ func Load(be backend.Backend, ck *safetensors.Checkpoint, cfg *Config) (*Expert,
 		Space:   cfg.Space,
 		invFreq: models.RopeInvFreq(ec.HeadDim, ec.RopeTheta),
 	}
-	if err := e.load(ck); err != nil {
+	if err := e.load(ld); err != nil {
 		e.Close()
 		return nil, err
 	}
 	return e, nil
 }
 
-func (e *Expert) load(ck *safetensors.Checkpoint) error {
+func (e *Expert) load(ld *models.Loader) error {
+	ck := ld.Checkpoint
 	ec := &e.Config.Expert
-	u, err := models.LoadUnit(e.be, ck, "action_in_proj", prefixInProj, e.InProj.specs())
+	u, err := ld.Load("action_in_proj", prefixInProj, e.InProj.specs(), nil)
 	if err != nil {
 		return fmt.Errorf("diffusion: %w", err)
 	}
+	e.inUnit = u
 	e.Units = append(e.Units, u)
 	if err := e.InProj.loadFreqs(ck, prefixInProj); err != nil {
 		return err
 	}
 	for i := range ec.NumHiddenLayers {
 		l := qwen3.NewLayer(ec.Qwen3())
-		u, err := models.LoadUnit(e.be, ck, fmt.Sprintf("expert.layer.%d", i), fmt.Sprintf("%slayers.%d.", prefixExpert, i), l.Specs())
+		u, err := ld.Load(fmt.Sprintf("expert.layer.%d", i), fmt.Sprintf("%slayers.%d.", prefixExpert, i), l.Specs(), nil)
 		if err != nil {
 			return fmt.Errorf("diffusion: %w", err)
 		}
 		e.Layers = append(e.Layers, l)
+		e.layerUnits = append(e.layerUnits, u)
 		e.Units = append(e.Units, u)
 	}
 	head := append([]models.Spec{{Name: prefixExpert + "norm.weight", Shape: []int{ec.HiddenSize}, Dst: &e.Norm}},
 		prefixed(prefixOutProj, e.OutProj.specs(ec.HiddenSize, ActionDims))...)
-	if u, err = models.LoadUnit(e.be, ck, "expert.head", "", head); err != nil {
+	if u, err = ld.Load("expert.head", "", head, nil); err != nil {
 		return fmt.Errorf("diffusion: %w", err)
 	}
+	e.headUnit = u
 	e.Units = append(e.Units, u)
 	if err := e.loadSpace(ck); err != nil {
 		return err
@@ -171,13 +181,10 @@ func (e *Expert) Waypoints() int { return e.Space.Waypoints }
 // [Waypoints][2] and flow time t, given the VLM prefix p. It writes the
 // expert's keys and values into p's cache rows [Len, Len+Waypoints).
 func (e *Expert) Velocity(ctx context.Context, p Prefix, x []float32, t float32) ([]float32, error) {
-	if err := e.forward(ctx, &p, x, t); err != nil {
+	if err := e.forward(ctx, &p, x, t, true); err != nil {
 		return nil, err
 	}
 	s := e.s
-	if err := e.be.MatMul(s.out, s.h, e.OutProj.W, e.OutProj.B); err != nil {
-		return nil, fmt.Errorf("diffusion: action_out_proj: %w", err)
-	}
 	v, err := e.be.Download(s.out)
 	if err != nil {
 		return nil, fmt.Errorf("diffusion: downloading the velocity: %w", err)
@@ -188,7 +195,7 @@ func (e *Expert) Velocity(ctx context.Context, p Prefix, x []float32, t float32)
 // Hidden returns the expert's final-norm hidden states [Waypoints][hidden]
 // for x and t (the input of action_out_proj), as Velocity computes them.
 func (e *Expert) Hidden(ctx context.Context, p Prefix, x []float32, t float32) ([]float32, error) {
-	if err := e.forward(ctx, &p, x, t); err != nil {
+	if err := e.forward(ctx, &p, x, t, false); err != nil {
 		return nil, err
 	}
 	h, err := e.be.Download(e.s.h)
@@ -230,15 +237,15 @@ func (e *Expert) embed(x []float32, t float32) error {
 	if err := e.be.Upload(s.feats, s.featsH); err != nil {
 		return fmt.Errorf("diffusion: uploading the Fourier features: %w", err)
 	}
-	if err := e.InProj.Forward(e.be, s.x, s.feats, s); err != nil {
+	if err := models.Do(e.Exec, e.inUnit, func() error { return e.InProj.Forward(e.be, s.x, s.feats, s) }); err != nil {
 		return fmt.Errorf("diffusion: %w", err)
 	}
 	return nil
 }
 
 // forward runs action_in_proj, the layers and the final norm, leaving the
-// normed hidden states in e.s.h.
-func (e *Expert) forward(ctx context.Context, p *Prefix, x []float32, t float32) error {
+// normed hidden states in e.s.h, and with out action_out_proj into e.s.out.
+func (e *Expert) forward(ctx context.Context, p *Prefix, x []float32, t float32, out bool) error {
 	s, be := e.s, e.be
 	if s == nil {
 		return fmt.Errorf("diffusion: expert is closed")
@@ -259,12 +266,23 @@ func (e *Expert) forward(ctx context.Context, p *Prefix, x []float32, t float32)
 		// The action tokens' keys and values go to cache rows [Len, Len+t);
 		// they see the prefix but its hidden rows, and each other both ways.
 		span := qwen3.Span{Pos: p.Len, MaskFrom: p.maskFrom(), MaskTo: p.Len}
-		if err := l.Attend(be, s.x, p.Cache[i].K, p.Cache[i].V, span, s.layer); err != nil {
+		err := models.Do(e.Exec, e.layerUnits[i], func() error {
+			return l.Attend(be, s.x, p.Cache[i].K, p.Cache[i].V, span, s.layer)
+		})
+		if err != nil {
 			return fmt.Errorf("diffusion: expert layer %d: %w", i, err)
 		}
 	}
-	if err := be.RMSNorm(s.h, s.x, e.Norm, float32(e.Config.Expert.RMSNormEps)); err != nil {
-		return fmt.Errorf("diffusion: expert final norm: %w", err)
-	}
-	return nil
+	return models.Do(e.Exec, e.headUnit, func() error {
+		if err := be.RMSNorm(s.h, s.x, e.Norm, float32(e.Config.Expert.RMSNormEps)); err != nil {
+			return fmt.Errorf("diffusion: expert final norm: %w", err)
+		}
+		if !out {
+			return nil
+		}
+		if err := be.MatMul(s.out, s.h, e.OutProj.W, e.OutProj.B); err != nil {
+			return fmt.Errorf("diffusion: action_out_proj: %w", err)
+		}
+		return nil
+	})
 }

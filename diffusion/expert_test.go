@@ -110,7 +110,7 @@ func TestLoadChecksShapes(t *testing.T) {
 	ck, err := safetensors.Open(filepath.Join(dir, "model.safetensors"))
 	require.NoError(t, err)
 	defer ck.Close()
-	_, err = diffusion.Load(be, ck, cfg)
+	_, err = diffusion.Load(models.NewLoader(be, ck), cfg)
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, safetensors.ErrMismatch), "%v", err)
 	assert.ErrorContains(t, err, "expert.layers.0.mlp.gate_proj.weight")

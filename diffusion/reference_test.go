@@ -15,6 +15,7 @@ import (
 	"vlanode/backend"
 	"vlanode/cpu"
 	"vlanode/diffusion"
+	"vlanode/models"
 	"vlanode/safetensors"
 	"vlanode/tensor"
 )
@@ -109,7 +110,7 @@ func loadCase(t *testing.T, name string) *refCase {
 	ck, err := safetensors.Open(filepath.Join(dir, "model.safetensors"))
 	require.NoError(t, err)
 	t.Cleanup(func() { ck.Close() })
-	ex, err := diffusion.Load(be, ck, cfg)
+	ex, err := diffusion.Load(models.NewLoader(be, ck), cfg)
 	require.NoError(t, err)
 	t.Cleanup(ex.Close)
 

@@ -70,7 +70,9 @@ func (u *Unit) streamed(m Mode) bool { return m != Preload && u.Place == residen
 // one decode step, one Euler step.
 type Pass struct {
 	// Name labels the pass in profiles and errors, e.g. "decode.3".
-	Name  string
+	Name string
+	// Stage groups passes for Runner.Skip, e.g. "decode".
+	Stage string
 	Units []*Unit
 	// After, when set, runs on the host once the pass's computes and the
 	// copies that prefetch the next pass's first streamed units are queued
@@ -84,7 +86,7 @@ type Pass struct {
 func Repeat(name string, units []*Unit, n int) []Pass {
 	out := make([]Pass, n)
 	for i := range out {
-		out[i] = Pass{Name: fmt.Sprintf("%s.%d", name, i), Units: units}
+		out[i] = Pass{Name: fmt.Sprintf("%s.%d", name, i), Stage: name, Units: units}
 	}
 	return out
 }
@@ -148,6 +150,13 @@ func New(dev Device, cfg Config, units []*Unit) (*Executor, error) {
 	}
 	return e, nil
 }
+
+// Slots are the executor's DFB slots, in the order turns use them (none
+// when nothing is streamed).
+func (e *Executor) Slots() []Slot { return append([]Slot(nil), e.slots...) }
+
+// Mode is the executor's mode.
+func (e *Executor) Mode() Mode { return e.cfg.Mode }
 
 // add checks and pins one unit and grows the slot size to hold it.
 func (e *Executor) add(u *Unit) error {

@@ -51,7 +51,7 @@ func (p *Profile) PerUnit() []UnitTiming {
 }
 
 // profile reads the Run's events after it has finished.
-func (e *Executor) profile(passes []Pass, turns []turn) (*Profile, error) {
+func (e *Executor) profile(passes []Pass, turns []*turn) (*Profile, error) {
 	total, err := e.dev.Elapsed(e.begin, e.end)
 	if err != nil {
 		return nil, fmt.Errorf("layering: total time: %w", err)

@@ -2,52 +2,10 @@ package layering
 
 import "fmt"
 
-// queue issues the Run's work in host order. Pipelined: the copies of the
-// first two streamed turns go first; after the compute of streamed turn j
-// comes the copy of turn j+2, the next user of the same slot (possibly in
-// the next pass). Sequential and Preload: each turn copies (if streamed)
-// and computes on the compute stream, in order.
-func (e *Executor) queue(passes []Pass, turns []turn, streamed []int) error {
-	next := 0 // the next streamed turn whose copy is not queued yet
-	prefetch := func(upTo int) error {
-		for ; next < min(upTo, len(streamed)); next++ {
-			if err := e.copyTurn(&turns[streamed[next]]); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	pipelined := e.cfg.Mode == Pipelined
-	if pipelined {
-		if err := prefetch(len(e.slots)); err != nil {
-			return err
-		}
-	}
-	for i := range turns {
-		t := &turns[i]
-		if t.j >= 0 && !pipelined {
-			if err := e.copyTurn(t); err != nil {
-				return err
-			}
-		}
-		if err := e.computeTurn(t); err != nil {
-			return err
-		}
-		if t.j >= 0 && pipelined {
-			if err := prefetch(t.j + 1 + len(e.slots)); err != nil {
-				return err
-			}
-		}
-		if last := i+1 == len(turns) || turns[i+1].pass != t.pass; last {
-			if after := passes[t.pass].After; after != nil {
-				if err := after(); err != nil {
-					return fmt.Errorf("layering: after pass %s: %w", passes[t.pass].Name, err)
-				}
-			}
-		}
-	}
-	return nil
-}
+// The protocol, for streamed turn j in slot s = j mod 2 (Pipelined):
+// the copy waits compute-done[s], copies, records dma-done[s]; the
+// compute waits dma-done[s], runs, records compute-done[s]. Runner.Do
+// queues the copy of turn j+2 right after the compute of turn j.
 
 // copyTurn is the copy side of the protocol for a streamed turn in slot
 // s: wait compute-done[s] (the slot's previous user has run), copy the
@@ -79,7 +37,7 @@ func (e *Executor) copyTurn(t *turn) error {
 // computeTurn is the compute side: for a streamed turn in slot s, wait
 // dma-done[s] (its blob has arrived), run the unit, record
 // compute-done[s]; a unit in place just runs.
-func (e *Executor) computeTurn(t *turn) error {
+func (e *Executor) computeTurn(t *turn, run func(Slot) error) error {
 	pipelinedSlot := t.j >= 0 && e.cfg.Mode == Pipelined
 	s := t.j % max(len(e.slots), 1)
 	if pipelinedSlot {
@@ -90,7 +48,7 @@ func (e *Executor) computeTurn(t *turn) error {
 	if err := e.stamp(t.exeStart, e.compute); err != nil {
 		return e.fail(t, "timing", err)
 	}
-	if err := e.dev.Launch(e.compute, Compute{Unit: t.unit.Name, Slot: t.slot, Run: t.unit.Run}); err != nil {
+	if err := e.dev.Launch(e.compute, Compute{Unit: t.unit.Name, Slot: t.slot, Run: run}); err != nil {
 		return e.fail(t, "compute", err)
 	}
 	if pipelinedSlot {

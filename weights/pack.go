@@ -21,6 +21,9 @@ type Source interface {
 // checkpoint name.
 type Ref struct {
 	Local, Checkpoint string
+	// Rows, when set, takes only rows [Rows[0], Rows[1]) of the
+	// checkpoint tensor's first dimension (a block of an LM head).
+	Rows *[2]int
 }
 
 // Allocator returns a buffer of at least size bytes whose base address is
@@ -73,8 +76,18 @@ func Pack(name string, src Source, refs []Ref, alloc Allocator) (*Blob, error) {
 			return nil, fmt.Errorf("weights: pack %q: tensor %q in %s: shape %v of %v needs %d bytes, data has %d",
 				name, r.Checkpoint, in.File, in.Shape, in.DType, need, len(in.Data))
 		}
-		specs[i] = Spec{Name: local, DType: in.DType, Shape: in.Shape}
-		datas[i] = in.Data
+		shape, data := in.Shape, in.Data
+		if r.Rows != nil {
+			lo, hi := r.Rows[0], r.Rows[1]
+			if len(shape) == 0 || lo < 0 || hi < lo || hi > shape[0] {
+				return nil, fmt.Errorf("weights: pack %q: rows [%d, %d) of tensor %q %v", name, lo, hi, r.Checkpoint, shape)
+			}
+			row := int64(tensor.NumElements(shape[1:])) * int64(in.DType.Size())
+			shape = append([]int{hi - lo}, shape[1:]...)
+			data = data[int64(lo)*row : int64(hi)*row]
+		}
+		specs[i] = Spec{Name: local, DType: in.DType, Shape: shape}
+		datas[i] = data
 	}
 	entries, total := Layout(specs)
 	if total == 0 { // nothing to allocate: no tensors, or only empty ones

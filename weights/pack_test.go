@@ -138,9 +138,9 @@ func TestPackErrors(t *testing.T) {
 		want  []string
 		is    error
 	}{
-		{"missing tensor", []Ref{{"q", "model.layers.3.self_attn.q_proj.weight"}, {"o", "model.layers.3.self_attn.o_proj.weight"}}, nil,
+		{"missing tensor", []Ref{{Local: "q", Checkpoint: "model.layers.3.self_attn.q_proj.weight"}, {Local: "o", Checkpoint: "model.layers.3.self_attn.o_proj.weight"}}, nil,
 			[]string{`weights: pack "L3"`, `tensor "model.layers.3.self_attn.o_proj.weight" not found in ` + c.Dir()}, safetensors.ErrNotFound},
-		{"duplicate local", []Ref{{"w", tensors[0].Name}, {"w", tensors[1].Name}}, nil,
+		{"duplicate local", []Ref{{Local: "w", Checkpoint: tensors[0].Name}, {Local: "w", Checkpoint: tensors[1].Name}}, nil,
 			[]string{`weights: pack "L3": local name "w" used twice`}, nil},
 		{"allocator fails", good, func(int64) ([]byte, error) { return nil, errors.New("out of pinned memory") },
 			[]string{`weights: pack "L3": allocate 512 bytes: out of pinned memory`}, nil},
@@ -170,7 +170,7 @@ func (badSource) Tensor(name string) (safetensors.Info, error) {
 }
 
 func TestPackBadSource(t *testing.T) {
-	_, err := Pack("u", badSource{}, []Ref{{"w", "x"}}, nil)
+	_, err := Pack("u", badSource{}, []Ref{{Local: "w", Checkpoint: "x"}}, nil)
 	assert.EqualError(t, err, `weights: pack "u": tensor "x" in mem: shape [4] of F32 needs 16 bytes, data has 3`)
 }
 
@@ -205,4 +205,29 @@ func TestAlignedAlloc(t *testing.T) {
 	}
 	_, err := AlignedAlloc(-1)
 	assert.EqualError(t, err, "weights: cannot allocate -1 bytes")
+}
+
+// TestPackRows takes row blocks of a tensor: each block's bytes are its
+// rows of the checkpoint tensor, and bad ranges fail naming the tensor.
+func TestPackRows(t *testing.T) {
+	c, tensors := checkpoint(t)
+	up := tensors[3] // [32, 12] BF16: 24 bytes a row
+	b, err := Pack("head.1", c, []Ref{
+		{Local: "a", Checkpoint: up.Name, Rows: &[2]int{0, 10}},
+		{Local: "b", Checkpoint: up.Name, Rows: &[2]int{10, 32}},
+	}, nil)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		local  string
+		lo, hi int
+	}{{"a", 0, 10}, {"b", 10, 32}} {
+		e, data, err := b.Tensor(tc.local)
+		require.NoError(t, err)
+		assert.Equal(t, []int{tc.hi - tc.lo, 12}, e.Shape)
+		assert.Equal(t, up.Data[tc.lo*24:tc.hi*24], data)
+	}
+	for _, rows := range [][2]int{{-1, 3}, {5, 4}, {0, 33}} {
+		_, err := Pack("bad", c, []Ref{{Local: "a", Checkpoint: up.Name, Rows: &rows}}, nil)
+		assert.ErrorContains(t, err, up.Name, "rows %v", rows)
+	}
 }

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"vlanode/diffusion"
+	"vlanode/layering"
 	"vlanode/models"
 	"vlanode/models/qwen3vl"
+	"vlanode/residency"
 	"vlanode/sample"
 )
 
@@ -61,6 +63,9 @@ type Result struct {
 	// attended to).
 	PromptTokens, CachedTokens int
 	Timing                     Timing
+	// Layers is the layering executor's timing of the inference (with
+	// Layering; per unit with Layering.Profile).
+	Layers *layering.Profile
 }
 
 // Infer runs the whole pipeline for one request.
@@ -70,6 +75,22 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{}
+	maxNew := req.MaxReasoningTokens
+	if maxNew <= 0 {
+		maxNew = m.Config.TokensPerFutureTraj
+	}
+	var run *layering.Runner
+	if lay := m.layered; lay != nil {
+		var err error
+		if run, err = lay.exec.Start(m.schedule(maxNew, m.Expert.Config.Steps)); err != nil {
+			return nil, fmt.Errorf("alpamayo: %w", err)
+		}
+		lay.run = run
+		defer func() {
+			lay.run = nil
+			_ = run.Abort() // after an error: let queued copies finish
+		}()
+	}
 	stamp := func(d *time.Duration, since time.Time) error {
 		if err := m.be.Sync(); err != nil {
 			return err
@@ -103,10 +124,6 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 	}
 	res.PromptTokens = len(prompt)
 
-	maxNew := req.MaxReasoningTokens
-	if maxNew <= 0 {
-		maxNew = m.Config.TokensPerFutureTraj
-	}
 	sess, err := m.VLM.NewSession(len(prompt) + maxNew + m.Expert.Waypoints())
 	if err != nil {
 		return nil, fmt.Errorf("alpamayo: %w", err)
@@ -130,6 +147,11 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 	if err := stamp(&res.Timing.Decode, t0); err != nil {
 		return nil, err
 	}
+	if run != nil {
+		if err := run.Skip(string(residency.StageDecode)); err != nil {
+			return nil, fmt.Errorf("alpamayo: %w", err)
+		}
+	}
 	res.ReasoningIDs = gen
 	res.CachedTokens = sess.Len()
 	if res.Reasoning, err = m.reasoningText(gen); err != nil {
@@ -148,6 +170,11 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 	}
 	if err := stamp(&res.Timing.Diffusion, t0); err != nil {
 		return nil, err
+	}
+	if run != nil {
+		if res.Layers, err = run.Finish(); err != nil {
+			return nil, fmt.Errorf("alpamayo: %w", err)
+		}
 	}
 	res.Normalized = acts[0]
 	tr, err := m.Expert.ActionsToTrajectory(acts[0], req.HistXYZ, req.HistRot)

@@ -12,6 +12,7 @@ import (
 	"vlanode/backend"
 	"vlanode/configs"
 	"vlanode/diffusion"
+	"vlanode/models"
 	"vlanode/models/qwen3vl"
 	"vlanode/safetensors"
 	"vlanode/tokenizer"
@@ -28,8 +29,9 @@ type Model struct {
 	Tok    *tokenizer.Tokenizer
 	Tokens Tokens
 
-	be backend.Backend
-	ck *safetensors.Checkpoint
+	be      backend.Backend
+	ck      *safetensors.Checkpoint
+	layered *layered // nil: every unit resident, run in place
 }
 
 // LoadOptions tune Load.
@@ -37,6 +39,9 @@ type LoadOptions struct {
 	// VLM overrides where the VLM's config.json is found (a folder or the
 	// file), instead of resolving the checkpoint's vlm_name_or_path.
 	VLM string
+	// Layering, when set, places the units by a residency plan and runs
+	// them through a layering executor.
+	Layering *Layering
 }
 
 // Load reads an Alpamayo-R1 checkpoint: config.json, the VLM config it
@@ -80,19 +85,32 @@ func Load(be backend.Backend, dir string, opt LoadOptions) (*Model, error) {
 		return nil, err
 	}
 	m := &Model{Config: cfg, Tok: tok, Tokens: ids, be: be, ck: ck}
-	if m.VLM, err = qwen3vl.New(be, qcfg, ck, qwen3vl.Names{
+	ld := models.NewLoader(be, ck)
+	if opt.Layering != nil {
+		if err := opt.Layering.configureLoader(ld); err != nil {
+			m.Close()
+			return nil, err
+		}
+	}
+	if m.VLM, err = qwen3vl.New(ld, qcfg, qwen3vl.Names{
 		Vision: "vlm.model.visual.", Text: "vlm.model.language_model.", LMHead: "vlm.lm_head.weight",
 	}); err != nil {
 		m.Close()
 		return nil, fmt.Errorf("alpamayo: loading the VLM: %w", err)
 	}
-	if m.Expert, err = diffusion.Load(be, ck, dcfg); err != nil {
+	if m.Expert, err = diffusion.Load(ld, dcfg); err != nil {
 		m.Close()
 		return nil, fmt.Errorf("alpamayo: loading the action expert: %w", err)
 	}
 	if got, want := m.Expert.Config.Expert.NumHiddenLayers, qcfg.Text.NumHiddenLayers; got != want {
 		m.Close()
 		return nil, fmt.Errorf("alpamayo: the expert has %d layers, the VLM %d: each expert layer reads its VLM layer's cache", got, want)
+	}
+	if opt.Layering != nil {
+		if err := m.newLayered(opt.Layering, ld.Units); err != nil {
+			m.Close()
+			return nil, err
+		}
 	}
 	return m, nil
 }

@@ -143,7 +143,10 @@ func (s *Session) ForwardEmbedded(ctx context.Context, x backend.Tensor, cos, si
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := l.Forward(m.be, x, s.kc[i], s.vc[i], s.len, sc); err != nil {
+		err := models.Do(m.Exec, m.LayerUnits[i], func() error {
+			return l.Forward(m.be, x, s.kc[i], s.vc[i], s.len, sc)
+		})
+		if err != nil {
 			return fmt.Errorf("qwen3: layer %d: %w", i, err)
 		}
 		if after != nil {
@@ -169,7 +172,12 @@ func (m *Model) EmbedTokens(ids []int32) (backend.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := m.be.Embedding(x, m.Embed, ids); err != nil {
+	if m.embedHost != nil {
+		err = m.gatherHost(x, ids)
+	} else {
+		err = m.be.Embedding(x, m.Embed, ids)
+	}
+	if err != nil {
 		m.be.Free(x)
 		return nil, fmt.Errorf("qwen3: embedding: %w", err)
 	}
@@ -193,18 +201,75 @@ func (m *Model) Logits(x backend.Tensor, all bool) ([]float32, error) {
 		return nil, err
 	}
 	defer m.be.Free(h)
-	if err := m.be.RMSNorm(h, x, m.Norm, float32(c.RMSNormEps)); err != nil {
-		return nil, fmt.Errorf("qwen3: final norm: %w", err)
+	if len(m.Head) == 1 || rows == 1 {
+		// One output: a block's logits are a run of the row's columns.
+		out, err := m.be.Alloc("activations", tensor.F32, rows, c.VocabSize)
+		if err != nil {
+			return nil, err
+		}
+		defer m.be.Free(out)
+		for i, b := range m.Head {
+			dst := out
+			if len(m.Head) > 1 {
+				if dst, err = columns(m.be, out, b.Lo, b.Rows); err != nil {
+					return nil, err
+				}
+			}
+			if err := m.headBlock(i, b, h, x, dst); err != nil {
+				return nil, err
+			}
+		}
+		return m.be.Download(out)
 	}
-	out, err := m.be.Alloc("activations", tensor.F32, rows, c.VocabSize)
+	logits := make([]float32, rows*c.VocabSize)
+	for i, b := range m.Head {
+		dst, err := m.be.Alloc("activations", tensor.F32, rows, b.Rows)
+		if err != nil {
+			return nil, err
+		}
+		err = m.headBlock(i, b, h, x, dst)
+		var part []float32
+		if err == nil {
+			part, err = m.be.Download(dst)
+		}
+		m.be.Free(dst)
+		if err != nil {
+			return nil, err
+		}
+		for r := range rows {
+			copy(logits[r*c.VocabSize+b.Lo:], part[r*b.Rows:(r+1)*b.Rows])
+		}
+	}
+	return logits, nil
+}
+
+// headBlock runs LM head block i into dst: the final norm of x into h
+// first (its weight is in block 0's unit), then h · Wᵀ.
+func (m *Model) headBlock(i int, b *HeadBlock, h, x, dst backend.Tensor) error {
+	return models.Do(m.Exec, b.Unit, func() error {
+		if i == 0 {
+			if err := m.be.RMSNorm(h, x, m.Norm, float32(m.Config.RMSNormEps)); err != nil {
+				return fmt.Errorf("qwen3: final norm: %w", err)
+			}
+		}
+		if err := m.be.MatMul(dst, h, b.W, nil); err != nil {
+			return fmt.Errorf("qwen3: lm head rows [%d, %d): %w", b.Lo, b.Lo+b.Rows, err)
+		}
+		return nil
+	})
+}
+
+// columns is the view of columns [lo, lo+n) of a one-row matrix t.
+func columns(be backend.Backend, t backend.Tensor, lo, n int) (backend.Tensor, error) {
+	flat, err := be.Reshape(t, backend.Elements(t))
 	if err != nil {
 		return nil, err
 	}
-	defer m.be.Free(out)
-	if err := m.be.MatMul(out, h, m.LMHead, nil); err != nil {
-		return nil, fmt.Errorf("qwen3: lm head: %w", err)
+	part, err := be.Rows(flat, lo, n)
+	if err != nil {
+		return nil, err
 	}
-	return m.be.Download(out)
+	return be.Reshape(part, 1, n)
 }
 
 // scratch returns activations for T tokens: the session's kept decode

@@ -49,16 +49,18 @@ func Load(be backend.Backend, dir string, ck *safetensors.Checkpoint) (*Model, e
 	if err != nil {
 		return nil, err
 	}
-	return New(be, cfg, ck, HFNames())
+	return New(models.NewLoader(be, ck), cfg, HFNames())
 }
 
-// New binds a checkpoint's tensors to a model of configuration cfg.
-func New(be backend.Backend, cfg *configs.Qwen3VL, ck *safetensors.Checkpoint, names Names) (*Model, error) {
-	v, err := newVision(be, &cfg.Vision, ck, names.Vision)
+// New binds a checkpoint's tensors to a model of configuration cfg, placed
+// as ld says.
+func New(ld *models.Loader, cfg *configs.Qwen3VL, names Names) (*Model, error) {
+	be := ld.Backend
+	v, err := newVision(ld, &cfg.Vision, names.Vision)
 	if err != nil {
 		return nil, err
 	}
-	text, err := qwen3.New(be, cfg.Text, ck, names.Text, names.LMHead)
+	text, err := qwen3.New(ld, cfg.Text, names.Text, names.LMHead)
 	if err != nil {
 		v.Close()
 		return nil, err

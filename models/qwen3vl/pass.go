@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"vlanode/backend"
+	"vlanode/models"
 	"vlanode/tensor"
 )
 
@@ -115,7 +116,7 @@ func (v *Vision) Begin(im *Images) (*VisionPass, error) {
 		p.Close()
 		return nil, err
 	}
-	if err := p.embed(im); err != nil {
+	if err := models.Do(v.Exec, v.embedUnit, func() error { return p.embed(im) }); err != nil {
 		p.Close()
 		return nil, fmt.Errorf("qwen3vl: vision embedding: %w", err)
 	}
@@ -175,12 +176,13 @@ func (p *VisionPass) RunBlock(ctx context.Context) error {
 		return errors.New("qwen3vl: no vision block left to run")
 	}
 	i := p.next
-	if err := v.Blocks[i].Forward(v.be, p.x, p.s); err != nil {
+	err := models.Do(v.Exec, v.blockUnits[i], func() error { return v.Blocks[i].Forward(v.be, p.x, p.s) })
+	if err != nil {
 		return fmt.Errorf("qwen3vl: vision block %d: %w", i, err)
 	}
 	p.next++
 	if k := len(p.deepstack); k < len(v.dsBlocks) && v.dsBlocks[k] == i {
-		out, err := p.merge(v.Deepstack[v.dsMerger[k]])
+		out, err := p.merge(v.Deepstack[v.dsMerger[k]], v.deepstackUnits[v.dsMerger[k]])
 		if err != nil {
 			return fmt.Errorf("qwen3vl: deepstack merger %d (after vision block %d): %w", v.dsMerger[k], i, err)
 		}
@@ -190,13 +192,13 @@ func (p *VisionPass) RunBlock(ctx context.Context) error {
 }
 
 // merge runs merger m over the hidden states into a new tensor.
-func (p *VisionPass) merge(m *Merger) (backend.Tensor, error) {
+func (p *VisionPass) merge(m *Merger, u *models.Unit) (backend.Tensor, error) {
 	c := p.v.Config
 	out, err := p.v.be.Alloc("activations", tensor.F32, p.s.patches/c.MergeUnit(), c.OutHiddenSize)
 	if err != nil {
 		return nil, err
 	}
-	if err := m.Forward(p.v.be, out, p.x, p.s); err != nil {
+	if err := models.Do(p.v.Exec, u, func() error { return m.Forward(p.v.be, out, p.x, p.s) }); err != nil {
 		p.v.be.Free(out)
 		return nil, err
 	}
@@ -209,7 +211,7 @@ func (p *VisionPass) Finish() (*Features, error) {
 	if p.x == nil || p.next != len(p.v.Blocks) {
 		return nil, fmt.Errorf("qwen3vl: vision pass finished after %d of %d blocks", p.next, len(p.v.Blocks))
 	}
-	emb, err := p.merge(p.v.Merger)
+	emb, err := p.merge(p.v.Merger, p.v.mergerUnit)
 	if err != nil {
 		return nil, fmt.Errorf("qwen3vl: patch merger: %w", err)
 	}

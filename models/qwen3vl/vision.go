@@ -7,7 +7,6 @@ import (
 	"vlanode/backend"
 	"vlanode/configs"
 	"vlanode/models"
-	"vlanode/safetensors"
 )
 
 // visionEps is the epsilon of every LayerNorm of the vision tower (fixed at
@@ -34,6 +33,13 @@ type Vision struct {
 	// then each "vision.block.i" followed by the "vision.deepstack.j" that
 	// reads its output, then "vision.merger".
 	Units []*models.Unit
+	// Exec runs each unit's compute where its weights are; nil runs them
+	// in place (every unit resident).
+	Exec models.Runner
+
+	embedUnit, mergerUnit *models.Unit
+	blockUnits            []*models.Unit
+	deepstackUnits        []*models.Unit // by merger index
 
 	patchMat backend.Tensor // PatchW viewed as [hidden, PatchDim]
 	pos      posTable       // PosEmbed's bytes, read on the host
@@ -46,23 +52,24 @@ type Vision struct {
 
 // newVision binds the vision tower's tensors under prefix ("model.visual."
 // in a Hugging Face checkpoint).
-func newVision(be backend.Backend, cfg *configs.Qwen3VLVision, ck *safetensors.Checkpoint, prefix string) (*Vision, error) {
+func newVision(ld *models.Loader, cfg *configs.Qwen3VLVision, prefix string) (*Vision, error) {
+	be := ld.Backend
 	v := &Vision{Config: cfg, be: be, invFreq: models.RopeInvFreq(cfg.HeadDim()/2, cfg.RopeTheta())}
 	v.dsBlocks, v.dsMerger = cfg.DeepstackOrder()
 	h := cfg.HiddenSize
-	embed, err := models.LoadUnit(be, ck, "vision.embed", prefix, []models.Spec{
+	embed, err := ld.Load("vision.embed", prefix, []models.Spec{
 		{Name: "patch_embed.proj.weight", Shape: []int{h, cfg.InChannels, cfg.TemporalPatchSize, cfg.PatchSize, cfg.PatchSize}, Dst: &v.PatchW},
 		{Name: "patch_embed.proj.bias", Shape: []int{h}, Dst: &v.PatchB},
 		{Name: "pos_embed.weight", Shape: []int{cfg.NumPositionEmbeddings, h}, Dst: &v.PosEmbed},
+	}, func() (err error) {
+		v.patchMat, err = be.Reshape(v.PatchW, h, cfg.PatchDim())
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	v.Units = append(v.Units, embed)
-	if v.patchMat, err = be.Reshape(v.PatchW, h, cfg.PatchDim()); err != nil {
-		v.Close()
-		return nil, err
-	}
+	v.embedUnit = embed
 	e, data, err := embed.Blob.Tensor("pos_embed.weight")
 	if err != nil {
 		v.Close()
@@ -70,38 +77,39 @@ func newVision(be backend.Backend, cfg *configs.Qwen3VLVision, ck *safetensors.C
 	}
 	v.pos = posTable{dt: e.DType, data: data, hidden: h}
 	v.Deepstack = make([]*Merger, len(cfg.DeepstackVisualIndexes))
+	v.deepstackUnits = make([]*models.Unit, len(cfg.DeepstackVisualIndexes))
 	for i := range cfg.Depth {
 		b := &VisionBlock{cfg: cfg}
-		u, err := models.LoadUnit(be, ck, fmt.Sprintf("vision.block.%d", i), fmt.Sprintf("%sblocks.%d.", prefix, i), b.specs())
+		u, err := ld.Load(fmt.Sprintf("vision.block.%d", i), fmt.Sprintf("%sblocks.%d.", prefix, i), b.specs(),
+			func() error { return b.bindViews(be) })
 		if err != nil {
 			v.Close()
 			return nil, err
 		}
 		v.Blocks = append(v.Blocks, b)
 		v.Units = append(v.Units, u)
-		if err := b.bindViews(be); err != nil {
-			v.Close()
-			return nil, err
-		}
+		v.blockUnits = append(v.blockUnits, u)
 		j := slices.Index(cfg.DeepstackVisualIndexes, i)
 		if j < 0 {
 			continue
 		}
 		m := &Merger{cfg: cfg, PostShuffleNorm: true}
-		u, err = models.LoadUnit(be, ck, fmt.Sprintf("vision.deepstack.%d", j), fmt.Sprintf("%sdeepstack_merger_list.%d.", prefix, j), m.specs())
+		u, err = ld.Load(fmt.Sprintf("vision.deepstack.%d", j), fmt.Sprintf("%sdeepstack_merger_list.%d.", prefix, j), m.specs(), nil)
 		if err != nil {
 			v.Close()
 			return nil, err
 		}
 		v.Deepstack[j] = m
+		v.deepstackUnits[j] = u
 		v.Units = append(v.Units, u)
 	}
 	v.Merger = &Merger{cfg: cfg}
-	u, err := models.LoadUnit(be, ck, "vision.merger", prefix+"merger.", v.Merger.specs())
+	u, err := ld.Load("vision.merger", prefix+"merger.", v.Merger.specs(), nil)
 	if err != nil {
 		v.Close()
 		return nil, err
 	}
+	v.mergerUnit = u
 	v.Units = append(v.Units, u)
 	return v, nil
 }

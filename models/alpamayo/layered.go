@@ -1,0 +1,224 @@
+package alpamayo
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"vlanode/backend"
+	"vlanode/layering"
+	"vlanode/models"
+	"vlanode/models/qwen3"
+	"vlanode/residency"
+	"vlanode/weights"
+)
+
+// Layering runs the model through a layering executor, its units placed by
+// a residency plan: resident units are uploaded once, streamed ones stay in
+// pinned host memory and are copied into the DFB slots before each use,
+// the embedding table stays on the host.
+type Layering struct {
+	// Plan places every unit (residency.NewPlan for the model's
+	// architecture). Its unit sizes must match the checkpoint's.
+	Plan *residency.Plan
+	// Mode is the executor's mode. Preload needs a plan that streams
+	// nothing.
+	Mode layering.Mode
+	// Device is the executor's device (cuda.DFBDevice, layering.Host).
+	Device layering.Device
+	// View is the weight tensor the blob entry e becomes in slot s
+	// (cuda.DFBDevice.WeightAt; for layering.Host, a backend weight over
+	// SlotData).
+	View func(s layering.Slot, e weights.Entry) (backend.Tensor, error)
+	// HostAlloc allocates the streamed units' host blobs (cuda.HostAlloc,
+	// so that they can be pinned); nil means the Go heap.
+	HostAlloc weights.Allocator
+	// Profile times every copy and compute (Result.Layers.Turns).
+	Profile bool
+}
+
+// layered is a loaded model's executor and its unit tables; it is the
+// models.Runner of the VLM and the expert.
+type layered struct {
+	exec  *layering.Executor
+	units map[*models.Unit]*layering.Unit
+	slot  map[layering.Slot]int
+	run   *layering.Runner // the inference in progress
+}
+
+// plannerUnit is the residency planner's name of a model unit.
+func plannerUnit(name string) (string, error) {
+	index := func(prefix string) (int, bool) {
+		rest, ok := strings.CutPrefix(name, prefix)
+		if !ok {
+			return 0, false
+		}
+		i, err := strconv.Atoi(rest)
+		return i, err == nil && i >= 0
+	}
+	fixed := map[string]residency.Module{
+		"vision.embed": residency.PatchEmbed, "vision.merger": residency.Merger, "embedding": residency.Embedding,
+		"head": residency.LMHead, "action_in_proj": residency.ActionIn, "expert.head": residency.ActionOut,
+	}
+	if m, ok := fixed[name]; ok {
+		return string(m) + ".0", nil
+	}
+	for _, p := range []struct {
+		prefix string
+		module residency.Module
+	}{
+		{"vision.block.", residency.Vision}, {"vision.deepstack.", residency.Deepstack}, {"layer.", residency.VLM},
+		{"head.", residency.LMHead}, {"expert.layer.", residency.Expert},
+	} {
+		if i, ok := index(p.prefix); ok {
+			return fmt.Sprintf("%s.%d", p.module, i), nil
+		}
+	}
+	return "", fmt.Errorf("alpamayo: unit %s has no counterpart in the residency planner", name)
+}
+
+// placement returns the plan's placement of each unit by planner name,
+// and the number of LM head blocks it assumes.
+func placement(plan *residency.Plan) (map[string]residency.Placement, int) {
+	out := map[string]residency.Placement{}
+	heads := 0
+	for _, p := range plan.Units {
+		out[fmt.Sprintf("%s.%d", p.Module, p.Index)] = p
+		if p.Module == residency.LMHead {
+			heads++
+		}
+	}
+	return out, heads
+}
+
+// configureLoader makes ld place units as the plan says.
+func (l *Layering) configureLoader(ld *models.Loader) error {
+	if l.Plan == nil || l.Device == nil || l.View == nil {
+		return errors.New("alpamayo: layering needs a plan, a device and a view function")
+	}
+	places, heads := placement(l.Plan)
+	ld.HeadBlocks = heads
+	ld.HostAlloc = l.HostAlloc
+	ld.Place = func(name string) models.Place {
+		pn, err := plannerUnit(name)
+		if err != nil {
+			return models.Place("unplanned unit " + name)
+		}
+		p, ok := places[pn]
+		if !ok {
+			return models.Place("unplanned unit " + name)
+		}
+		return models.Place(p.Placement)
+	}
+	return nil
+}
+
+// newLayered checks the loaded units against the plan, makes the
+// executor (its DFB slots) and binds the streamed units to the slots.
+func (m *Model) newLayered(l *Layering, units []*models.Unit) error {
+	places, _ := placement(l.Plan)
+	lay := &layered{units: map[*models.Unit]*layering.Unit{}, slot: map[layering.Slot]int{}}
+	var all []*layering.Unit
+	var errs []error
+	for _, u := range units {
+		pn, err := plannerUnit(u.Name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		p, ok := places[pn]
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("alpamayo: the plan has no unit %s (%s)", pn, u.Name))
+			continue
+		case p.Bytes != u.Blob.Size():
+			errs = append(errs, fmt.Errorf("alpamayo: unit %s (%s) has %d bytes, the plan %d", u.Name, pn, u.Blob.Size(), p.Bytes))
+			continue
+		case u.Place == models.Host:
+			continue // read on the host, never by the executor
+		case l.Mode == layering.Preload && u.Place == models.Streamed:
+			errs = append(errs, fmt.Errorf("alpamayo: preload mode with unit %s streamed by the plan", u.Name))
+			continue
+		}
+		lu := &layering.Unit{Name: pn, Blob: u.Blob, Place: residency.Place(u.Place)}
+		lay.units[u] = lu
+		all = append(all, lu)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	exec, err := layering.New(l.Device, layering.Config{Mode: l.Mode, Profile: l.Profile}, all)
+	if err != nil {
+		return fmt.Errorf("alpamayo: %w", err)
+	}
+	lay.exec = exec
+	slots := exec.Slots()
+	for i, s := range slots {
+		lay.slot[s] = i
+	}
+	for _, u := range units {
+		if u.Place != models.Streamed {
+			continue
+		}
+		err := u.BindSlots(len(slots), func(i int, e weights.Entry) (backend.Tensor, error) { return l.View(slots[i], e) })
+		if err != nil {
+			return fmt.Errorf("alpamayo: %w", err)
+		}
+	}
+	m.layered = lay
+	m.VLM.Vision.Exec, m.VLM.Text.Exec, m.Expert.Exec = lay, lay, lay
+	return nil
+}
+
+// Do runs u's compute in the inference in progress (models.Runner).
+func (l *layered) Do(u *models.Unit, run func() error) error {
+	lu, ok := l.units[u]
+	if !ok {
+		return fmt.Errorf("alpamayo: unit %s is not in the executor", u.Name)
+	}
+	if l.run == nil {
+		return fmt.Errorf("alpamayo: unit %s computed outside an inference", u.Name)
+	}
+	return l.run.Do(lu, func(s layering.Slot) error {
+		if s != layering.NoSlot {
+			if err := u.Use(l.slot[s]); err != nil {
+				return err
+			}
+		}
+		return run()
+	})
+}
+
+// schedule is one inference's passes: the vision pass, the prefill,
+// decodes decode steps (the ones a stop token makes unnecessary are
+// skipped) and steps Euler steps.
+func (m *Model) schedule(decodes, steps int) []layering.Pass {
+	lay := m.layered
+	pick := func(units []*models.Unit) []*layering.Unit {
+		var out []*layering.Unit
+		for _, u := range units {
+			if lu, ok := lay.units[u]; ok {
+				out = append(out, lu)
+			}
+		}
+		return out
+	}
+	text := m.VLM.Text
+	lm := append(append([]*models.Unit(nil), text.LayerUnits...), headUnits(text.Head)...)
+	passes := []layering.Pass{
+		{Name: "vision", Stage: string(residency.StageVision), Units: pick(m.VLM.Vision.Units)},
+		{Name: "prefill", Stage: string(residency.StagePrefill), Units: pick(lm)},
+	}
+	passes = append(passes, layering.Repeat(string(residency.StageDecode), pick(lm), decodes)...)
+	return append(passes, layering.Repeat(string(residency.StageDiffusion), pick(m.Expert.Units), steps)...)
+}
+
+// headUnits are the LM head blocks' units.
+func headUnits(blocks []*qwen3.HeadBlock) []*models.Unit {
+	out := make([]*models.Unit, len(blocks))
+	for i, b := range blocks {
+		out[i] = b.Unit
+	}
+	return out
+}

@@ -1,0 +1,151 @@
+package alpamayo_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"vlanode/backend"
+	"vlanode/configs"
+	"vlanode/cpu"
+	"vlanode/layering"
+	"vlanode/models/alpamayo"
+	"vlanode/residency"
+	"vlanode/weights"
+)
+
+// tinyPlan plans the tiny checkpoint for the standard workload at budget
+// (0: unlimited; negative: the plan's minimum, everything streamed).
+func tinyPlan(t *testing.T, dir string, budget int64) *residency.Plan {
+	t.Helper()
+	alp, err := configs.LoadAlpamayoR1(dir)
+	require.NoError(t, err)
+	vlm, err := alp.LocateVLM(dir, configs.VLMLocator{})
+	require.NoError(t, err)
+	arch, err := residency.AlpamayoR1Arch(alp, vlm)
+	require.NoError(t, err)
+	prof, err := residency.DefaultProfile()
+	require.NoError(t, err)
+	plan, err := residency.NewPlan(arch, residency.StandardWorkload(), prof, 0)
+	require.NoError(t, err)
+	if budget < 0 {
+		budget = plan.MinBudgetBytes
+	}
+	if budget == 0 {
+		return plan
+	}
+	plan, err = residency.NewPlan(arch, residency.StandardWorkload(), prof, budget)
+	require.NoError(t, err)
+	return plan
+}
+
+// hostLayering runs the plan on the CPU through layering.Host: real slots,
+// real copies, weights aliased into the slots.
+func hostLayering(be backend.Backend, plan *residency.Plan, mode layering.Mode) *alpamayo.Layering {
+	dev := layering.NewHost()
+	return &alpamayo.Layering{
+		Plan: plan, Mode: mode, Device: dev, Profile: true,
+		View: func(s layering.Slot, e weights.Entry) (backend.Tensor, error) {
+			data, err := dev.SlotData(s)
+			if err != nil {
+				return nil, err
+			}
+			return be.Weight("dfb-view", e.DType, e.Shape, data[e.Offset:e.Offset+e.Size])
+		},
+	}
+}
+
+// TestLayeredMatchesResident runs the tiny model through the layering
+// executor with its units streamed (every unit, or those a mid budget
+// does not keep), sequential and pipelined, and with every unit resident
+// in preload mode, and checks that reasoning, actions and trajectory are
+// bit-identical to the plain resident model's.
+func TestLayeredMatchesResident(t *testing.T) {
+	dir := tinyCheckpoint(t)
+	be, err := cpu.New()
+	require.NoError(t, err)
+	defer be.Close()
+	ref, err := alpamayo.Load(be, dir, alpamayo.LoadOptions{})
+	require.NoError(t, err)
+	defer ref.Close()
+	req := request(5)
+	req.MaxReasoningTokens = 6 // sampled (not greedy): any difference in logits shows
+	want, err := ref.Infer(context.Background(), req)
+	require.NoError(t, err)
+
+	all := tinyPlan(t, dir, 0)
+	min := tinyPlan(t, dir, -1)
+	mid := tinyPlan(t, dir, (min.MinBudgetBytes+all.MinBudgetBytes+totalBytes(all))/2)
+	streamed := func(p *residency.Plan) int {
+		n := 0
+		for _, u := range p.Units {
+			if u.Placement == residency.Streamed {
+				n++
+			}
+		}
+		return n
+	}
+	require.Zero(t, streamed(all))
+	require.Greater(t, streamed(min), streamed(mid))
+	require.Positive(t, streamed(mid))
+	for _, tc := range []struct {
+		name string
+		plan *residency.Plan
+		mode layering.Mode
+	}{
+		{"preload", all, layering.Preload},
+		{"all streamed, sequential", min, layering.Sequential},
+		{"all streamed, pipelined", min, layering.Pipelined},
+		{"mid budget, pipelined", mid, layering.Pipelined},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := alpamayo.Load(be, dir, alpamayo.LoadOptions{Layering: hostLayering(be, tc.plan, tc.mode)})
+			require.NoError(t, err)
+			defer m.Close()
+			for range 2 { // a second inference reuses the slots
+				got, err := m.Infer(context.Background(), req)
+				require.NoError(t, err)
+				assert.Equal(t, want.ReasoningIDs, got.ReasoningIDs)
+				assert.Equal(t, want.Normalized, got.Normalized)
+				assert.Equal(t, want.XYZ, got.XYZ)
+				assert.Equal(t, want.Rot, got.Rot)
+				require.NotNil(t, got.Layers)
+				turns := 0
+				for _, tr := range got.Layers.Turns {
+					if tr.Slot != layering.NoSlot {
+						turns++
+					}
+				}
+				if tc.mode == layering.Preload {
+					assert.Zero(t, turns)
+				} else {
+					assert.Positive(t, turns, "units ran from slots")
+				}
+			}
+		})
+	}
+}
+
+// totalBytes is every unit's bytes.
+func totalBytes(p *residency.Plan) int64 {
+	var n int64
+	for _, u := range p.Units {
+		n += u.Bytes
+	}
+	return n
+}
+
+// TestLayeredRejectsMismatchedPlan loads the tiny checkpoint with the 10B
+// architecture's plan: the unit sizes differ and the load says which.
+func TestLayeredRejectsMismatchedPlan(t *testing.T) {
+	dir := tinyCheckpoint(t)
+	be, err := cpu.New()
+	require.NoError(t, err)
+	defer be.Close()
+	plan := tinyPlan(t, dir, 0)
+	plan.Units[3].Bytes++
+	_, err = alpamayo.Load(be, dir, alpamayo.LoadOptions{Layering: hostLayering(be, plan, layering.Preload)})
+	assert.ErrorContains(t, err, "bytes, the plan")
+}
