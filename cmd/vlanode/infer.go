@@ -16,6 +16,7 @@ import (
 	"vlanode/engine"
 	"vlanode/models/alpamayo"
 	"vlanode/msgs"
+	"vlanode/residency"
 	"vlanode/safetensors"
 	"vlanode/tensor"
 )
@@ -35,6 +36,9 @@ func runInfer(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	seed := fs.Uint64("seed", 1, "seed of the reasoning sampler and the flow-matching noise")
 	maxTokens := fs.Int("max-reasoning-tokens", 0, "most reasoning tokens to decode (0: the model's tokens_per_future_traj)")
 	vlm := fs.String("vlm", "", "the VLM's config folder, overriding the checkpoint's vlm_name_or_path")
+	budgetFlag := fs.String("budget", "none", "VRAM budget: 8G = 8·10⁹ bytes, 8GiB = 8·2³⁰, or none; the planner keeps what fits resident and streams the rest")
+	var lf layerFlags
+	lf.register(fs)
 	var images []string
 	args, images = splitList(args, "images")
 	fs.Usage = func() {
@@ -46,6 +50,13 @@ func runInfer(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if err := mf.check(); err != nil {
 		return err
+	}
+	if err := lf.check(); err != nil {
+		return err
+	}
+	budget, err := residency.ParseBudget(*budgetFlag)
+	if err != nil {
+		return usagef("--budget: %v", err)
 	}
 	if len(images) == 0 {
 		return usagef("--images needs at least one image file (camera-major, oldest first)")
@@ -67,17 +78,12 @@ func runInfer(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
-	be, err := mf.openBackend(stderr)
+	bm, err := loadBudgeted(budgetSpec{dir: mf.dir, vlm: *vlm, device: mf.device, threads: mf.threads, budget: budget, layers: lf}, stderr)
 	if err != nil {
 		return err
 	}
-	defer be.Close()
-	m, err := alpamayo.Load(be, mf.dir, alpamayo.LoadOptions{VLM: *vlm})
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	eng, err := engine.NewAlpamayo(m, filepath.Base(mf.dir), 0)
+	defer bm.Close()
+	eng, err := engine.NewAlpamayo(bm.model, filepath.Base(mf.dir), uint64(budget))
 	if err != nil {
 		return err
 	}

@@ -133,3 +133,41 @@ func TestSplitList(t *testing.T) {
 	assert.Equal(t, []string{"--model", "m", "--json"}, rest)
 	assert.Equal(t, []string{"a", "b", "c"}, vals)
 }
+
+// TestInferBudget runs infer within budgets that stream every unit
+// (pipelined and sequential) and checks the plan is the one of the
+// unlimited run, bit for bit; a budget below the plan's minimum and
+// preload within it are refused with the reason.
+func TestInferBudget(t *testing.T) {
+	model := tinyAlpamayo(t)
+	images := pngImages(t, 16)
+	base := append([]string{"infer", "--model", model, "--device", "cpu", "--max-reasoning-tokens", "4", "--seed", "9", "--json", "--images"}, images...)
+	plan := func(extra ...string) map[string]any {
+		t.Helper()
+		code, stdout, stderr := runCLI(append(append([]string{}, base...), extra...)...)
+		require.Equal(t, 0, code, stderr)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(stdout), &m))
+		delete(m, "timing_ms")
+		return m
+	}
+	// The tiny model's minimum budget: ask the planner.
+	code, stdout, stderr := runCLI("plan", "--model", model, "--budget", "none", "--json")
+	require.Equal(t, 0, code, stderr)
+	var p struct {
+		Min int64 `json:"min_budget_bytes"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &p))
+	min := fmt.Sprint(p.Min)
+
+	want := plan()
+	assert.Equal(t, want, plan("--budget", min), "pipelined, every unit streamed")
+	assert.Equal(t, want, plan("--budget", min, "--mode", "sequential"))
+
+	code, _, stderr = runCLI(append(append([]string{}, base...), "--budget", fmt.Sprint(p.Min-1))...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "minimum")
+	code, _, stderr = runCLI(append(append([]string{}, base...), "--budget", min, "--mode", "preload")...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "--mode preload: the budget")
+}

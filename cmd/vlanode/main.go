@@ -30,6 +30,7 @@ func commands() map[string]command {
 		"replay":   {"play a recorded clip into a node and summarize its answers", runReplay},
 		"record":   {"store a node's frames, requests and plans in a JetStream stream", runRecord},
 		"synth":    {"write a checkpoint of random weights in a real model's layout", runSynth},
+		"bench":    {"run the standard workload at several VRAM budgets: latency per stage vs prediction and bound, peak memory, Accelerate", runBench},
 		"plan":     {"plan VRAM residency under a budget from config.json alone: placement, bytes, predicted latency", runPlan},
 	}
 }

@@ -2,15 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"log/slog"
 	"path/filepath"
 	"strings"
 
-	"vlanode/backend"
-	"vlanode/device"
 	"vlanode/engine"
-	"vlanode/models/alpamayo"
 	"vlanode/node"
 )
 
@@ -18,50 +16,45 @@ import (
 // the backend --device names, within serve's --budget.
 func alpamayoSpec() engineSpec {
 	var mf modelFlags
+	var lf layerFlags
 	var vlm string
 	return engineSpec{
 		flags: func(fs *flag.FlagSet) {
 			mf.register(fs)
+			lf.register(fs)
 			fs.StringVar(&vlm, "vlm", "", "the VLM's config folder, overriding the checkpoint's vlm_name_or_path")
 		},
 		build: func(ctx context.Context, env engineEnv) (node.Engine, error) {
 			if err := mf.check(); err != nil {
 				return nil, err
 			}
-			be, err := device.Open(mf.device, device.Options{
-				Threads: mf.threads, Ordinal: max(env.GPU, 0), Budget: int64(env.BudgetBytes),
+			if err := lf.check(); err != nil {
+				return nil, err
+			}
+			bm, err := loadBudgeted(budgetSpec{
+				dir: mf.dir, vlm: vlm, device: mf.device, threads: mf.threads, ordinal: max(env.GPU, 0),
+				budget: int64(env.BudgetBytes), layers: lf,
 			}, logWriter{env.Log})
 			if err != nil {
 				return nil, err
 			}
-			m, err := alpamayo.Load(be, mf.dir, alpamayo.LoadOptions{VLM: vlm})
+			eng, err := engine.NewAlpamayo(bm.model, filepath.Base(filepath.Clean(mf.dir)), env.BudgetBytes)
 			if err != nil {
-				be.Close()
-				return nil, err
+				return nil, errors.Join(err, bm.Close())
 			}
-			eng, err := engine.NewAlpamayo(m, filepath.Base(filepath.Clean(mf.dir)), env.BudgetBytes)
-			if err != nil {
-				m.Close()
-				be.Close()
-				return nil, err
-			}
-			return &servedModel{Alpamayo: eng, model: m, be: be}, nil
+			return &servedModel{Alpamayo: eng, bm: bm}, nil
 		},
 	}
 }
 
-// servedModel is the engine serve runs; Close releases the model and the
-// backend when the node stops.
+// servedModel is the engine serve runs; Close releases the model, the
+// executor and the backend when the node stops.
 type servedModel struct {
 	*engine.Alpamayo
-	model *alpamayo.Model
-	be    backend.Backend
+	bm *budgeted
 }
 
-func (s *servedModel) Close() error {
-	s.model.Close()
-	return s.be.Close()
-}
+func (s *servedModel) Close() error { return s.bm.Close() }
 
 // logWriter turns the backend's log lines into structured log records.
 type logWriter struct{ log *slog.Logger }

@@ -12,8 +12,10 @@ import (
 	"vlanode/backend"
 	"vlanode/cpu"
 	"vlanode/cuda"
+	"vlanode/layering"
 	"vlanode/models/alpamayo"
 	"vlanode/models/qwen3vl"
+	"vlanode/residency"
 )
 
 func openCUDA(tb testing.TB) backend.Backend {
@@ -119,4 +121,61 @@ func BenchmarkStandardWorkload(b *testing.B) {
 	b.ReportMetric(ms(last.Timing.Diffusion), "diffusion-ms")
 	b.ReportMetric(ms(last.Timing.Total), "total-ms")
 	b.Logf("prompt %d tokens, %d reasoning tokens, cached %d", last.PromptTokens, len(last.ReasoningIDs), last.CachedTokens)
+}
+
+// TestCUDALayeredMatchesResident streams the tiny model's units through
+// cuda.DFBDevice (pinned host blobs, async copies on a copy stream,
+// weights viewed inside the slots) and checks that reasoning, actions and
+// trajectory are bit-identical to the same backend's run with every unit
+// resident in preload mode, pipelined and sequential, and at a budget that
+// keeps some units resident.
+func TestCUDALayeredMatchesResident(t *testing.T) {
+	gpu := openCUDA(t)
+	cb := gpu.(*cuda.Backend)
+	dir := tinyCheckpoint(t)
+	req := request(5)
+	req.MaxReasoningTokens = 6
+
+	all, min := tinyPlan(t, dir, 0), tinyPlan(t, dir, -1)
+	mid := tinyPlan(t, dir, (min.MinBudgetBytes+all.MinBudgetBytes+totalBytes(all))/2)
+	infer := func(plan *residency.Plan, mode layering.Mode) *alpamayo.Result {
+		dev := cb.NewDFBDevice()
+		var blobs [][]byte
+		lay := &alpamayo.Layering{Plan: plan, Mode: mode, Device: dev, View: dev.WeightAt, Profile: true,
+			HostAlloc: func(n int64) ([]byte, error) {
+				b, err := cuda.HostAlloc(n)
+				if err == nil {
+					blobs = append(blobs, b)
+				}
+				return b, err
+			}}
+		m, err := alpamayo.Load(gpu, dir, alpamayo.LoadOptions{Layering: lay})
+		require.NoError(t, err)
+		defer func() {
+			m.Close()
+			require.NoError(t, dev.Close())
+			for _, b := range blobs {
+				require.NoError(t, cuda.HostFree(b))
+			}
+		}()
+		res, err := m.Infer(context.Background(), req)
+		require.NoError(t, err)
+		t.Logf("%v: %d turns, %.2f ms on the device", mode, len(res.Layers.Turns), res.Layers.TotalMs)
+		return res
+	}
+	want := infer(all, layering.Preload)
+	for _, tc := range []struct {
+		name string
+		plan *residency.Plan
+		mode layering.Mode
+	}{
+		{"all streamed, pipelined", min, layering.Pipelined},
+		{"all streamed, sequential", min, layering.Sequential},
+		{"mid budget, pipelined", mid, layering.Pipelined},
+	} {
+		got := infer(tc.plan, tc.mode)
+		require.Equal(t, want.ReasoningIDs, got.ReasoningIDs, tc.name)
+		require.Equal(t, want.Normalized, got.Normalized, tc.name)
+		require.Equal(t, want.XYZ, got.XYZ, tc.name)
+	}
 }

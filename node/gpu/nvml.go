@@ -95,3 +95,19 @@ func intOrZero[T int | uint32](v T, ret nvml.Return) int {
 	}
 	return int(v)
 }
+
+// ProcessMemory is the device memory NVML charges to process pid (its
+// context, libraries and allocations): the figure nvidia-smi lists per
+// process. A process without a context on the GPU has 0.
+func (g *NVML) ProcessMemory(pid int) (uint64, error) {
+	procs, ret := g.lib.DeviceGetComputeRunningProcesses(g.dev)
+	if ret != nvml.SUCCESS {
+		return 0, fmt.Errorf("gpu: nvmlDeviceGetComputeRunningProcesses: %w", nvmlError(ret))
+	}
+	for _, p := range procs {
+		if int(p.Pid) == pid {
+			return p.UsedGpuMemory, nil
+		}
+	}
+	return 0, nil
+}

@@ -1,0 +1,576 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"vlanode/cuda"
+	"vlanode/models/alpamayo"
+	"vlanode/models/qwen3vl"
+	"vlanode/node/gpu"
+	"vlanode/residency"
+	"vlanode/weights"
+)
+
+// runBench runs the standard workload at each budget and reports measured
+// latency per stage beside the plan's prediction, the streaming bound and
+// the peak device memory; with --accelerate it runs Hugging Face
+// Accelerate's offloading on the same machine afterwards and reports the
+// ratio.
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	fs := newFlags("bench", stderr)
+	var mf modelFlags
+	mf.register(fs)
+	var lf layerFlags
+	fs.StringVar(&lf.profile, "profile", "", "device profile JSON for the planner (default: the shipped H200 profile)")
+	budgetList := fs.String("budgets", "4G,8G,16G,none", "comma-separated VRAM budgets (G = 10⁹ bytes, GiB = 2³⁰; none = unlimited)")
+	modeList := fs.String("modes", "auto", "comma-separated executor modes to run at each budget: "+strings.Join(modeNames, ", "))
+	runs := fs.Int("runs", 2, "measured inferences per budget and mode (the median is reported)")
+	warmup := fs.Int("warmup", 1, "inferences before the measured ones (kernel compilation, cuBLAS)")
+	vlm := fs.String("vlm", "", "the VLM's config folder, overriding the checkpoint's vlm_name_or_path")
+	acc := fs.String("accelerate", "", "path of accelerate_baseline.py: run Accelerate's offloading at the same budgets afterwards and report the ratio")
+	python := fs.String("python", "python3", "the Python that runs --accelerate")
+	accReps := fs.Int("accelerate-reps", 1, "timed Accelerate inferences per budget (after its warm-up)")
+	out := fs.String("out", "", "folder for bench.json (and Accelerate's results); default: none written")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := mf.check(); err != nil {
+		return err
+	}
+	if *runs < 1 || *warmup < 0 {
+		return usagef("--runs must be ≥ 1 and --warmup ≥ 0")
+	}
+	budgets, err := parseBudgets(*budgetList)
+	if err != nil {
+		return err
+	}
+	modes := strings.Split(*modeList, ",")
+	for _, m := range modes {
+		if err := (&layerFlags{mode: m}).check(); err != nil {
+			return err
+		}
+	}
+	w := residency.StandardWorkload()
+	rep := &benchReport{Model: mf.dir, Workload: w, Date: time.Now().UTC().Format(time.RFC3339)}
+	if host, err := os.Hostname(); err == nil {
+		rep.Host = host
+	}
+
+	if mf.device != "cpu" && cuda.Available() == nil {
+		bw, err := measureH2D(386 << 20)
+		if err != nil {
+			return fmt.Errorf("measuring the copy bandwidth: %w", err)
+		}
+		rep.H2DGBps = bw
+		fmt.Fprintf(stderr, "vlanode bench: pinned host-to-device copies: %.1f GB/s (386 MiB blobs)\n", bw)
+	}
+	var nv *gpu.NVML
+	if mf.device != "cpu" {
+		if nv, err = gpu.OpenNVML(0); err != nil {
+			fmt.Fprintf(stderr, "vlanode bench: no per-process GPU memory: %v\n", err)
+			nv = nil
+		} else {
+			defer nv.Close()
+		}
+	}
+
+	var first *alpamayo.Result
+	failed := 0
+	for _, b := range budgets {
+		for _, mode := range modes {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			r, res, err := benchOne(ctx, budgetSpec{
+				dir: mf.dir, vlm: *vlm, device: mf.device, threads: mf.threads, budget: b,
+				layers: layerFlags{mode: mode, profile: lf.profile},
+			}, *warmup, *runs, nv, stderr)
+			if err != nil {
+				// Report it and go on: the other budgets still tell.
+				fmt.Fprintf(stderr, "vlanode bench: budget %s, mode %s: %v\n", budgetText(b), mode, err)
+				rep.Runs = append(rep.Runs, benchRun{Budget: b, Mode: mode, Error: err.Error()})
+				failed++
+				continue
+			}
+			if first == nil {
+				first = res
+			}
+			r.Identical = sameResult(first, res)
+			rep.Runs = append(rep.Runs, r)
+			fmt.Fprintf(stderr, "vlanode bench: %s %s: %.0f ms (predicted %.0f), peak %.2f GB allocated, %.2f GB NVML\n",
+				budgetText(b), r.Mode, r.MeasuredMs["total"], r.PredictedMs["total"], float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9)
+		}
+	}
+	rep.fillBounds()
+	if *acc != "" {
+		if err := runAccelerate(ctx, rep, *acc, *python, *accReps, *out, budgets, stderr); err != nil {
+			return err
+		}
+	}
+	rep.print(stdout)
+	defer func() {
+		if failed > 0 && err == nil {
+			err = fmt.Errorf("%d of %d runs failed", failed, len(rep.Runs))
+		}
+	}()
+	if *out != "" {
+		if err := os.MkdirAll(*out, 0o755); err != nil {
+			return err
+		}
+		raw, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(*out, "bench.json"), append(raw, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parseBudgets reads --budgets.
+func parseBudgets(list string) ([]int64, error) {
+	var out []int64
+	for _, s := range strings.Split(list, ",") {
+		b, err := residency.ParseBudget(strings.TrimSpace(s))
+		if err != nil {
+			return nil, usagef("--budgets: %v", err)
+		}
+		out = append(out, b)
+	}
+	if len(out) == 0 {
+		return nil, usagef("--budgets is empty")
+	}
+	return out, nil
+}
+
+// benchReport is what bench measured, as printed and written to
+// bench.json.
+type benchReport struct {
+	Model    string             `json:"model"`
+	Host     string             `json:"host"`
+	Date     string             `json:"date"`
+	Workload residency.Workload `json:"workload"`
+	// H2DGBps is the pinned host-to-device bandwidth measured first.
+	H2DGBps float64    `json:"h2d_gbps"`
+	Runs    []benchRun `json:"runs"`
+	// BoundSource says where the bound's compute times come from.
+	BoundSource string `json:"bound_source"`
+	// Accelerate is the baseline's latency per budget (s), when run.
+	Accelerate map[string]accelerateRun `json:"accelerate,omitempty"`
+}
+
+// benchRun is one budget and mode.
+type benchRun struct {
+	Budget      int64              `json:"budget_bytes"` // 0: none
+	Mode        string             `json:"mode"`
+	Resident    int                `json:"resident_units"`
+	Streamed    int                `json:"streamed_units"`
+	SlotBytes   int64              `json:"slot_bytes"`
+	MeasuredMs  map[string]float64 `json:"measured_ms"`  // median per stage and total
+	PredictedMs map[string]float64 `json:"predicted_ms"` // the plan's
+	BoundMs     map[string]float64 `json:"bound_ms"`     // the streaming lower bound
+	// StreamedBytes per pass of each stage.
+	StreamedBytes  map[string]int64 `json:"streamed_bytes"`
+	DecodeSteps    int              `json:"decode_steps"`
+	EulerSteps     int              `json:"euler_steps"`
+	PeakAllocBytes int64            `json:"peak_alloc_bytes"` // the CUDA allocator's account
+	PeakNVMLBytes  int64            `json:"peak_nvml_bytes"`  // NVML's per-process figure, sampled
+	PeakByPurpose  map[string]int64 `json:"peak_by_purpose"`
+	PromptTokens   int              `json:"prompt_tokens"`
+	Identical      bool             `json:"identical"` // reasoning and trajectory equal the first run's
+	LoadSeconds    float64          `json:"load_s"`
+	Error          string           `json:"error,omitempty"`
+	// stage compute times at this budget, for the bound (the unlimited
+	// run's).
+	stageMs map[string]float64
+}
+
+type accelerateRun struct {
+	Budget    string  `json:"budget"`
+	LatencyS  float64 `json:"latency_s"`
+	PeakBytes int64   `json:"peak_alloc_bytes"`
+	Error     string  `json:"error,omitempty"`
+}
+
+// standardRequest is the standard workload's request for m: 16 images of
+// a 1×20×36 grid (1920×1080 resized to 576×320: 720 patches, 180 tokens),
+// a straight 16-pose history, greedy reasoning of w.ReasoningTokens decode
+// passes, seeded flow noise.
+func standardRequest(m *alpamayo.Model, w residency.Workload) *alpamayo.Request {
+	dim := m.VLM.Config.Vision.PatchDim()
+	req := &alpamayo.Request{Greedy: true, Seed: 1, MaxReasoningTokens: w.ReasoningTokens + 1}
+	for range w.Images {
+		req.Images.Grids = append(req.Images.Grids, qwen3vl.Grid{T: 1, H: 20, W: 36})
+	}
+	req.Images.Pixels = make([]float32, w.Images*720*dim)
+	for i := range req.Images.Pixels {
+		req.Images.Pixels[i] = float32(i%255)/127.5 - 1
+	}
+	for i := range 16 {
+		req.HistXYZ = append(req.HistXYZ, [3]float32{float32(i-15) * 0.5, 0, 0})
+		req.HistRot = append(req.HistRot, [9]float32{1, 0, 0, 0, 1, 0, 0, 0, 1})
+	}
+	return req
+}
+
+// benchOne loads the model within one budget and mode and times it.
+func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, nv *gpu.NVML, log io.Writer) (benchRun, *alpamayo.Result, error) {
+	peak := startNVMLSampler(nv)
+	t0 := time.Now()
+	bm, err := loadBudgeted(s, log)
+	if err != nil {
+		peak()
+		return benchRun{}, nil, err
+	}
+	defer bm.Close()
+	r := benchRun{
+		Budget: s.budget, Mode: bm.mode.String(), Resident: residentUnits(bm.plan), Streamed: streamedUnits(bm.plan),
+		SlotBytes: bm.plan.SlotBytes, LoadSeconds: time.Since(t0).Seconds(),
+		PredictedMs: map[string]float64{"total": bm.plan.TotalMs}, StreamedBytes: streamedPerPass(bm.plan),
+	}
+	for st, ms := range bm.plan.PredictedMs {
+		r.PredictedMs[string(st)] = ms
+	}
+	req := standardRequest(bm.model, residency.StandardWorkload())
+	var res *alpamayo.Result
+	var times []alpamayo.Timing
+	for i := range warmup + runs {
+		if res, err = bm.model.Infer(ctx, req); err != nil {
+			peak()
+			return r, nil, err
+		}
+		if i >= warmup {
+			times = append(times, res.Timing)
+		}
+	}
+	r.PeakNVMLBytes = peak()
+	if u, ok := bm.be.(*cuda.Backend); ok {
+		rp := u.Usage()
+		r.PeakAllocBytes = rp.Peak
+		r.PeakByPurpose = map[string]int64{}
+		var parts []string
+		for _, p := range rp.Purposes {
+			r.PeakByPurpose[p.Purpose] = p.Peak
+			parts = append(parts, fmt.Sprintf("%s %.3f", p.Purpose, float64(p.Peak)/1e9))
+		}
+		planned := make([]string, 0, len(bm.plan.Bytes))
+		for _, p := range residency.Purposes() {
+			planned = append(planned, fmt.Sprintf("%s %.3f", p, float64(bm.plan.Bytes[p])/1e9))
+		}
+		fmt.Fprintf(log, "vlanode bench: peak GB by purpose: %s\nvlanode bench: planned GB: %s\n", strings.Join(parts, ", "), strings.Join(planned, ", "))
+	}
+	r.PromptTokens = res.PromptTokens
+	r.MeasuredMs = medianTiming(times)
+	r.DecodeSteps = res.CachedTokens - res.PromptTokens
+	r.EulerSteps = bm.model.Expert.Config.Steps
+	r.stageMs = map[string]float64{}
+	for k, v := range r.MeasuredMs {
+		r.stageMs[k] = v
+	}
+	return r, res, nil
+}
+
+// streamedPerPass is the streamed bytes of one pass of each stage.
+func streamedPerPass(p *residency.Plan) map[string]int64 {
+	stageOf := map[residency.Module]residency.Stage{
+		residency.PatchEmbed: residency.StageVision, residency.Vision: residency.StageVision,
+		residency.Deepstack: residency.StageVision, residency.Merger: residency.StageVision,
+		residency.VLM: residency.StageDecode, residency.LMHead: residency.StageDecode,
+		residency.ActionIn: residency.StageDiffusion, residency.Expert: residency.StageDiffusion, residency.ActionOut: residency.StageDiffusion,
+	}
+	out := map[string]int64{}
+	for _, u := range p.Units {
+		if u.Placement == residency.Streamed {
+			out[string(stageOf[u.Module])] += u.Bytes
+		}
+	}
+	out[string(residency.StagePrefill)] = out[string(residency.StageDecode)]
+	return out
+}
+
+// medianTiming is the per-stage median of the runs, in ms.
+func medianTiming(ts []alpamayo.Timing) map[string]float64 {
+	pick := map[string]func(alpamayo.Timing) time.Duration{
+		"vision": func(t alpamayo.Timing) time.Duration { return t.Vision }, "prefill": func(t alpamayo.Timing) time.Duration { return t.Prefill },
+		"decode": func(t alpamayo.Timing) time.Duration { return t.Decode }, "diffusion": func(t alpamayo.Timing) time.Duration { return t.Diffusion },
+		"total": func(t alpamayo.Timing) time.Duration { return t.Total },
+	}
+	out := map[string]float64{}
+	for k, f := range pick {
+		v := make([]float64, len(ts))
+		for i, t := range ts {
+			v[i] = float64(f(t)) / 1e6
+		}
+		sort.Float64s(v)
+		out[k] = v[len(v)/2]
+		if len(v)%2 == 0 {
+			out[k] = (v[len(v)/2-1] + v[len(v)/2]) / 2
+		}
+	}
+	return out
+}
+
+// sameResult reports whether two inferences agree bit for bit.
+func sameResult(a, b *alpamayo.Result) bool {
+	return slices.Equal(a.ReasoningIDs, b.ReasoningIDs) && slices.Equal(a.Normalized, b.Normalized) &&
+		slices.Equal(a.XYZ, b.XYZ) && slices.Equal(a.Rot, b.Rot)
+}
+
+// fillBounds computes each run's GPU-only streaming lower bound with the
+// bandwidth measured first and the stage compute times of the unlimited
+// run (every unit resident): per stage, a pass takes at least its compute
+// and at least the copies of its streamed bytes (the formula of
+// ../shared/bench/accelerate_baseline.py's bound, with vlanode's own
+// placement):
+//
+//	max(C_vis, S_vis/BW) + max(C_pre, S_lm/BW) + n_dec·max(C_dec/n_dec, S_lm/BW) + n_euler·max(C_dif/n_euler, S_exp/BW)
+func (rep *benchReport) fillBounds() {
+	var ref *benchRun
+	for i := range rep.Runs {
+		if rep.Runs[i].Budget == 0 && rep.Runs[i].Streamed == 0 {
+			ref = &rep.Runs[i]
+			break
+		}
+	}
+	if ref == nil || rep.H2DGBps == 0 {
+		rep.BoundSource = "not computed: needs the budget none and a measured copy bandwidth"
+		return
+	}
+	rep.BoundSource = fmt.Sprintf("compute: the unlimited run's stage times; copies: %.1f GB/s measured", rep.H2DGBps)
+	bw := rep.H2DGBps * 1e9 / 1e3 // bytes per ms
+	for i := range rep.Runs {
+		r := &rep.Runs[i]
+		c := ref.stageMs
+		nd, nf := float64(max(r.DecodeSteps, 1)), float64(max(r.EulerSteps, 1))
+		copyMs := func(stage string) float64 { return float64(r.StreamedBytes[stage]) / bw }
+		r.BoundMs = map[string]float64{
+			"vision":    max(c["vision"], copyMs("vision")),
+			"prefill":   max(c["prefill"], copyMs("prefill")),
+			"decode":    nd * max(c["decode"]/float64(max(ref.DecodeSteps, 1)), copyMs("decode")),
+			"diffusion": nf * max(c["diffusion"]/float64(max(ref.EulerSteps, 1)), copyMs("diffusion")),
+		}
+		r.BoundMs["total"] = r.BoundMs["vision"] + r.BoundMs["prefill"] + r.BoundMs["decode"] + r.BoundMs["diffusion"]
+	}
+}
+
+// print writes the report as tables.
+func (rep *benchReport) print(w io.Writer) {
+	fmt.Fprintf(w, "model %s; standard workload: %d images × %d patches, %d prompt tokens planned, %d decode passes, %d Euler steps\n",
+		rep.Model, rep.Workload.Images, rep.Workload.PatchesPerImage, rep.Workload.PromptTokens, rep.Workload.ReasoningTokens, rep.Workload.EulerSteps)
+	if rep.H2DGBps > 0 {
+		fmt.Fprintf(w, "pinned host-to-device: %.1f GB/s; bound: %s\n", rep.H2DGBps, rep.BoundSource)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "budget\tmode\tresident\tstreamed\tvision ms\tprefill ms\tdecode ms\tdiffusion ms\ttotal ms\tpredicted ms\tvs plan\tbound ms\tvs bound\tpeak alloc GB\tpeak NVML GB\twithin\tidentical\taccelerate s\tspeedup\t")
+	for _, r := range rep.Runs {
+		if r.Error != "" {
+			fmt.Fprintf(tw, "%s\t%s\tfailed: %s\t\n", shortBudget(r.Budget), r.Mode, r.Error)
+			continue
+		}
+		m := r.MeasuredMs
+		within := "-"
+		if r.Budget > 0 && r.PeakAllocBytes > 0 {
+			within = yesNo(r.PeakAllocBytes <= r.Budget && r.PeakNVMLBytes <= r.Budget)
+		}
+		bound, vsBound := "-", "-"
+		if r.BoundMs != nil {
+			bound, vsBound = fmt.Sprintf("%.0f", r.BoundMs["total"]), fmt.Sprintf("%+.1f%%", 100*(m["total"]/r.BoundMs["total"]-1))
+		}
+		accS, speedup := "-", "-"
+		if a, ok := rep.Accelerate[budgetText(r.Budget)]; ok && a.LatencyS > 0 {
+			accS, speedup = fmt.Sprintf("%.2f", a.LatencyS), fmt.Sprintf("%.1f×", a.LatencyS*1e3/m["total"])
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%+.1f%%\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t\n",
+			shortBudget(r.Budget), r.Mode, r.Resident, r.Streamed, m["vision"], m["prefill"], m["decode"], m["diffusion"], m["total"],
+			r.PredictedMs["total"], 100*(m["total"]/r.PredictedMs["total"]-1), bound, vsBound,
+			float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9, within, yesNo(r.Identical), accS, speedup)
+	}
+	tw.Flush()
+}
+
+// shortBudget is a budget for a table column: "4G", "4.3G", "none".
+func shortBudget(b int64) string {
+	if b <= 0 {
+		return "none"
+	}
+	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.3f", float64(b)/1e9), "0"), ".") + "G"
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "NO"
+}
+
+// startNVMLSampler samples this process's device memory every 2 ms until
+// the returned function is called, which returns the peak.
+func startNVMLSampler(nv *gpu.NVML) func() int64 {
+	if nv == nil {
+		return func() int64 { return 0 }
+	}
+	var (
+		mu   sync.Mutex
+		peak uint64
+		done = make(chan struct{})
+		wg   sync.WaitGroup
+	)
+	pid := os.Getpid()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if v, err := nv.ProcessMemory(pid); err == nil {
+				mu.Lock()
+				peak = max(peak, v)
+				mu.Unlock()
+			}
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() int64 {
+		close(done)
+		wg.Wait()
+		return int64(peak)
+	}
+}
+
+// measureH2D times pinned host-to-device copies of size bytes into a
+// device buffer: the median of 10 after 2 warm-ups.
+func measureH2D(size int64) (float64, error) {
+	be, err := cuda.New()
+	if err != nil {
+		return 0, err
+	}
+	defer be.Close()
+	dev := be.NewDFBDevice()
+	buf, err := cuda.HostAlloc(size)
+	if err != nil {
+		return 0, err
+	}
+	blob := &weights.Blob{Name: "bandwidth", Data: buf}
+	gbps, err := func() (float64, error) {
+		defer dev.Close()
+		slot, err := dev.AllocSlot(size)
+		if err != nil {
+			return 0, err
+		}
+		if err := dev.PinHost(blob); err != nil {
+			return 0, err
+		}
+		copyS, err := dev.NewStream("copy")
+		if err != nil {
+			return 0, err
+		}
+		a, err := dev.NewEvent("a")
+		if err != nil {
+			return 0, err
+		}
+		b, err := dev.NewEvent("b")
+		if err != nil {
+			return 0, err
+		}
+		var ms []float64
+		for i := range 12 {
+			for _, step := range []func() error{
+				func() error { return dev.Record(a, copyS) },
+				func() error { return dev.CopyAsync(slot, blob, copyS) },
+				func() error { return dev.Record(b, copyS) },
+				dev.Synchronize,
+			} {
+				if err := step(); err != nil {
+					return 0, err
+				}
+			}
+			t, err := dev.Elapsed(a, b)
+			if err != nil {
+				return 0, err
+			}
+			if i >= 2 {
+				ms = append(ms, t)
+			}
+		}
+		sort.Float64s(ms)
+		return float64(size) / (ms[len(ms)/2] / 1e3) / 1e9, nil
+	}()
+	return gbps, errors.Join(err, cuda.HostFree(buf))
+}
+
+// runAccelerate runs the Accelerate baseline script at the budgets (not
+// none) and reads its results.json.
+func runAccelerate(ctx context.Context, rep *benchReport, script, python string, reps int, out string, budgets []int64, log io.Writer) error {
+	dir := filepath.Join(out, "accelerate")
+	if out == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "vlanode-accelerate-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+	}
+	var names []string
+	byName := map[string]int64{}
+	for _, b := range budgets {
+		if b > 0 {
+			// The script reads budgets in GiB (it hands them to accelerate's
+			// max_memory and its own bound): 4G = 3.7253GiB.
+			n := fmt.Sprintf("%.4fGiB", float64(b)/(1<<30))
+			names = append(names, n)
+			byName[n] = b
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	args := []string{script, "--budgets", strings.Join(names, ","), "--reps", fmt.Sprint(reps),
+		"--skip", "preload,layers,overlap,dma", "--out", dir, "--deadline", "100000"}
+	fmt.Fprintf(log, "vlanode bench: %s %s\n", python, strings.Join(args, " "))
+	cmd := exec.CommandContext(ctx, python, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1")
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("the Accelerate baseline: %w", err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		return fmt.Errorf("the Accelerate baseline's results: %w", err)
+	}
+	var res map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return fmt.Errorf("the Accelerate baseline's results.json: %w", err)
+	}
+	rep.Accelerate = map[string]accelerateRun{}
+	for _, n := range names {
+		var a struct {
+			LatencyS  float64 `json:"latency_s"`
+			PeakAlloc int64   `json:"peak_alloc_B"`
+			Error     string  `json:"error"`
+		}
+		if r, ok := res["acc_"+n]; ok {
+			_ = json.Unmarshal(r, &a)
+		} else {
+			a.Error = "not in results.json"
+		}
+		rep.Accelerate[budgetText(byName[n])] = accelerateRun{Budget: n, LatencyS: a.LatencyS, PeakBytes: a.PeakAlloc, Error: a.Error}
+	}
+	return nil
+}

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sync"
+
+	"vlanode/backend"
+	"vlanode/cuda"
+	"vlanode/device"
+	"vlanode/layering"
+	"vlanode/models/alpamayo"
+	"vlanode/residency"
+	"vlanode/weights"
+)
+
+// layerFlags are the flags of the commands that run Alpamayo-R1 within a
+// VRAM budget: the planner places its units (residency), the layering
+// executor streams the rest.
+type layerFlags struct {
+	mode    string
+	profile string
+}
+
+// modeNames are --mode's values.
+var modeNames = []string{"auto", "pipelined", "sequential", "preload"}
+
+func (f *layerFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.mode, "mode", "auto", "how streamed units move: pipelined (two DFB slots, copies overlap computes), sequential (one slot, copy then compute), preload (every unit resident: needs a budget that holds them), or auto (pipelined when the plan streams anything)")
+	fs.StringVar(&f.profile, "profile", "", "device profile JSON for the planner (default: the shipped H200 profile; `vlanode profile` measures one)")
+}
+
+func (f *layerFlags) check() error {
+	for _, m := range modeNames {
+		if f.mode == m {
+			return nil
+		}
+	}
+	return usagef("unknown --mode %q (want one of %v)", f.mode, modeNames)
+}
+
+// resolveMode picks the executor mode for a plan.
+func (f *layerFlags) resolveMode(plan *residency.Plan) (layering.Mode, error) {
+	streams := plan.SlotBytes > 0
+	switch f.mode {
+	case "pipelined":
+		if !streams {
+			return layering.Preload, nil // nothing to stream: the same computes
+		}
+		return layering.Pipelined, nil
+	case "sequential":
+		if !streams {
+			return layering.Preload, nil
+		}
+		return layering.Sequential, nil
+	case "preload":
+		if streams {
+			return 0, fmt.Errorf("--mode preload: the budget of %s does not hold every unit (%d streamed); raise it or use pipelined",
+				residency.FormatBytes(plan.BudgetBytes), streamedUnits(plan))
+		}
+		return layering.Preload, nil
+	}
+	if streams {
+		return layering.Pipelined, nil
+	}
+	return layering.Preload, nil
+}
+
+func streamedUnits(p *residency.Plan) int { return countPlaced(p, residency.Streamed) }
+func residentUnits(p *residency.Plan) int { return countPlaced(p, residency.Resident) }
+
+func countPlaced(p *residency.Plan, place residency.Place) int {
+	n := 0
+	for _, u := range p.Units {
+		if u.Placement == place {
+			n++
+		}
+	}
+	return n
+}
+
+// budgeted is Alpamayo-R1 loaded within a budget, with what keeps it
+// alive.
+type budgeted struct {
+	be    backend.Backend
+	model *alpamayo.Model
+	plan  *residency.Plan
+	mode  layering.Mode
+
+	closers []func() error
+}
+
+// Close releases the model, the executor's device, the pinned blobs and
+// the backend, in that order.
+func (b *budgeted) Close() error {
+	var errs []error
+	if b.model != nil {
+		b.model.Close()
+	}
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		errs = append(errs, b.closers[i]())
+	}
+	b.closers = nil
+	return errors.Join(errs...)
+}
+
+// budgetSpec says what to load and within what.
+type budgetSpec struct {
+	dir, vlm string
+	device   string
+	threads  int
+	ordinal  int
+	budget   int64 // 0: unlimited
+	layers   layerFlags
+}
+
+// loadBudgeted plans the checkpoint for the standard workload within the
+// budget, opens the backend with the allocator limited to what the plan
+// leaves after the context, and loads the model with the plan's placement.
+func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
+	arch, err := loadArch(s.dir, s.vlm)
+	if err != nil {
+		return nil, err
+	}
+	prof, _, err := loadProfile(s.layers.profile)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := residency.NewPlan(arch, residency.StandardWorkload(), prof, s.budget)
+	if err != nil {
+		return nil, err
+	}
+	mode, err := s.layers.resolveMode(plan)
+	if err != nil {
+		return nil, err
+	}
+	b := &budgeted{plan: plan, mode: mode}
+	// The CUDA allocator charges the context and the cuBLAS handle to the
+	// budget itself, as the plan does.
+	be, err := device.Open(s.device, device.Options{Threads: s.threads, Ordinal: s.ordinal, Budget: s.budget}, log)
+	if err != nil {
+		return nil, err
+	}
+	b.be = be
+	b.closers = append(b.closers, be.Close)
+	lay := &alpamayo.Layering{Plan: plan, Mode: mode}
+	if cb, ok := be.(*cuda.Backend); ok {
+		dev := cb.NewDFBDevice()
+		pinned := &hostBlobs{}
+		b.closers = append(b.closers, pinned.free, dev.Close) // dev first: it unpins
+		lay.Device, lay.View, lay.HostAlloc = dev, dev.WeightAt, pinned.alloc
+	} else {
+		dev := layering.NewHost()
+		lay.Device = dev
+		lay.View = func(sl layering.Slot, e weights.Entry) (backend.Tensor, error) {
+			data, err := dev.SlotData(sl)
+			if err != nil {
+				return nil, err
+			}
+			return be.Weight("dfb-view", e.DType, e.Shape, data[e.Offset:e.Offset+e.Size])
+		}
+	}
+	if b.model, err = alpamayo.Load(be, s.dir, alpamayo.LoadOptions{VLM: s.vlm, Layering: lay}); err != nil {
+		return nil, errors.Join(err, b.Close())
+	}
+	fmt.Fprintf(log, "vlanode: %s within %s: %d units resident, %d streamed (%s mode), predicted %.0f ms for the standard workload\n",
+		arch.Name, budgetText(s.budget), residentUnits(plan), streamedUnits(plan), mode, plan.TotalMs)
+	return b, nil
+}
+
+func budgetText(b int64) string {
+	if b <= 0 {
+		return "no budget"
+	}
+	return residency.FormatBytes(b)
+}
+
+// hostBlobs are the pinnable host allocations of streamed units, freed
+// once the device that pinned them is closed.
+type hostBlobs struct {
+	mu    sync.Mutex
+	blobs [][]byte
+}
+
+func (h *hostBlobs) alloc(size int64) ([]byte, error) {
+	b, err := cuda.HostAlloc(size)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	h.blobs = append(h.blobs, b)
+	h.mu.Unlock()
+	return b, nil
+}
+
+func (h *hostBlobs) free() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var errs []error
+	for _, b := range h.blobs {
+		errs = append(errs, cuda.HostFree(b))
+	}
+	h.blobs = nil
+	return errors.Join(errs...)
+}
