@@ -28,12 +28,14 @@ func Decode(f *msgs.Frame) (*Image, error) {
 }
 
 // DecodeInto decodes a frame into dst, an RGB image of the frame's declared
-// width and height, reusing dst.Pix when it is large enough. JPEG and PNG go
-// through OpenCV (EXIF orientation ignored, grey replicated, alpha dropped)
-// and must decode to the declared size. Raw rows are Step bytes apart (0
-// means tightly packed) and Data must hold exactly Step × Height bytes; bgr8
-// is swapped to RGB and mono8 replicated to three channels. Errors name the
-// camera and the encoding and wrap ErrInvalidFrame or ErrNoOpenCV.
+// width and height, reusing dst.Pix when it is large enough. JPEG and PNG
+// decode to the pixels OpenCV's imdecode gives (EXIF orientation ignored,
+// grey replicated, alpha dropped; JPEG through the same libjpeg-turbo,
+// straight into dst as RGB) and must decode to the declared size. Raw rows
+// are Step bytes apart (0 means tightly packed) and Data must hold exactly
+// Step × Height bytes; bgr8 is swapped to RGB and mono8 replicated to three
+// channels. Errors name the camera and the encoding and wrap
+// ErrInvalidFrame or ErrNoOpenCV.
 func DecodeInto(dst *Image, f *msgs.Frame) error {
 	if f == nil {
 		return fmt.Errorf("vision: decode: nil frame: %w", ErrInvalidFrame)
@@ -46,13 +48,15 @@ func DecodeInto(dst *Image, f *msgs.Frame) error {
 		if err := checkContainer(f); err != nil {
 			return err
 		}
-		v, err := decodeCompressed(f)
+		v, err := decodeCompressed(f, dst)
 		if err != nil {
 			return err
 		}
 		defer v.release()
-		dst.Reshape(f.Width, f.Height)
-		copyRGB(dst.Pix, v.img.Pix, v.bgr)
+		if v.bgr || !samePix(v.img.Pix, dst.Pix) {
+			dst.Reshape(f.Width, f.Height)
+			copyRGB(dst.Pix, v.img.Pix, v.bgr)
+		}
 		return nil
 	case msgs.EncodingRGB8, msgs.EncodingBGR8, msgs.EncodingMono8:
 		return decodeRaw(dst, f)
@@ -109,9 +113,9 @@ type frameView struct {
 func noRelease() {}
 
 // decodeView decodes f without copying where it can: tightly packed rgb8 and
-// bgr8 frames are used in place, JPEG and PNG stay in OpenCV's BGR buffer,
-// and only mono8 and padded rows are copied, into scratch. The caller calls
-// release when done with the view.
+// bgr8 frames are used in place, JPEG decodes straight into scratch, PNG
+// stays in OpenCV's BGR buffer, and only mono8 and padded rows are copied,
+// into scratch. The caller calls release when done with the view.
 func decodeView(f *msgs.Frame, scratch *Image) (frameView, error) {
 	fail := frameView{release: noRelease}
 	tight := f != nil && f.Encoding.Channels() == 3 && (f.Step == 0 || f.Step == 3*f.Width)
@@ -129,13 +133,18 @@ func decodeView(f *msgs.Frame, scratch *Image) (frameView, error) {
 		if err := checkContainer(f); err != nil {
 			return fail, err
 		}
-		return decodeCompressed(f)
+		return decodeCompressed(f, scratch)
 	}
 	if n := 3 * f.Width * f.Height; len(f.Data) != n {
 		return fail, frameError(f, ErrInvalidFrame, "%d×%d with step %d needs %d bytes, got %d", f.Width, f.Height, 3*f.Width, n, len(f.Data))
 	}
 	img := Image{Width: f.Width, Height: f.Height, Pix: f.Data}
 	return frameView{img: img, bgr: f.Encoding == msgs.EncodingBGR8, release: noRelease}, nil
+}
+
+// samePix reports whether a and b start at the same byte.
+func samePix(a, b []uint8) bool {
+	return len(a) > 0 && len(b) > 0 && &a[0] == &b[0]
 }
 
 // frameError formats an error about frame f, wrapping kind.

@@ -3,14 +3,33 @@
 package vision
 
 import (
+	"errors"
+
 	"gocv.io/x/gocv"
 
 	"vlanode/msgs"
 )
 
-// decodeCompressed decodes a JPEG or PNG frame with OpenCV. The view's
-// pixels are OpenCV's BGR buffer, valid until release.
-func decodeCompressed(f *msgs.Frame) (frameView, error) {
+// decodeCompressed decodes a JPEG or PNG frame. A JPEG goes straight into
+// scratch as RGB through libjpeg (decodeJPEG); a PNG, and the rare JPEG
+// decodeJPEG leaves to OpenCV, stays in OpenCV's BGR buffer, valid until
+// release.
+func decodeCompressed(f *msgs.Frame, scratch *Image) (frameView, error) {
+	if f.Encoding == msgs.EncodingJPEG {
+		err := decodeJPEG(scratch, f)
+		if err == nil {
+			return frameView{img: *scratch, release: noRelease}, nil
+		}
+		if !errors.As(err, new(errJPEGUnsupported)) {
+			return frameView{release: noRelease}, err
+		}
+	}
+	return decodeOpenCV(f)
+}
+
+// decodeOpenCV decodes a JPEG or PNG frame with OpenCV's imdecode. The
+// view's pixels are OpenCV's BGR buffer, valid until release.
+func decodeOpenCV(f *msgs.Frame) (frameView, error) {
 	fail := frameView{release: noRelease}
 	m, err := gocv.IMDecode(f.Data, gocv.IMReadColor|gocv.IMReadIgnoreOrientation)
 	if err != nil {

@@ -77,9 +77,9 @@ func TestDecodeCompressedErrors(t *testing.T) {
 	assert.ErrorContains(t, err, "png: invalid frame")
 }
 
-// TestProcessFramesCompressed checks the processor's zero-copy path (BGR
-// pixels straight from OpenCV, resized and patchified in BGR order) against
-// decoding to RGB first.
+// TestProcessFramesCompressed checks the processor's decoding paths (JPEG
+// into its scratch, PNG's BGR pixels straight from OpenCV, resized and
+// patchified in BGR order) against decoding to RGB first.
 func TestProcessFramesCompressed(t *testing.T) {
 	p, err := NewProcessor(AlpamayoConfig())
 	require.NoError(t, err)

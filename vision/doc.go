@@ -1,6 +1,6 @@
 // Package vision turns camera frames into the inputs of a vision-language
-// model: it decodes a frame (JPEG and PNG through OpenCV, raw rgb8, bgr8 and
-// mono8 in Go) into an RGB image, and runs the Qwen2-VL/Qwen3-VL image
+// model: it decodes a frame (JPEG through libjpeg-turbo, PNG through OpenCV,
+// raw rgb8, bgr8 and mono8 in Go) into an RGB image, and runs the Qwen2-VL/Qwen3-VL image
 // processor on it with the numbers Hugging Face transformers produces.
 //
 // The processor (Processor) follows transformers' default, torchvision
@@ -29,17 +29,22 @@
 // image_grid_thw (torch 2.11, torchvision 0.26): reference_test.go checks the
 // SHA-256 of every float32 value on images made by
 // scripts/reference/vision_reference.py (testdata/vision). JPEG decoding is
-// OpenCV's libjpeg-turbo; PIL's may differ in the last bits of a JPEG, so
-// the bit-identity holds for the same RGB pixels.
+// libjpeg-turbo's libjpeg API called as OpenCV 4.6's imdecode calls it
+// (the same library and settings, without OpenCV's row-by-row RGB-to-BGR
+// swap, which cost more than the decoding): the same pixels, which
+// TestJPEGMatchesOpenCV checks on baseline, progressive, 4:4:4, greyscale
+// and restart-marker files. PIL's decoder may differ in the last bits of a
+// JPEG, so the bit-identity holds for the same RGB pixels.
 //
 // The entry points are Decode/DecodeInto (a msgs.Frame to an RGB Image),
 // Processor.Preprocess/PreprocessInto (one Image to its rows) and
 // Processor.ProcessFrames (decode and preprocess frames in parallel into a
-// reusable Batch, reading JPEG/PNG pixels straight from OpenCV's buffer and
-// tightly packed raw frames in place). SmartResize and Resize are usable on
-// their own.
+// reusable Batch, decoding JPEG into per-worker buffers, reading PNG pixels
+// straight from OpenCV's buffer and tightly packed raw frames in place).
+// SmartResize and Resize are usable on their own.
 //
-// Files that use OpenCV (gocv) are built unless the build tag nogocv is set;
-// with it, the package has the same API and decodes the raw encodings only,
-// returning an error wrapping ErrNoOpenCV for jpeg and png.
+// Files that use OpenCV (gocv) and libjpeg (cgo, pkg-config libjpeg, which
+// Debian's libopencv-dev pulls in) are built unless the build tag nogocv is
+// set; with it, the package has the same API and decodes the raw encodings
+// only, returning an error wrapping ErrNoOpenCV for jpeg and png.
 package vision

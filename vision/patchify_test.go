@@ -65,6 +65,27 @@ func TestPatchifyOrder(t *testing.T) {
 	assert.Equal(t, got, bgr)
 }
 
+// TestPatchifyOrderAlignment checks the layout with a patch size whose
+// rows ntstore.Patch writes with non-temporal stores (a multiple of 4 values)
+// into an aligned output, and with plain copies into a misaligned one.
+func TestPatchifyOrderAlignment(t *testing.T) {
+	c := identityConfig()
+	c.PatchSize, c.TemporalPatchSize, c.MinPixels = 4, 2, 64
+	p, err := NewProcessor(c, WithWorkers(2))
+	require.NoError(t, err)
+	img := testImage(24, 16, 9)
+	want := transformersOrder(img, c)
+	buf := make([]float32, len(want)+4)
+	for off := range 4 {
+		dst := buf[off : off+len(want)]
+		clear(buf)
+		g, err := p.PreprocessInto(dst, img)
+		require.NoError(t, err)
+		assert.Equal(t, Grid{T: 1, H: 4, W: 6}, g)
+		assert.Equal(t, want, dst, "output offset by %d values", off)
+	}
+}
+
 func TestNormalization(t *testing.T) {
 	p, err := NewProcessor(AlpamayoConfig())
 	require.NoError(t, err)

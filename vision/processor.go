@@ -34,7 +34,7 @@ type imageScratch struct {
 	decoded Image
 	resized Image
 	resize  ResizeScratch
-	stages  [][]float32 // per worker: rows staged before copying them out
+	strips  [][]float32 // per worker: a merge-block row, normalized, one plane a channel
 }
 
 // NewProcessor returns a Processor for cfg.
@@ -133,11 +133,11 @@ func (p *Processor) preprocess(dst []float32, img *Image, bgr bool, s *imageScra
 		}
 		src = &s.resized
 	}
-	if len(s.stages) < workers {
-		s.stages = append(s.stages, make([][]float32, workers-len(s.stages))...)
+	if len(s.strips) < workers {
+		s.strips = append(s.strips, make([][]float32, workers-len(s.strips))...)
 	}
 	parallel(g.H/p.cfg.MergeSize, workers, func(chunk, lo, hi int) {
-		p.patchRows(dst, src, bgr, lo, hi, &s.stages[chunk])
+		p.patchRows(dst, src, bgr, lo, hi, &s.strips[chunk])
 	})
 	return g, nil
 }
