@@ -6,6 +6,7 @@ import (
 
 	"vlanode/backend"
 	"vlanode/cuda/driver"
+	"vlanode/tensor"
 )
 
 // Shape of the attention kernel (the VLA_ATT_* constants of
@@ -47,13 +48,19 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, o backend.AttnOpts) err
 	if err != nil {
 		return err
 	}
-	kt, err := b.f32Arg(op, "k", k)
+	kt, err := b.arg(op, "k", k)
 	if err != nil {
 		return err
 	}
-	vt, err := b.f32Arg(op, "v", v)
+	vt, err := b.arg(op, "v", v)
 	if err != nil {
 		return err
+	}
+	switch {
+	case kt.dt != tensor.F32 && kt.dt != tensor.BF16:
+		return fmt.Errorf("cuda: attention: k %v must be F32 or BF16", kt)
+	case vt.dt != kt.dt:
+		return fmt.Errorf("cuda: attention: v %v and k %v differ in type", vt, kt)
 	}
 	if err := o.Validate(qt, kt, vt, d); err != nil {
 		return fmt.Errorf("cuda: %w", err)
@@ -78,7 +85,11 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, o backend.AttnOpts) err
 	}
 	a := attnCall{d: d, q: qt, k: kt, v: vt, o: o, tq: tq, segs: segmentBytes(o.Segments)}
 	return b.run(func(g *gpu) error {
-		switch attnPath(a, g.exactAttention) {
+		path := attnPath(a, g.exactAttention)
+		if a.k.dt == tensor.BF16 && (path == pathExact || (path == pathFlash && o.HeadDim%8 != 0)) {
+			return fmt.Errorf("cuda: attention: bf16 K and V need the decode or flash kernels (head dim %d; exact attention %v): use a float cache", o.HeadDim, g.exactAttention)
+		}
+		switch path {
 		case pathDecode:
 			return g.attnDecode(a)
 		case pathFlash:
@@ -97,4 +108,18 @@ func (g *gpu) attnExact(a attnCall) error {
 	grid := driver.Dim3{uint32(a.tq), uint32(a.o.Heads), 1}
 	shared := uint32(4 * (a.o.HeadDim + attTile))
 	return g.launch("attention", g.k.attention, grid, block1D(attThreads), shared)
+}
+
+// KVCacheDType is the element type the models keep their KV caches in on
+// this backend for a head dim: BF16 when the decode and flash kernels read
+// it (head dims up to 128, a multiple of 8, and without
+// WithExactAttention), which halves the cache and the bytes a decode step
+// reads; F32 otherwise. Rounding K and V to bf16 where they are written
+// gives the flash kernels the values they rounded to themselves from a
+// float cache; the decode kernel now reads rounded keys and values too.
+func (b *Backend) KVCacheDType(headDim int) tensor.DType {
+	if b.exact || headDim > decMaxHeadDim || headDim%8 != 0 {
+		return tensor.F32
+	}
+	return tensor.BF16
 }

@@ -6,6 +6,7 @@ import (
 
 	"vlanode/backend"
 	"vlanode/cuda/driver"
+	"vlanode/tensor"
 )
 
 // Shapes of the decode and flash attention kernels (kernels/decode.cu,
@@ -61,9 +62,14 @@ func (a attnCall) common(args *driver.Args, out driver.DevicePtr) {
 		I32(int32(a.o.Heads)).I32(int32(a.o.KVHeads)).I32(int32(a.o.HeadDim)).I32(int32(a.o.NKV))
 }
 
-// aligned16 says whether q, k and v can be read 16 bytes at a time.
+// aligned16 says whether q, k and v can be read 16 bytes at a time (bf16
+// K and V: 4 elements, 8 bytes, at a time).
 func (a attnCall) aligned16() bool {
-	return a.q.ptr%16 == 0 && a.k.ptr%16 == 0 && a.v.ptr%16 == 0 && a.d.ptr%8 == 0 && a.o.HeadDim%4 == 0
+	kvAlign := driver.DevicePtr(16)
+	if a.k.dt == tensor.BF16 {
+		kvAlign = 8
+	}
+	return a.q.ptr%16 == 0 && a.k.ptr%kvAlign == 0 && a.v.ptr%kvAlign == 0 && a.d.ptr%8 == 0 && a.o.HeadDim%4 == 0
 }
 
 // attnPath picks the kernel of an attention call (see Attention).
@@ -118,7 +124,11 @@ func (g *gpu) attnDecode(a attnCall) error {
 		F32(float32(float64(a.o.Scale)*log2e)).I32(a.causal()).I32(int32(a.o.QPos0)).
 		I32(int32(a.o.MaskFrom)).I32(int32(a.o.MaskTo)).Struct(a.segs, 4)
 	grid := driver.Dim3{uint32(nsplit), uint32(a.o.KVHeads), uint32(a.tq)}
-	if err := g.launch("attention decode", g.k.attnDecode, grid, block1D(decThreads), 0); err != nil {
+	kernel := g.k.attnDecode
+	if a.k.dt == tensor.BF16 {
+		kernel = g.k.attnDecodeBF16
+	}
+	if err := g.launch("attention decode", kernel, grid, block1D(decThreads), 0); err != nil {
 		return err
 	}
 	return g.combine(a, nsplit, po, pml)
@@ -174,7 +184,7 @@ func (g *gpu) attnFlash(a attnCall) error {
 	}
 	kernel, name := g.k.flashPipe[idx], "attention flash"
 	kp, vp := a.k.ptr, a.v.ptr
-	if g.flashInPlace {
+	if g.flashInPlace && a.k.dt == tensor.F32 {
 		kernel, name = g.k.flash[idx], "attention flash (in place)"
 	} else {
 		var err error
@@ -210,6 +220,9 @@ func (g *gpu) kvBF16(a attnCall, hdp int) (kb, vb driver.DevicePtr, err error) {
 	kb, vb = p, p+driver.DevicePtr(half)
 	g.args.Reset()
 	g.args.Ptr(kb).Ptr(vb).Ptr(a.k.ptr).Ptr(a.v.ptr).I32(int32(a.o.KVHeads)).I32(int32(a.o.HeadDim)).I32(int32(hdp)).I32(int32(a.o.NKV))
+	if a.k.dt == tensor.BF16 { // already rounded: only the layout changes
+		return kb, vb, g.elementwise("attention k/v layout", g.k.kvBF16ToBF16, 2*per/16)
+	}
 	return kb, vb, g.elementwise("attention k/v to bf16", g.k.kvToBF16, 2*per/16)
 }
 

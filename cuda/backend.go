@@ -24,6 +24,7 @@ type Backend struct {
 	mem    *allocator // its methods lock
 	info   DeviceInfo
 	kinfo  KernelInfo
+	exact  bool // WithExactAttention
 	closed atomic.Bool
 }
 
@@ -48,7 +49,7 @@ func New(opts ...Option) (*Backend, error) {
 		b.th.stop()
 		return nil, err
 	}
-	b.mem, b.info, b.kinfo = b.g.mem, b.g.info, b.g.kinfo
+	b.mem, b.info, b.kinfo, b.exact = b.g.mem, b.g.info, b.g.kinfo, o.exactAttention
 	g := b.g
 	b.th.setBind(func() error { return g.drv.SetCurrent(g.ctx) })
 	return b, nil

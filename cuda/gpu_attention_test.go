@@ -6,6 +6,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"vlanode/backend"
 	"vlanode/tensor"
 )
@@ -250,5 +253,55 @@ func TestAttnPath(t *testing.T) {
 	}
 	if n := flashTiles(3030, nil); n != 48 {
 		t.Errorf("tiles of 3030 rows: %d, want 48", n)
+	}
+}
+
+// TestGPUAttentionBF16KV runs the decode and flash paths over K and V
+// kept in bf16 (a KV cache of KVCacheDType, filled by Copy from float
+// rows) and over float K and V holding the same values rounded to bf16:
+// the outputs must be bit-identical, since the kernels compute in float
+// from the same values. It also checks what KVCacheDType picks.
+func TestGPUAttentionBF16KV(t *testing.T) {
+	b := gpuBackend(t)
+	assert.Equal(t, tensor.BF16, b.KVCacheDType(128))
+	assert.Equal(t, tensor.BF16, b.KVCacheDType(72), "the vision tower's head dim, padded to 80 by flash")
+	assert.Equal(t, tensor.F32, b.KVCacheDType(100), "rows of 8 bf16 per load")
+	assert.Equal(t, tensor.F32, b.KVCacheDType(256))
+	r := rand.New(rand.NewPCG(7, 11))
+	for _, c := range []struct {
+		name             string
+		tq, nkv, qpos0   int
+		heads, kvh, hd   int
+		causal           bool
+		maskFrom, maskTo int
+	}{
+		{"decode", 1, 3000, 2999, 32, 8, 128, true, 0, 0},
+		{"decode masked", 1, 777, 776, 32, 8, 128, true, 100, 300},
+		{"prefill flash", 300, 300, 0, 32, 8, 128, true, 0, 0},
+		{"expert flash", 64, 2000, 1936, 32, 8, 128, false, 1900, 1936},
+		{"head dim 64", 70, 500, 430, 8, 2, 64, true, 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := backend.AttnOpts{Heads: c.heads, KVHeads: c.kvh, HeadDim: c.hd, NKV: c.nkv, Scale: float32(1 / math.Sqrt(float64(c.hd))),
+				Causal: c.causal, QPos0: c.qpos0, MaskFrom: c.maskFrom, MaskTo: c.maskTo}
+			kvw := c.kvh * c.hd
+			qv := randVals(r, c.tq*c.heads*c.hd, 1)
+			kv := roundTo(tensor.BF16, randVals(r, c.nkv*kvw, 1))
+			vv := roundTo(tensor.BF16, randVals(r, c.nkv*kvw, 1))
+			q := upload(t, b, qv, c.tq, c.heads*c.hd)
+			kf, vf := upload(t, b, kv, c.nkv, kvw), upload(t, b, vv, c.nkv, kvw)
+			kb, err := b.Alloc("kv-cache", tensor.BF16, c.nkv, kvw)
+			require.NoError(t, err)
+			defer b.Free(kb)
+			vb, err := b.Alloc("kv-cache", tensor.BF16, c.nkv, kvw)
+			require.NoError(t, err)
+			defer b.Free(vb)
+			require.NoError(t, b.Copy(kb, kf))
+			require.NoError(t, b.Copy(vb, vf))
+			want, got := alloc(t, b, c.tq, c.heads*c.hd), alloc(t, b, c.tq, c.heads*c.hd)
+			require.NoError(t, b.Attention(want, q, kf, vf, o))
+			require.NoError(t, b.Attention(got, q, kb, vb, o))
+			exactly(t, c.name, download(t, b, got), download(t, b, want))
+		})
 	}
 }

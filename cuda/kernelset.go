@@ -18,10 +18,10 @@ type kernelSet struct {
 	gemv [2][gemvMaxM]driver.Function
 	// flash.cu, by padded head dim (flashHeadDims): loading tiles through
 	// registers, and pipelined over bf16 copies of K and V.
-	flash, flashPipe [len(flashHeadDims)]driver.Function
-	kvToBF16         driver.Function
-	// decode.cu.
-	attnDecode, attnCombine driver.Function
+	flash, flashPipe       [len(flashHeadDims)]driver.Function
+	kvToBF16, kvBF16ToBF16 driver.Function
+	// decode.cu: float or bf16 K and V.
+	attnDecode, attnDecodeBF16, attnCombine driver.Function
 	// bench.cu: for benchmarks and tests.
 	fillRandom, readStream, spin driver.Function
 }
@@ -50,11 +50,13 @@ func (k *kernelSet) entries() []kernelEntry {
 		{&k.attention, "vla_attention"},
 		{&k.embedding, "vla_embedding"},
 		{&k.attnDecode, "vla_attn_decode"},
+		{&k.attnDecodeBF16, "vla_attn_decode_bf16"},
 		{&k.attnCombine, "vla_attn_combine"},
 		{&k.fillRandom, "vla_fill_random"},
 		{&k.readStream, "vla_read_stream"},
 		{&k.spin, "vla_spin"},
 		{&k.kvToBF16, "vla_kv_to_bf16"},
+		{&k.kvBF16ToBF16, "vla_kv_bf16_to_bf16"},
 	}
 	for t, name := range []string{"bf16", "f16"} {
 		for m := 1; m <= gemvMaxM; m++ {

@@ -7,6 +7,7 @@ import (
 
 	"vlanode/backend"
 	"vlanode/cuda/driver"
+	"vlanode/tensor"
 )
 
 // rowThreads is the block size of a kernel that reduces rows of n: a
@@ -258,6 +259,14 @@ func (b *Backend) Copy(dst, src backend.Tensor) error {
 	s, err := b.arg(op, "src", src)
 	if err != nil {
 		return err
+	}
+	if d.dt == tensor.BF16 && s.dt == tensor.F32 && d.elements() == s.elements() && !d.readOnly && !d.overlaps(s) {
+		// Rounding float rows into a bf16 KV cache (KVCacheDType).
+		return b.run(func(g *gpu) error {
+			g.args.Reset()
+			g.args.Ptr(d.ptr).Ptr(s.ptr).U64(uint64(d.elements()))
+			return g.elementwise("copy to bf16", g.k.f32ToBF16, d.elements())
+		})
 	}
 	switch {
 	case d.readOnly:

@@ -2,6 +2,8 @@ package cuda
 
 import (
 	"fmt"
+	"runtime"
+	"sync"
 	"unsafe"
 
 	"vlanode/backend"
@@ -30,7 +32,7 @@ func (b *Backend) Upload(dst backend.Tensor, src []float32) error {
 		if err != nil {
 			return fmt.Errorf("cuda: upload: %w", err)
 		}
-		copy(unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), len(src)), src)
+		parallelCopy(unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), len(src)), src)
 		if err := g.drv.CopyHtoDAsync(d.ptr, unsafe.Pointer(&buf[0]), n, g.stream); err != nil {
 			return fmt.Errorf("cuda: upload: %w", err)
 		}
@@ -71,4 +73,27 @@ func (b *Backend) Download(src backend.Tensor) ([]float32, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// parallelCopy copies src into dst (equal lengths) on every core when it
+// is large: one core's memcpy moves a few GB/s, and a batch of images is
+// tens of megabytes.
+func parallelCopy(dst, src []float32) {
+	const chunk = 1 << 20 // floats per goroutine at least
+	workers := min(runtime.GOMAXPROCS(0), len(src)/chunk)
+	if workers <= 1 {
+		copy(dst, src)
+		return
+	}
+	per := (len(src) + workers - 1) / workers
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(src); lo += per {
+		hi := min(lo+per, len(src))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			copy(dst[lo:hi], src[lo:hi])
+		}()
+	}
+	wg.Wait()
 }

@@ -58,9 +58,9 @@ func (p *Prefix) check(c *ExpertConfig, waypoints int) error {
 				return fmt.Errorf("diffusion: layer %d: no %s cache: %w", i, t.name, models.ErrBadInput)
 			}
 			rows, cols := backend.Matrix(t.t)
-			if t.t.DType() != tensor.F32 || cols != kvw || rows < p.Len+waypoints {
-				return fmt.Errorf("diffusion: layer %d: %s cache %v %v, want F32 [>= %d, %d] (%d cached tokens + %d action tokens): %w",
-					i, t.name, t.t.DType(), t.t.Shape(), p.Len+waypoints, kvw, p.Len, waypoints, models.ErrBadInput)
+			if dt := t.t.DType(); (dt != tensor.F32 && dt != tensor.BF16) || cols != kvw || rows < p.Len+waypoints {
+				return fmt.Errorf("diffusion: layer %d: %s cache %v %v, want F32 or BF16 [>= %d, %d] (%d cached tokens + %d action tokens): %w",
+					i, t.name, dt, t.t.Shape(), p.Len+waypoints, kvw, p.Len, waypoints, models.ErrBadInput)
 			}
 		}
 	}

@@ -155,6 +155,10 @@ func New(dev Device, cfg Config, units []*Unit) (*Executor, error) {
 // when nothing is streamed).
 func (e *Executor) Slots() []Slot { return append([]Slot(nil), e.slots...) }
 
+// SetProfile turns the per-turn timing events (Config.Profile) on or off
+// for the next Runs.
+func (e *Executor) SetProfile(on bool) { e.cfg.Profile = on }
+
 // Mode is the executor's mode.
 func (e *Executor) Mode() Mode { return e.cfg.Mode }
 

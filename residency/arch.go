@@ -103,7 +103,11 @@ func (a *Arch) Units(w Workload) ([]Unit, error) {
 	if g.vision {
 		a.visionUnits(g, add)
 	}
-	add(Embedding, 0, tensors{table("embed_tokens.weight", a.Text.VocabSize, a.Text.HiddenSize)}, true)
+	// The embedding's work is the host's share of a pass: gathering the
+	// rows, uploads, reading the logits and sampling (a profile's
+	// "embedding" entries measure it; no VRAM, no copies).
+	emb := tensors{table("embed_tokens.weight", a.Text.VocabSize, a.Text.HiddenSize)}
+	add(Embedding, 0, emb, true, g.work(StagePrefill, emb, g.prompt, 0), g.work(StageDecode, emb, 1, 0))
 	layer := decoderLayer(a.Text)
 	for i := range a.Text.NumHiddenLayers {
 		add(VLM, i, layer, false,

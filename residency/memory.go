@@ -23,7 +23,7 @@ func Purposes() []Purpose {
 
 // Element sizes of what the backends allocate today.
 const (
-	f32Bytes  = 4 // activations and the KV cache are float32
+	f32Bytes  = 4 // activations are float32 (and KV caches a kernel cannot read in bf16)
 	bf16Bytes = 2 // the backend's rounded copies of GEMM inputs and of K/V
 	// flashHeadAlign: the flash-attention kernels pad head dims (72 → 80).
 	flashHeadAlign = 16
@@ -41,7 +41,8 @@ func (a *Arch) fixedCosts(w Workload, p *Profile) map[Purpose]int64 {
 	}
 }
 
-// kvCacheBytes is K and V, float32, for every text layer over the session:
+// kvCacheBytes is K and V (bf16 on the GPU, see kvElementBytes) for every
+// text layer over the session:
 // prompt, reasoning tokens and (with an expert) the action tokens the
 // expert writes after them.
 func (a *Arch) kvCacheBytes(g geometry) int64 {
@@ -50,8 +51,32 @@ func (a *Arch) kvCacheBytes(g geometry) int64 {
 	if g.diffusion {
 		tokens += int64(g.w.ActionTokens)
 	}
-	return 2 * int64(t.NumHiddenLayers) * tokens * int64(t.NumKeyValueHeads*t.HeadDim) * f32Bytes
+	// Two blocks (every layer's keys, every layer's values), each rounded
+	// up to whole pages as the allocator counts them.
+	return 2 * pages(int64(t.NumHiddenLayers)*tokens*int64(t.NumKeyValueHeads*t.HeadDim)*kvElementBytes(t.HeadDim))
 }
+
+// kvElementBytes is the size of a KV-cache element on the CUDA backend
+// (cuda.Backend.KVCacheDType): bf16 where its decode and flash kernels
+// read it (head dims up to 128, a multiple of 8), else float32.
+func kvElementBytes(headDim int) int64 {
+	if headDim <= 128 && headDim%8 == 0 {
+		return bf16Bytes
+	}
+	return f32Bytes
+}
+
+// pageBytes is the device allocator's page: it counts a block of 1 MiB or
+// more as whole 2 MiB pages (cuda's accountedSize).
+const pageBytes = 2 << 20
+
+// pages rounds n up to whole pages.
+func pages(n int64) int64 { return (n + pageBytes - 1) / pageBytes * pageBytes }
+
+// scratchPages is what page rounding may add to the activation scratch:
+// at most this many large tensors are live at once (the vision pass's or
+// the prefill's scratch, the visual features), each up to a page.
+const scratchPages = 24
 
 // activationBytes is the peak of the models' activation scratch: the
 // vision pass or the prefill, whichever is larger (each frees its scratch
@@ -79,7 +104,7 @@ func (a *Arch) activationBytes(g geometry) int64 {
 	if g.diffusion {
 		total += a.expertScratch(g)
 	}
-	return total * f32Bytes
+	return total*f32Bytes + scratchPages*pageBytes
 }
 
 // expertScratch is diffusion's scratch in floats: the action tokens'
@@ -110,7 +135,9 @@ func (a *Arch) backendScratchBytes(g geometry) int64 {
 		x = max(x, int64(g.w.ActionTokens)*int64(e.IntermediateSize))
 		kv = max(kv, 2*int64(g.expertCtx)*int64(e.NumKeyValueHeads*alignUp(e.HeadDim, flashHeadAlign)))
 	}
-	return (x + kv) * bf16Bytes
+	// The bf16 GEMM input and K/V copies, and decode attention's partial
+	// results, each grown to whole pages.
+	return pages(x*bf16Bytes) + pages(kv*bf16Bytes) + 2*pageBytes
 }
 
 func alignUp(n, m int) int { return (n + m - 1) / m * m }

@@ -78,9 +78,9 @@ func TestPlanBudgets(t *testing.T) {
 		{"none", 0, 36, false},
 		{"everything fits", fitsAll, 36, false},
 		{"one byte short", fitsAll - 1, -1, true},
-		{"16G", 16e9, 28, true},
-		{"8G", 8e9, 11, true},
-		{"4G", 4e9, 0, true},
+		{"16G", 16e9, 30, true},
+		{"8G", 8e9, 13, true},
+		{"4G", 4e9, 2, true},
 		{"minimum", minimum, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -117,7 +117,7 @@ func TestPlanBudgets(t *testing.T) {
 	assert.True(t, errors.Is(err, ErrBudgetTooSmall))
 	assert.Equal(t, minimum, be.Min)
 	assert.Contains(t, err.Error(), fmt.Sprintf("minimum of %s bytes (%.2f GB)", GroupDigits(minimum), float64(minimum)/1e9))
-	_, err = NewPlan(a, StandardWorkload(), prof, 3e9)
+	_, err = NewPlan(a, StandardWorkload(), prof, 2.5e9)
 	assert.ErrorIs(t, err, ErrBudgetTooSmall)
 }
 
@@ -128,8 +128,10 @@ func TestPlanMinimum(t *testing.T) {
 	require.NoError(t, err)
 	fixed := p.Bytes[PurposeKV] + p.Bytes[PurposeActivations] + p.Bytes[PurposeWorkspaces] + p.Bytes[PurposeContext]
 	assert.Equal(t, fixed+2*385892864, p.MinBudgetBytes)
-	// KV cache: 2 (K, V) × 36 layers × (3,042 + 21 + 64) tokens × 8 heads × 128 × 4 bytes.
-	assert.Equal(t, int64(2*36*(3042+21+64)*8*128*4), p.Bytes[PurposeKV])
+	// KV cache: 2 blocks (K, V) of 36 layers × (3,042 + 21 + 64) tokens × 8
+	// heads × 128 × 2 bytes (bf16), each rounded up to 2 MiB pages.
+	assert.Equal(t, 2*pages(36*(3042+21+64)*8*128*2), p.Bytes[PurposeKV])
+	assert.Equal(t, int64(461373440), p.Bytes[PurposeKV])
 }
 
 // TestPlanMonotone: more budget never predicts a slower plan.
@@ -156,7 +158,7 @@ func TestPlanOtherArchs(t *testing.T) {
 	require.NoError(t, err)
 	checkAccounts(t, p)
 	assert.NotContains(t, p.PredictedMs, StageDiffusion)
-	assert.Equal(t, int64(2*36*(3042+21)*8*128*4), p.Bytes[PurposeKV])
+	assert.Equal(t, 2*pages(36*(3042+21)*8*128*2), p.Bytes[PurposeKV])
 	assert.NotEmpty(t, residentOf(p, VLM))
 
 	c, err := configs.ParseQwen3([]byte(`{"model_type":"qwen3","vocab_size":151936,"hidden_size":2048,

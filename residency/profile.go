@@ -23,6 +23,9 @@ type Profile struct {
 	Roofline Roofline     `json:"roofline"`
 	Fixed    FixedCosts   `json:"fixed"`
 	Units    []UnitTiming `json:"units"`
+	// StageMs, when set, are the measured stage times (every unit
+	// resident) that the units' times add up to, per stage.
+	StageMs map[Stage]float64 `json:"stage_ms,omitempty"`
 }
 
 // Roofline is the fallback model: a unit takes max(bytes/MemGBps,
@@ -157,9 +160,15 @@ func (p *Profile) Cost(units []Unit) {
 
 func (p *Profile) exeMs(u *Unit, w *Work) (float64, string) {
 	own := p.rooflineMs(u.Bytes, w.FLOPs)
+	if u.Host {
+		own = 0 // host work has no device roofline
+	}
 	e, ok := p.nearest(u.Module, w.Stage, w.Rows)
 	if !ok {
 		return own, "roofline"
+	}
+	if u.Host {
+		return e.Ms, "profile"
 	}
 	ref := p.rooflineMs(e.WeightBytes, e.FLOPs)
 	if ref <= 0 || (e.WeightBytes == u.Bytes && e.FLOPs == w.FLOPs) {

@@ -14,7 +14,7 @@ func TestProfileRoundTrip(t *testing.T) {
 	q, err := ParseProfile(raw)
 	require.NoError(t, err)
 	assert.Equal(t, p, q)
-	assert.Contains(t, p.Source, "measured in this repository")
+	assert.Contains(t, p.Source, "vlanode profile")
 	for _, u := range p.Units {
 		assert.NotEmpty(t, u.Source, "%s %s", u.Module, u.Stage)
 	}

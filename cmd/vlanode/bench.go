@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -115,7 +119,24 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		}
 	}
 	rep.fillBounds()
+	write := func() error {
+		if *out == "" {
+			return nil
+		}
+		if err := os.MkdirAll(*out, 0o755); err != nil {
+			return err
+		}
+		raw, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(*out, "bench.json"), append(raw, '\n'), 0o644)
+	}
+	if err := write(); err != nil { // vlanode's figures, before the long baseline
+		return err
+	}
 	if *acc != "" {
+		debug.FreeOSMemory() // the checkpoint's host copies go back before Python loads its own
 		if err := runAccelerate(ctx, rep, *acc, *python, *accReps, *out, budgets, stderr); err != nil {
 			return err
 		}
@@ -126,19 +147,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			err = fmt.Errorf("%d of %d runs failed", failed, len(rep.Runs))
 		}
 	}()
-	if *out != "" {
-		if err := os.MkdirAll(*out, 0o755); err != nil {
-			return err
-		}
-		raw, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(*out, "bench.json"), append(raw, '\n'), 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
+	return write()
 }
 
 // parseBudgets reads --budgets.
@@ -192,8 +201,11 @@ type benchRun struct {
 	PeakByPurpose  map[string]int64 `json:"peak_by_purpose"`
 	PromptTokens   int              `json:"prompt_tokens"`
 	Identical      bool             `json:"identical"` // reasoning and trajectory equal the first run's
-	LoadSeconds    float64          `json:"load_s"`
-	Error          string           `json:"error,omitempty"`
+	// ResultSHA256 digests reasoning ids, actions and trajectory, to
+	// compare runs of different calls.
+	ResultSHA256 string  `json:"result_sha256"`
+	LoadSeconds  float64 `json:"load_s"`
+	Error        string  `json:"error,omitempty"`
 	// stage compute times at this budget, for the bound (the unlimited
 	// run's).
 	stageMs map[string]float64
@@ -274,6 +286,7 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, nv *gpu.NVML,
 		fmt.Fprintf(log, "vlanode bench: peak GB by purpose: %s\nvlanode bench: planned GB: %s\n", strings.Join(parts, ", "), strings.Join(planned, ", "))
 	}
 	r.PromptTokens = res.PromptTokens
+	r.ResultSHA256 = resultDigest(res)
 	r.MeasuredMs = medianTiming(times)
 	r.DecodeSteps = res.CachedTokens - res.PromptTokens
 	r.EulerSteps = bm.model.Expert.Config.Steps
@@ -322,6 +335,17 @@ func medianTiming(ts []alpamayo.Timing) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// resultDigest is the SHA-256 of the reasoning ids, the sampled actions
+// and the trajectory, little-endian.
+func resultDigest(r *alpamayo.Result) string {
+	h := sha256.New()
+	_ = binary.Write(h, binary.LittleEndian, r.ReasoningIDs)
+	_ = binary.Write(h, binary.LittleEndian, r.Normalized)
+	_ = binary.Write(h, binary.LittleEndian, r.XYZ)
+	_ = binary.Write(h, binary.LittleEndian, r.Rot)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // sameResult reports whether two inferences agree bit for bit.

@@ -171,3 +171,56 @@ func TestInferBudget(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "--mode preload: the budget")
 }
+
+// TestBenchCPU runs `vlanode bench` on the tiny checkpoint on the CPU, at
+// no budget and at the plan's minimum (every unit streamed through the
+// host executor), with a stand-in for the Accelerate script that writes
+// the results.json shape the real one writes: the table shows both runs,
+// bit-identical, and the speedup over the stand-in's latency.
+func TestBenchCPU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the standard workload twice on the CPU")
+	}
+	model := tinyAlpamayo(t)
+	code, stdout, stderr := runCLI("plan", "--model", model, "--budget", "none", "--json")
+	require.Equal(t, 0, code, stderr)
+	var p struct {
+		Min int64 `json:"min_budget_bytes"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &p))
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "accelerate.sh")
+	require.NoError(t, os.WriteFile(fake, []byte(`out=; budgets=
+while [ $# -gt 0 ]; do case $1 in --out) out=$2; shift;; --budgets) budgets=$2; shift;; esac; shift; done
+mkdir -p "$out"; printf '{"acc_%s": {"latency_s": 1000.0, "peak_alloc_B": 123}}' "$budgets" > "$out/results.json"
+`), 0o644))
+	out := filepath.Join(dir, "bench")
+	code, stdout, stderr = runCLI("bench", "--model", model, "--device", "cpu", "--budgets", fmt.Sprintf("none,%d", p.Min),
+		"--runs", "1", "--warmup", "0", "--accelerate", fake, "--python", "sh", "--out", out)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "preload")
+	assert.Contains(t, stdout, "pipelined")
+	var rep struct {
+		Runs []struct {
+			Streamed  int    `json:"streamed_units"`
+			Identical bool   `json:"identical"`
+			SHA       string `json:"result_sha256"`
+		} `json:"runs"`
+		Accelerate map[string]struct {
+			LatencyS float64 `json:"latency_s"`
+		} `json:"accelerate"`
+	}
+	raw, err := os.ReadFile(filepath.Join(out, "bench.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, &rep))
+	require.Len(t, rep.Runs, 2)
+	assert.Zero(t, rep.Runs[0].Streamed)
+	assert.Positive(t, rep.Runs[1].Streamed)
+	assert.True(t, rep.Runs[1].Identical)
+	assert.Equal(t, rep.Runs[0].SHA, rep.Runs[1].SHA)
+	require.Len(t, rep.Accelerate, 1)
+	for _, a := range rep.Accelerate {
+		assert.Equal(t, 1000.0, a.LatencyS)
+	}
+	assert.Regexp(t, `1000\.00 +[0-9.]+×`, stdout, "the speedup column")
+}

@@ -114,6 +114,7 @@ type budgetSpec struct {
 	ordinal  int
 	budget   int64 // 0: unlimited
 	layers   layerFlags
+	profile  bool // time every copy and compute (Result.Layers.Turns)
 }
 
 // loadBudgeted plans the checkpoint for the standard workload within the
@@ -145,7 +146,7 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 	}
 	b.be = be
 	b.closers = append(b.closers, be.Close)
-	lay := &alpamayo.Layering{Plan: plan, Mode: mode}
+	lay := &alpamayo.Layering{Plan: plan, Mode: mode, Profile: s.profile}
 	if cb, ok := be.(*cuda.Backend); ok {
 		dev := cb.NewDFBDevice()
 		pinned := &hostBlobs{}

@@ -31,6 +31,7 @@ func commands() map[string]command {
 		"record":   {"store a node's frames, requests and plans in a JetStream stream", runRecord},
 		"synth":    {"write a checkpoint of random weights in a real model's layout", runSynth},
 		"bench":    {"run the standard workload at several VRAM budgets: latency per stage vs prediction and bound, peak memory, Accelerate", runBench},
+		"profile":  {"measure the GPU for the planner (copy bandwidth, GEMV/GEMM rates, fixed memory, every unit's compute): a profile JSON", runProfile},
 		"plan":     {"plan VRAM residency under a budget from config.json alone: placement, bytes, predicted latency", runPlan},
 	}
 }

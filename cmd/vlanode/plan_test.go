@@ -66,7 +66,7 @@ func TestPlanAlpamayo10B(t *testing.T) {
 			out := planJSONOf(t, "--model", dir, "--budget", tc.budget)
 			assert.Equal(t, tc.bytes, out.BudgetBytes)
 			assert.Equal(t, tc.bytes == 0, out.Unlimited)
-			assert.InDelta(t, 3.67e9, float64(out.MinBudgetBytes), 0.01e9)
+			assert.InDelta(t, 2.90e9, float64(out.MinBudgetBytes), 0.01e9)
 			for _, k := range []string{"vision", "prefill", "decode", "diffusion", "total"} {
 				assert.Positive(t, out.PredictedMs[k], k)
 			}
@@ -97,7 +97,7 @@ func TestPlanAlpamayo10B(t *testing.T) {
 		})
 	}
 	assert.Equal(t, 36, prevVLM)
-	assert.InDelta(t, 590.3, prevMs, 0.1, "none: the measured standard workload (594.9 ms with preprocessing)")
+	assert.InDelta(t, 456.3, prevMs, 0.1, "none: the default profile's measured stage times")
 }
 
 // TestPlanText checks the human-readable report.
@@ -107,8 +107,8 @@ func TestPlanText(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	for _, want := range []string{
 		"model alpamayo_r1", "workload standard: 16 images × 720 patches",
-		"budget 8,589,934,592 bytes (8.59 GB)", "minimum 3,",
-		"  vlm          36", "0,2,5,8,11,14", "rows gathered on the host",
+		"budget 8,589,934,592 bytes (8.59 GB)", "minimum 2,",
+		"  vlm          36", "0,2,5,7,10,12,15", "rows gathered on the host",
 		"weights-resident", "dfb-slots", "kv-cache", "= budget", "8,589,934,592",
 		"predicted ms", "decode", "total",
 	} {
@@ -120,10 +120,10 @@ func TestPlanText(t *testing.T) {
 // line mistakes exit 2.
 func TestPlanErrors(t *testing.T) {
 	dir := configOnly(t, synth.AlpamayoR1_10B)
-	code, _, stderr := runCmd("plan", "--model", dir, "--budget", "3G")
+	code, _, stderr := runCmd("plan", "--model", dir, "--budget", "2G")
 	assert.Equal(t, 1, code)
-	assert.Contains(t, stderr, "below the minimum of 3,672,")
-	assert.Contains(t, stderr, "(3.67 GB)")
+	assert.Contains(t, stderr, "below the minimum of 2,897,")
+	assert.Contains(t, stderr, "(2.90 GB)")
 
 	for _, tc := range []struct {
 		args []string

@@ -1,7 +1,8 @@
 // decode.cu: attention for a few queries over a long KV cache (decoding),
 // split over the keys (flash decoding) so that 8 KV heads × 1 query still
 // fill every SM, and the merge of split results (also used by flash.cu).
-// Float32 throughout: decoding moves bytes, not FLOPs.
+// Float32 arithmetic throughout: decoding moves bytes, not FLOPs; K and V
+// are float or bf16 (vla_attn_decode_bf16).
 //
 // vla_attn_decode: grid (split, kv head, query). A block takes 32 keys
 // [32·split, ...) of one KV head for one query row and all G =
@@ -21,10 +22,25 @@
 #define VLA_DEC_KEYS 8                               // keys per warp
 #define VLA_DEC_CHUNK (VLA_DEC_WARPS * VLA_DEC_KEYS) // keys per block: 32, one per lane in the softmax
 
-extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)
-    vla_attn_decode(float *__restrict__ part_o, float *__restrict__ part_ml, const float *__restrict__ q,
-                    const float *__restrict__ k, const float *__restrict__ v, int heads, int kvheads, int hd, int tq,
-                    int nkv, float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs) {
+// vla_ld4 loads 4 consecutive K or V elements as floats: 16 bytes of
+// float, or 8 bytes of bf16 (the CUDA backend's KV caches).
+__device__ __forceinline__ float4 vla_ld4(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ float4 vla_ld4(const u16 *p) {
+	const uint2 w = *(const uint2 *)p;
+	float4 r;
+	r.x = __uint_as_float(w.x << 16);
+	r.y = __uint_as_float(w.x & 0xffff0000u);
+	r.z = __uint_as_float(w.y << 16);
+	r.w = __uint_as_float(w.y & 0xffff0000u);
+	return r;
+}
+
+template <typename T>
+__device__ __forceinline__ void vla_attn_decode_t(float *__restrict__ part_o, float *__restrict__ part_ml,
+                                                  const float *__restrict__ q, const T *__restrict__ k,
+                                                  const T *__restrict__ v, int heads, int kvheads, int hd, int tq,
+                                                  int nkv, float sl2, int causal, int qpos0, int mask_from,
+                                                  int mask_to, const vla_segments &segs) {
 	__shared__ float s[VLA_DEC_MAX_G][VLA_DEC_CHUNK];                        // scores, then weights
 	__shared__ __align__(16) float red[VLA_DEC_WARPS][VLA_DEC_MAX_G][128]; // the warps' partial P·V
 	__shared__ float ms[VLA_DEC_MAX_G], ls[VLA_DEC_MAX_G];
@@ -52,15 +68,15 @@ extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)
 
 	// All of this warp's loads first: its 8 keys' K and V rows, then q.
 	const int jw = split * VLA_DEC_CHUNK + warp * VLA_DEC_KEYS;
-	const float *kb = k + (u64)kvh * hd + lane * 4, *vb = v + (u64)kvh * hd + lane * 4;
+	const T *kb = k + (u64)kvh * hd + lane * 4, *vb = v + (u64)kvh * hd + lane * 4;
 	float4 kv[VLA_DEC_KEYS], vv[VLA_DEC_KEYS];
 	bool vis[VLA_DEC_KEYS];
 #pragma unroll
 	for (int u = 0; u < VLA_DEC_KEYS; u++) {
 		const int j = jw + u;
 		vis[u] = j < nkv && j >= lo && j < hi && !(hasmask && j >= mask_from && j < mask_to);
-		kv[u] = (vis[u] && dl) ? *(const float4 *)(kb + (u64)j * kstride) : zero4;
-		vv[u] = (vis[u] && dl) ? *(const float4 *)(vb + (u64)j * kstride) : zero4;
+		kv[u] = (vis[u] && dl) ? vla_ld4(kb + (u64)j * kstride) : zero4;
+		vv[u] = (vis[u] && dl) ? vla_ld4(vb + (u64)j * kstride) : zero4;
 	}
 	float4 qr[VLA_DEC_MAX_G];
 #pragma unroll
@@ -124,6 +140,23 @@ extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)
 		part_ml[2 * row] = ms[tid];
 		part_ml[2 * row + 1] = ls[tid];
 	}
+}
+
+// vla_attn_decode reads float K and V; vla_attn_decode_bf16 bf16 ones.
+extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)
+    vla_attn_decode(float *__restrict__ part_o, float *__restrict__ part_ml, const float *__restrict__ q,
+                    const float *__restrict__ k, const float *__restrict__ v, int heads, int kvheads, int hd, int tq,
+                    int nkv, float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs) {
+	vla_attn_decode_t<float>(part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0, mask_from,
+	                         mask_to, segs);
+}
+
+extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)
+    vla_attn_decode_bf16(float *__restrict__ part_o, float *__restrict__ part_ml, const float *__restrict__ q,
+                         const u16 *__restrict__ k, const u16 *__restrict__ v, int heads, int kvheads, int hd, int tq,
+                         int nkv, float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs) {
+	vla_attn_decode_t<u16>(part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0, mask_from,
+	                       mask_to, segs);
 }
 
 // vla_attn_combine merges nsplit partial results of rows (query, head):

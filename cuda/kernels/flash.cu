@@ -379,3 +379,24 @@ extern "C" __global__ void vla_kv_to_bf16(uint4 *__restrict__ kb, uint4 *__restr
 		(isv ? vb : kb)[f] = o;
 	}
 }
+
+// vla_kv_bf16_to_bf16 is vla_kv_to_bf16 for K and V that are bf16 already
+// (the CUDA backend's KV caches): the same layout change and zero padding,
+// no rounding. hd % 8 == 0.
+extern "C" __global__ void vla_kv_bf16_to_bf16(uint4 *__restrict__ kb, uint4 *__restrict__ vb, const u16 *__restrict__ k,
+                                               const u16 *__restrict__ v, int kvheads, int hd, int hdp, int nkv) {
+	const int c8 = hdp / 8;
+	const u64 per = (u64)kvheads * nkv * c8;
+	const u64 kstride = (u64)kvheads * hd;
+	VLA_FOR(e, 2 * per) {
+		const bool isv = e >= per;
+		const u64 f = isv ? e - per : e;
+		const int c = (int)(f % c8) * 8;
+		const u64 hj = f / c8;
+		const int j = (int)(hj % nkv), kvh = (int)(hj / nkv);
+		uint4 o;
+		o.x = o.y = o.z = o.w = 0u;
+		if (c < hd) o = *(const uint4 *)((isv ? v : k) + (u64)j * kstride + (u64)kvh * hd + c);
+		(isv ? vb : kb)[f] = o;
+	}
+}

@@ -222,3 +222,11 @@ func headUnits(blocks []*qwen3.HeadBlock) []*models.Unit {
 	}
 	return out
 }
+
+// SetProfiling turns the executor's per-unit timing on or off for the next
+// inferences (Result.Layers.Turns); it does nothing without Layering.
+func (m *Model) SetProfiling(on bool) {
+	if m.layered != nil {
+		m.layered.exec.SetProfile(on)
+	}
+}

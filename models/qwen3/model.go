@@ -38,6 +38,7 @@ type Model struct {
 	Exec models.Runner
 
 	embedHost *weights.Blob // the table's blob when it stays on the host
+	gathered  []float32     // gatherHost's rows, reused
 	invFreq   []float32
 }
 
@@ -162,7 +163,8 @@ func (m *Model) Close() {
 }
 
 // gatherHost writes the embeddings of ids, read from the host table, into
-// dst [len(ids), hidden].
+// dst [len(ids), hidden], converting rows on every core (a prompt's rows
+// lie all over a table of a gigabyte or more).
 func (m *Model) gatherHost(dst backend.Tensor, ids []int32) error {
 	h := m.Config.HiddenSize
 	e, data, err := m.embedHost.Tensor("embed_tokens.weight")
@@ -170,9 +172,19 @@ func (m *Model) gatherHost(dst backend.Tensor, ids []int32) error {
 		return err
 	}
 	row := h * e.DType.Size()
-	out := make([]float32, len(ids)*h)
-	for i, id := range ids {
-		if err := tensor.ToF32(out[i*h:(i+1)*h], e.DType, data[int(id)*row:(int(id)+1)*row]); err != nil {
+	if n := len(ids) * h; cap(m.gathered) < n {
+		m.gathered = make([]float32, n)
+	}
+	out := m.gathered[:len(ids)*h]
+	errs := make([]error, len(ids))
+	models.ParallelFor(len(ids), 64, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			id := int(ids[i])
+			errs[i] = tensor.ToF32(out[i*h:(i+1)*h], e.DType, data[id*row:(id+1)*row])
+		}
+	})
+	for _, err := range errs {
+		if err != nil {
 			return err
 		}
 	}

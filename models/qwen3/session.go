@@ -12,7 +12,9 @@ import (
 // Session is the state of one sequence: its KV cache and position.
 type Session struct {
 	m      *Model
-	kc, vc []backend.Tensor // per layer [capacity, kvHeads*headDim]
+	kc, vc []backend.Tensor // per layer [capacity, kvHeads*headDim], views of kAll and vAll
+	kAll   backend.Tensor   // every layer's keys [layers*capacity, kvHeads*headDim]
+	vAll   backend.Tensor
 	len    int
 	cap    int
 	// step is the scratch of single-token calls, kept across decode steps
@@ -25,7 +27,10 @@ type Session struct {
 // (Qwen3-VL adds its DeepStack visual features there).
 type LayerHook func(layer int, x backend.Tensor) error
 
-// NewSession allocates a KV cache for up to capacity tokens.
+// NewSession allocates a KV cache for up to capacity tokens: one tensor
+// for every layer's keys and one for their values (the allocator rounds
+// each block up to whole pages, so two blocks waste less than 2·layers),
+// viewed per layer.
 func (m *Model) NewSession(capacity int) (*Session, error) {
 	c := m.Config
 	if capacity <= 0 || capacity > c.MaxPositionEmbeddings {
@@ -33,21 +38,42 @@ func (m *Model) NewSession(capacity int) (*Session, error) {
 	}
 	s := &Session{m: m, cap: capacity}
 	kvw := c.NumKeyValueHeads * c.HeadDim
-	for range m.Layers {
-		k, err := m.be.Alloc("kv-cache", tensor.F32, capacity, kvw)
+	L := len(m.Layers)
+	dt := KVCacheDType(m.be, c.HeadDim)
+	for _, dst := range []*backend.Tensor{&s.kAll, &s.vAll} {
+		t, err := m.be.Alloc("kv-cache", dt, L*capacity, kvw)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("qwen3: allocating the KV cache: %w", err)
 		}
-		v, err := m.be.Alloc("kv-cache", tensor.F32, capacity, kvw)
+		*dst = t
+	}
+	for i := range L {
+		k, err := m.be.Rows(s.kAll, i*capacity, capacity)
 		if err != nil {
-			m.be.Free(k)
 			s.Close()
-			return nil, fmt.Errorf("qwen3: allocating the KV cache: %w", err)
+			return nil, err
+		}
+		v, err := m.be.Rows(s.vAll, i*capacity, capacity)
+		if err != nil {
+			s.Close()
+			return nil, err
 		}
 		s.kc, s.vc = append(s.kc, k), append(s.vc, v)
 	}
 	return s, nil
+}
+
+// KVCacheDType is the element type of KV caches on be: what the backend
+// asks for (cuda.Backend.KVCacheDType: bf16 where its attention kernels
+// read it), else F32.
+func KVCacheDType(be backend.Backend, headDim int) tensor.DType {
+	if k, ok := be.(interface {
+		KVCacheDType(headDim int) tensor.DType
+	}); ok {
+		return k.KVCacheDType(headDim)
+	}
+	return tensor.F32
 }
 
 // Len is the number of tokens in the cache.
@@ -57,7 +83,7 @@ func (s *Session) Len() int { return s.len }
 func (s *Session) Cap() int { return s.cap }
 
 // Cache returns layer i's key and value caches, each [Cap(), kvHeads*headDim]
-// F32 with rotary-embedded keys; rows [0, Len()) are valid. The tensors
+// of KVCacheDType (F32 on the cpu backend) with rotary-embedded keys; rows [0, Len()) are valid. The tensors
 // belong to the session: valid until Close, not to be freed.
 func (s *Session) Cache(layer int) (k, v backend.Tensor) { return s.kc[layer], s.vc[layer] }
 
@@ -77,11 +103,12 @@ func (s *Session) Close() {
 		s.step.Free(s.m.be)
 		s.step = nil
 	}
-	for i := range s.kc {
-		s.m.be.Free(s.kc[i])
-		s.m.be.Free(s.vc[i])
+	for _, t := range []backend.Tensor{s.kAll, s.vAll} {
+		if t != nil {
+			s.m.be.Free(t)
+		}
 	}
-	s.kc, s.vc = nil, nil
+	s.kAll, s.vAll, s.kc, s.vc = nil, nil, nil, nil
 }
 
 // Forward appends ids to the sequence and returns float32 logits: for every

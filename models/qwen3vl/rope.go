@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"sync"
+
+	"vlanode/models"
 )
 
 // mropeAxis returns which position axis (0 temporal, 1 height, 2 width)
@@ -27,14 +29,16 @@ func mropeAxis(j int, section [3]int) int {
 // float32 as transformers computes it.
 func MRopeTables(cos, sin []float32, pos Positions, invFreq []float32, section [3]int) {
 	half := len(invFreq)
-	for j, f := range invFreq {
-		p := pos[mropeAxis(j, section)]
-		for t, q := range p {
-			a := float64(float32(q) * f)
-			cos[t*half+j] = float32(math.Cos(a))
-			sin[t*half+j] = float32(math.Sin(a))
+	models.ParallelFor(len(pos[0]), 256, func(lo, hi int) {
+		for j, f := range invFreq {
+			p := pos[mropeAxis(j, section)]
+			for t := lo; t < hi; t++ {
+				a := float64(float32(p[t]) * f)
+				cos[t*half+j] = float32(math.Cos(a))
+				sin[t*half+j] = float32(math.Sin(a))
+			}
 		}
-	}
+	})
 }
 
 // patchCoords returns the (row, column) of every patch of grids in the

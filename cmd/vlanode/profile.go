@@ -1,0 +1,307 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"vlanode/backend"
+	"vlanode/cuda"
+	"vlanode/residency"
+	"vlanode/tensor"
+)
+
+// runProfile measures the machine for the planner and writes the profile
+// it reads (residency.Profile): pinned copy bandwidth, the GEMV and GEMM
+// rates, the fixed device memory (context, cuBLAS), and every unit's
+// compute time in each stage of the standard workload, run with every unit
+// resident.
+func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("profile", stderr)
+	dir := fs.String("model", "", "an alpamayo_r1 checkpoint to time (e.g. `vlanode synth --arch alpamayo-r1-10b`): it must fit the GPU")
+	vlm := fs.String("vlm", "", "the VLM's config folder, overriding the checkpoint's vlm_name_or_path")
+	out := fs.String("out", "", "where to write the profile JSON (default: stdout)")
+	runs := fs.Int("runs", 2, "profiled inferences (after one warm-up); each unit's time is its median")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *dir == "" {
+		return usagef("--model is required")
+	}
+	if *runs < 1 {
+		return usagef("--runs must be ≥ 1")
+	}
+	if err := cuda.Available(); err != nil {
+		return fmt.Errorf("profile measures a GPU: %w", err)
+	}
+	p := &residency.Profile{StageMs: map[residency.Stage]float64{}}
+	var err error
+	fmt.Fprintln(stderr, "vlanode profile: pinned host-to-device bandwidth…")
+	if p.H2DGBps, err = measureH2D(386 << 20); err != nil {
+		return fmt.Errorf("copy bandwidth: %w", err)
+	}
+	fmt.Fprintln(stderr, "vlanode profile: GEMV and GEMM rates, fixed device memory…")
+	if err := measureBackend(p); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "vlanode profile: %.1f GB/s H2D, GEMV %.0f GB/s, GEMM %.0f TFLOP/s; timing every unit of the standard workload…\n",
+		p.H2DGBps, p.Roofline.MemGBps, p.Roofline.TFLOPs)
+	if err := profileUnits(ctx, p, *dir, *vlm, *runs, stderr); err != nil {
+		return err
+	}
+	raw, err := p.Marshal()
+	if err != nil {
+		return err
+	}
+	if *out == "" {
+		_, err = stdout.Write(raw)
+		return err
+	}
+	if err := os.WriteFile(*out, raw, 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "vlanode profile: wrote %s\n", *out)
+	return nil
+}
+
+// measureBackend times a bf16 decode GEMV (4096 × 12288) and a prefill
+// GEMM (3,030 × 4096 × 12288) through the backend's MatMul, and reads the
+// fixed memory a fresh backend charges: the context, the cuBLAS handle,
+// its workspace and the kernel module.
+func measureBackend(p *residency.Profile) error {
+	be, err := cuda.New()
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	const n, k = 12288, 4096
+	w := make([]byte, n*k*2)
+	for i := 0; i < len(w); i += 2 {
+		b := tensor.F32ToBF16(float32(rng.NormFloat64() * 0.02))
+		w[i], w[i+1] = byte(b), byte(b>>8)
+	}
+	wt, err := be.Weight("weights", tensor.BF16, []int{n, k}, w)
+	if err != nil {
+		return err
+	}
+	defer be.Free(wt)
+	time1 := func(m int) (float64, error) {
+		x, err := be.Alloc("activations", tensor.F32, m, k)
+		if err != nil {
+			return 0, err
+		}
+		defer be.Free(x)
+		y, err := be.Alloc("activations", tensor.F32, m, n)
+		if err != nil {
+			return 0, err
+		}
+		defer be.Free(y)
+		return timeOp(be, func() error { return be.MatMul(y, x, wt, nil) })
+	}
+	gemv, err := time1(1)
+	if err != nil {
+		return fmt.Errorf("timing the GEMV: %w", err)
+	}
+	gemm, err := time1(3030)
+	if err != nil {
+		return fmt.Errorf("timing the GEMM: %w", err)
+	}
+	p.Roofline = residency.Roofline{
+		MemGBps: math.Round(float64(n*k*2)/gemv/1e6*10) / 10,
+		TFLOPs:  math.Round(2*3030*float64(n)*k/gemm/1e9*10) / 10,
+	}
+	use := be.Usage()
+	p.Fixed = residency.FixedCosts{
+		ContextBytes:   use.Bytes(cuda.PurposeContext),
+		CUBLASBytes:    use.Bytes(cuda.PurposeCUBLAS),
+		WorkspaceBytes: use.Bytes(cuda.PurposeWorkspace),
+		KernelBytes:    use.Bytes(cuda.PurposeKernels),
+	}
+	d := be.Device()
+	p.Device = fmt.Sprintf("%s (sm_%d, %.1f GiB), %s, %s", d.Name, d.ComputeCapability, float64(d.TotalMemory)/(1<<30), d.Driver, d.CUBLAS)
+	return nil
+}
+
+// timeOp is the median wall time of op in ms over 20 calls after 3
+// warm-ups, each waited for.
+func timeOp(be backend.Backend, op func() error) (float64, error) {
+	var ms []float64
+	for i := range 23 {
+		t := time.Now()
+		if err := op(); err != nil {
+			return 0, err
+		}
+		if err := be.Sync(); err != nil {
+			return 0, err
+		}
+		if i >= 3 {
+			ms = append(ms, float64(time.Since(t))/1e6)
+		}
+	}
+	sort.Float64s(ms)
+	return ms[len(ms)/2], nil
+}
+
+// profileUnits runs the standard workload with every unit resident and
+// the executor timing every compute, and records each module's median time
+// per stage. A stage also spends time outside its units (the embedding
+// gather, logits download and sampling, uploads): that share becomes the
+// embedding's work in prefill and decode (it runs on the host before the
+// layers) and is added to the first unit in vision and diffusion, so that
+// the planner's sums give the stage's measured time.
+func profileUnits(ctx context.Context, p *residency.Profile, dir, vlm string, runs int, log io.Writer) error {
+	bm, err := loadBudgeted(budgetSpec{dir: dir, vlm: vlm, device: "cuda", layers: layerFlags{mode: "preload"}, profile: true}, log)
+	if err != nil {
+		return err
+	}
+	defer bm.Close()
+	w := residency.StandardWorkload()
+	req := standardRequest(bm.model, w)
+	type key struct {
+		module residency.Module
+		stage  residency.Stage
+	}
+	exe := map[key][]float64{}        // per turn, ms
+	stageMs := map[string][]float64{} // per run
+	// A warm-up, then runs timed as a user runs them (stage times), then
+	// runs with an event pair around every compute (the units' shares).
+	for i := range 2*runs + 1 {
+		profiled := i > runs
+		bm.model.SetProfiling(profiled)
+		res, err := bm.model.Infer(ctx, req)
+		if err != nil {
+			return err
+		}
+		switch {
+		case i == 0:
+			continue // warm-up
+		case !profiled:
+			for s, d := range map[string]time.Duration{"vision": res.Timing.Vision, "prefill": res.Timing.Prefill, "decode": res.Timing.Decode, "diffusion": res.Timing.Diffusion} {
+				stageMs[s] = append(stageMs[s], float64(d)/1e6)
+			}
+			continue
+		}
+		if res.Layers == nil || len(res.Layers.Turns) == 0 {
+			return errors.New("profile: the executor returned no per-unit timing")
+		}
+		for _, t := range res.Layers.Turns {
+			module, _, _ := strings.Cut(t.Unit, ".")
+			stage, _, _ := strings.Cut(t.Pass, ".")
+			k := key{residency.Module(module), residency.Stage(stage)}
+			exe[k] = append(exe[k], t.ExeMs)
+		}
+	}
+	arch, err := loadArch(dir, vlm)
+	if err != nil {
+		return err
+	}
+	units, err := arch.Units(w)
+	if err != nil {
+		return err
+	}
+	// The units' summed device time per stage (ΣR·C_EXE at the median).
+	sum := map[residency.Stage]float64{}
+	first := map[key]residency.Unit{}
+	passes := map[residency.Stage]int{}
+	var embedding residency.Unit
+	for _, u := range units {
+		if u.Module == residency.Embedding {
+			embedding = u
+		}
+		for _, wk := range u.Work {
+			passes[wk.Stage] = wk.Passes
+			k := key{u.Module, wk.Stage}
+			if ts, ok := exe[k]; ok {
+				sum[wk.Stage] += float64(wk.Passes) * median(ts)
+				if _, seen := first[k]; !seen {
+					first[k] = u
+				}
+			}
+		}
+	}
+	for _, s := range residency.Stages() {
+		if ms, ok := stageMs[string(s)]; ok {
+			p.StageMs[s] = round3(median(ms))
+		}
+	}
+	// What a stage spends outside its units' computes (the host's share:
+	// gathering embedding rows, uploads, reading logits, sampling, launch
+	// gaps), per pass: the embedding's work in prefill and decode, where it
+	// happens before the layers; the first unit's in vision and diffusion,
+	// whose computes already include their uploads.
+	host := map[residency.Stage]float64{}
+	for s, ms := range p.StageMs {
+		if n := passes[s]; n > 0 {
+			host[s] = max(ms-sum[s], 0) / float64(n)
+		}
+	}
+	keys := make([]key, 0, len(first))
+	for k := range first {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].stage != keys[j].stage {
+			return stageIndex(keys[i].stage) < stageIndex(keys[j].stage)
+		}
+		return keys[i].module < keys[j].module
+	})
+	for _, k := range keys {
+		u := first[k]
+		wk, _ := u.WorkIn(k.stage)
+		ms, src := median(exe[k]), fmt.Sprintf("median of %d computes", len(exe[k]))
+		if (k.stage == residency.StageVision && k.module == residency.PatchEmbed) || (k.stage == residency.StageDiffusion && k.module == residency.ActionIn) {
+			ms += host[k.stage]
+			src += fmt.Sprintf(" + %.4f ms of the pass outside its units (the stage's host share)", host[k.stage])
+		}
+		p.Units = append(p.Units, residency.UnitTiming{
+			Module: k.module, Stage: k.stage, Rows: wk.Rows, WeightBytes: u.Bytes, FLOPs: wk.FLOPs, Ms: round3(ms), Source: src,
+		})
+	}
+	for _, s := range []residency.Stage{residency.StagePrefill, residency.StageDecode} {
+		wk, ok := embedding.WorkIn(s)
+		if !ok {
+			continue
+		}
+		p.Units = append(p.Units, residency.UnitTiming{
+			Module: residency.Embedding, Stage: s, Rows: wk.Rows, WeightBytes: embedding.Bytes, FLOPs: wk.FLOPs, Ms: round3(max(host[s], 1e-3)),
+			Source: fmt.Sprintf("the %s pass's time outside its units' computes: stage %.3f ms less %.3f ms of computes, over %d passes", s, p.StageMs[s], sum[s], passes[s]),
+		})
+	}
+	p.Source = fmt.Sprintf("vlanode profile, %s: pinned H2D copies of 386 MiB; GEMV 1×4096×12288 and GEMM 3030×4096×12288 bf16 through the "+
+		"backend's MatMul (median of 20); fixed: what a fresh CUDA backend charges (context, cuBLAS handle, workspace, kernel module); units: "+
+		"%s (standard workload, every unit resident, after a warm-up): stage_ms is the median of %d inferences timed as served; each module's "+
+		"median compute per stage comes from %d more inferences with events around every unit; the rest of each stage's time "+
+		"(gathering embedding rows, uploads, logits, sampling) is the embedding's work in prefill and decode and the first unit's in vision and diffusion", time.Now().UTC().Format("2006-01-02"), dir, runs, runs)
+	return nil
+}
+
+func stageIndex(s residency.Stage) int {
+	for i, t := range residency.Stages() {
+		if t == s {
+			return i
+		}
+	}
+	return len(residency.Stages())
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 0 {
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+func round3(v float64) float64 { return math.Round(v*1e5) / 1e5 }
