@@ -162,6 +162,21 @@ func (d *DFBDevice) AllocSlot(bytes int64) (layering.Slot, error) {
 	return layering.Slot(len(d.slots) - 1), nil
 }
 
+// FreeSlot returns a slot's block to the budget, once the streams have
+// run what they hold.
+func (d *DFBDevice) FreeSlot(s layering.Slot) error {
+	if err := d.Synchronize(); err != nil {
+		return err
+	}
+	return d.run("dfb free slot", func(g *gpu) error {
+		blk, err := d.slot(s)
+		if err != nil {
+			return err
+		}
+		return g.mem.free(blk)
+	})
+}
+
 // PinHost page-locks b's bytes with cuMemHostRegister. b.Data must not be
 // Go heap memory (the driver keeps using it): pack host blobs with
 // HostAlloc as their weights.Allocator.

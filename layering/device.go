@@ -53,6 +53,9 @@ type Device interface {
 	// AllocSlot allocates a DFB slot of bytes, counted under SlotPurpose,
 	// aligned to weights.Align.
 	AllocSlot(bytes int64) (Slot, error)
+	// FreeSlot releases a slot once no queued work uses it (call it after
+	// Synchronize); its handle is not reused.
+	FreeSlot(s Slot) error
 	// PinHost page-locks a blob's host bytes, once, so copies from them are
 	// asynchronous DMA.
 	PinHost(b *weights.Blob) error

@@ -119,6 +119,7 @@ type Executor struct {
 
 	begin, end Event   // around a whole Run, on the compute stream
 	marks      []Event // timing events for Profile, reused by every Run
+	promoted   Event   // recorded after Runner.Promote's copies; -1 before the first
 }
 
 // New prepares an executor for units: it pins the host blobs of the
@@ -128,7 +129,7 @@ func New(dev Device, cfg Config, units []*Unit) (*Executor, error) {
 	if cfg.Mode.slotsOf() == 0 && cfg.Mode != Preload {
 		return nil, fmt.Errorf("layering: unknown mode %v", cfg.Mode)
 	}
-	e := &Executor{cfg: cfg, dev: dev, known: map[*Unit]bool{}, compute: dev.ComputeStream()}
+	e := &Executor{cfg: cfg, dev: dev, known: map[*Unit]bool{}, compute: dev.ComputeStream(), promoted: -1}
 	e.copy = e.compute
 	for _, u := range units {
 		if err := e.add(u); err != nil {

@@ -145,6 +145,16 @@ func (f *Fake) AllocSlot(bytes int64) (Slot, error) {
 	return Slot(len(f.slots) - 1), nil
 }
 
+// FreeSlot gives a slot's bytes back to SlotBudget.
+func (f *Fake) FreeSlot(s Slot) error {
+	if s < 0 || int(s) >= len(f.slots) || f.slots[s] == 0 {
+		return fmt.Errorf("fake: no live slot %d", s)
+	}
+	f.SlotBytes -= f.slots[s]
+	f.slots[s] = 0
+	return nil
+}
+
 // PinHost marks b pinned; pinning twice is an error, as with
 // cuMemHostRegister.
 func (f *Fake) PinHost(b *weights.Blob) error {

@@ -75,9 +75,18 @@ func (h *Host) AllocSlot(bytes int64) (Slot, error) {
 	return Slot(len(h.slots) - 1), nil
 }
 
+// FreeSlot drops a slot's buffer.
+func (h *Host) FreeSlot(s Slot) error {
+	if s < 0 || int(s) >= len(h.slots) || h.slots[s] == nil {
+		return fmt.Errorf("layering: host: no live slot %d", s)
+	}
+	h.slots[s] = nil
+	return nil
+}
+
 // SlotData is a slot's bytes, to bind weight views to.
 func (h *Host) SlotData(s Slot) ([]byte, error) {
-	if s < 0 || int(s) >= len(h.slots) {
+	if s < 0 || int(s) >= len(h.slots) || h.slots[s] == nil {
 		return nil, fmt.Errorf("layering: host: no slot %d", s)
 	}
 	return h.slots[s], nil

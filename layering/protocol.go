@@ -40,6 +40,11 @@ func (e *Executor) copyTurn(t *turn) error {
 func (e *Executor) computeTurn(t *turn, run func(Slot) error) error {
 	pipelinedSlot := t.j >= 0 && e.cfg.Mode == Pipelined
 	s := t.j % max(len(e.slots), 1)
+	if t.waitHome {
+		if err := e.dev.Wait(e.compute, e.promoted); err != nil {
+			return e.fail(t, "compute stream waits for the promotion copies", err)
+		}
+	}
 	if pipelinedSlot {
 		if err := e.dev.Wait(e.compute, e.dmaDone[s]); err != nil {
 			return e.fail(t, "compute stream waits for dma-done", err)

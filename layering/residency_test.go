@@ -75,6 +75,9 @@ func TestAgreesWithPlan(t *testing.T) {
 				}
 				f := fakeOf(costs)
 				p := run(t, f, Pipelined, seq, Repeat(string(s), seq, passes))
+				if s == residency.StageDecode {
+					ms -= plan.PromoteCopyMs // the promotion copies start the decode
+				}
 				assert.InDelta(t, ms, p.TotalMs, 1e-6*ms, "stage %s", s)
 			}
 			if budget == "none" {
@@ -103,7 +106,11 @@ func stageUnits(t *testing.T, prof *residency.Profile, units []residency.Unit, p
 		require.Equal(t, u.Index, pl.Index)
 		passes = work.Passes
 		name := u.String()
-		seq = append(seq, &Unit{Name: name, Place: pl.Placement, Blob: &weights.Blob{Name: name, Data: make([]byte, weights.Align)}})
+		place := pl.Placement
+		if pl.Promoted && (s == residency.StageDecode || s == residency.StageDiffusion) {
+			place = residency.Resident // promoted after the prefill
+		}
+		seq = append(seq, &Unit{Name: name, Place: place, Blob: &weights.Blob{Name: name, Data: make([]byte, weights.Align)}})
 		costs[name] = cost{dma: prof.DMAMs(u.Bytes), exe: work.ExeMs}
 	}
 	return seq, costs, passes

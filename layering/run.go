@@ -13,6 +13,10 @@ type turn struct {
 	slot Slot // slot j mod len(slots), or NoSlot
 
 	copied bool // its copy is queued
+	// home: the unit was promoted (Runner.Promote) and computes in place
+	// from slot; waitHome: the first such turn waits for the promotion
+	// copies.
+	home, waitHome bool
 
 	// Timing events (Config.Profile): around the copy (streamed turns)
 	// and around the compute. Zero when not profiling.
@@ -97,6 +101,9 @@ func (r *Runner) mark(t *turn) (err error) {
 	t.copyStart, t.copyEnd, t.exeStart, t.exeEnd, err = r.e.mark(&r.marks)
 	return err
 }
+
+// Failed reports whether the Run has failed (every later call fails).
+func (r *Runner) Failed() bool { return r.failed != nil }
 
 // Next is the unit the schedule computes next, nil when none is left.
 func (r *Runner) Next() *Unit {
@@ -198,12 +205,85 @@ func (r *Runner) Skip(stage string) error {
 	}
 	r.order = kept
 	r.number(r.next)
+	return r.keepAhead() // two copies ahead of the next streamed compute
+}
+
+// Promote gives units slots of their own (bufs, from the Device's
+// AllocSlot) for the rest of the Run: their blobs are copied there once, on
+// the copy stream after the copies already queued, and their remaining
+// turns compute in place, no longer passing through the DFB slots (turns
+// whose slot copy is already queued keep it). It must be called at a pass
+// boundary: after the prefill, the activation memory the vision pass and
+// the prefill no longer need holds units that decode and diffusion would
+// otherwise stream at every pass.
+func (r *Runner) Promote(units []*Unit, bufs []Slot) error {
+	if r.failed != nil {
+		return r.failed
+	}
+	e := r.e
+	switch {
+	case len(units) != len(bufs):
+		return r.fail(fmt.Errorf("layering: promote %d units into %d slots", len(units), len(bufs)))
+	case r.cur > 0 && !r.PassDone():
+		return r.fail(fmt.Errorf("layering: promote in the middle of pass %s", r.passes[r.turns[r.cur].pass].Name))
+	case len(units) == 0:
+		return nil
+	}
+	home := map[*Unit]Slot{}
+	for i, u := range units {
+		if !e.known[u] {
+			return r.fail(fmt.Errorf("layering: promote: unit %v was not given to New", unitName(u)))
+		}
+		home[u] = bufs[i]
+	}
+	if e.promoted < 0 {
+		ev, err := e.dev.NewEvent("promoted")
+		if err != nil {
+			return r.fail(fmt.Errorf("layering: %w", err))
+		}
+		e.promoted = ev
+	}
+	for i, u := range units {
+		if !u.streamed(e.cfg.Mode) {
+			return r.fail(fmt.Errorf("layering: promote: unit %s is not streamed", u.Name))
+		}
+		if err := e.dev.CopyAsync(bufs[i], u.Blob, e.copy); err != nil {
+			return r.fail(fmt.Errorf("layering: promote: copying %s: %w", u.Name, err))
+		}
+	}
+	if err := e.dev.Record(e.promoted, e.copy); err != nil {
+		return r.fail(fmt.Errorf("layering: promote: %w", err))
+	}
+	waits := map[*Unit]bool{}
+	for _, t := range r.turns[r.cur:] {
+		b, ok := home[t.unit]
+		if !ok || t.copied {
+			continue
+		}
+		t.j, t.slot, t.home = -1, b, true
+		if !waits[t.unit] {
+			t.waitHome, waits[t.unit] = true, true
+		}
+	}
+	kept := r.order[:r.next:r.next]
+	for _, t := range r.order[r.next:] {
+		if !t.home {
+			kept = append(kept, t)
+		}
+	}
+	r.order = kept
+	r.number(r.next)
+	return r.keepAhead()
+}
+
+// keepAhead queues, in pipelined mode, the copies of the next streamed
+// turns up to the two slots (after the schedule changed).
+func (r *Runner) keepAhead() error {
 	if r.e.cfg.Mode != Pipelined {
 		return nil
 	}
 	for _, t := range r.turns[r.cur:] {
 		if t.j >= 0 {
-			// Keep two copies ahead of the next streamed compute.
 			if err := r.prefetch(t.j + len(r.e.slots)); err != nil {
 				return r.fail(err)
 			}

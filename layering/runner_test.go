@@ -110,3 +110,57 @@ func TestRunnerOrder(t *testing.T) {
 	require.NoError(t, r.Do(units[0], nil))
 	assert.ErrorContains(t, r.Skip("p"), "in the middle of pass p.0")
 }
+
+// TestRunnerPromote streams a stack through one prefill pass, then
+// promotes two of its units into slots of their own: the decode passes
+// compute them in place (after their one copy), the others keep streaming,
+// and every compute finds its own blob (Verify).
+func TestRunnerPromote(t *testing.T) {
+	for _, mode := range []Mode{Pipelined, Sequential} {
+		t.Run(mode.String(), func(t *testing.T) {
+			units := stack("vlm", all(5, residency.Streamed), 256)
+			f := fakeOf(uniform(units, cost{dma: 3, exe: 1}))
+			e, err := New(f, Config{Mode: mode, Profile: true}, units)
+			require.NoError(t, err)
+			passes := append([]Pass{{Name: "prefill", Stage: "prefill", Units: units}}, Repeat("decode", units, 4)...)
+			r, err := e.Start(passes)
+			require.NoError(t, err)
+			for _, u := range units {
+				require.NoError(t, r.Do(u, nil))
+			}
+			a, err := f.AllocSlot(256)
+			require.NoError(t, err)
+			b, err := f.AllocSlot(256)
+			require.NoError(t, err)
+			require.NoError(t, r.Promote([]*Unit{units[1], units[3]}, []Slot{a, b}))
+			for r.Next() != nil {
+				require.NoError(t, r.Do(r.Next(), nil))
+			}
+			p, err := r.Finish()
+			require.NoError(t, err)
+			require.NoError(t, f.Verify())
+			copies := map[string]int{}
+			for _, op := range f.Timeline {
+				if op.Kind == OpCopy {
+					copies[op.Unit]++
+				}
+			}
+			// vlm.1 and vlm.3: the prefill's copy, perhaps one decode copy
+			// already queued, and the promotion copy.
+			for _, u := range []string{"vlm.1", "vlm.3"} {
+				assert.LessOrEqual(t, copies[u], 3, u)
+				assert.GreaterOrEqual(t, copies[u], 2, u)
+			}
+			assert.Equal(t, 5, copies["vlm.0"], "streamed every pass")
+			home := 0
+			for _, tr := range p.Turns {
+				if tr.Slot == a || tr.Slot == b {
+					home++
+				}
+			}
+			assert.GreaterOrEqual(t, home, 6, "most decode turns of the promoted units run in place")
+			require.NoError(t, f.FreeSlot(a))
+			require.NoError(t, f.FreeSlot(b))
+		})
+	}
+}

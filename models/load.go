@@ -80,13 +80,34 @@ func (u *Unit) BindSlots(n int, view func(slot int, e weights.Entry) (backend.Te
 	return nil
 }
 
+// BindSlot (re)binds a streamed unit's tensors in slot index i (growing
+// the table), e.g. to a slot of its own after a promotion.
+func (u *Unit) BindSlot(i int, view func(e weights.Entry) (backend.Tensor, error)) error {
+	if u.Place != Streamed {
+		return fmt.Errorf("models: unit %s is %s, not streamed", u.Name, u.Place)
+	}
+	for len(u.slots) <= i {
+		u.slots = append(u.slots, nil)
+	}
+	ts := make([]backend.Tensor, len(u.dsts))
+	for k, e := range u.Blob.Entries {
+		t, err := view(e)
+		if err != nil {
+			return fmt.Errorf("models: unit %s, slot %d: %w", u.Name, i, err)
+		}
+		ts[k] = t
+	}
+	u.slots[i] = ts
+	return nil
+}
+
 // Use points a streamed unit's fields at its weights in slot s (the ops
 // queued afterwards read that slot). Resident and host units ignore it.
 func (u *Unit) Use(slot int) error {
 	if u.Place != Streamed {
 		return nil
 	}
-	if slot < 0 || slot >= len(u.slots) {
+	if slot < 0 || slot >= len(u.slots) || u.slots[slot] == nil {
 		return fmt.Errorf("models: unit %s has no weights bound in slot %d (BindSlots made %d)", u.Name, slot, len(u.slots))
 	}
 	for i, d := range u.dsts {

@@ -107,6 +107,20 @@ func (a *Arch) activationBytes(g geometry) int64 {
 	return total*f32Bytes + scratchPages*pageBytes
 }
 
+// decodeActivationBytes is what the activations hold after the prefill:
+// the expert's scratch, a decode step's (one token's layer scratch, its
+// logits) and the page rounding; the rest of the activation memory can
+// hold promoted units (Placement.Promoted).
+func (a *Arch) decodeActivationBytes(g geometry) int64 {
+	t := a.Text
+	perToken := 2*t.HiddenSize + 2*t.NumAttentionHeads*t.HeadDim + 2*t.NumKeyValueHeads*t.HeadDim + 2*t.IntermediateSize + t.HeadDim
+	floats := int64(perToken + t.HiddenSize + t.VocabSize)
+	if g.diffusion {
+		floats += a.expertScratch(g)
+	}
+	return floats*f32Bytes + scratchPages*pageBytes
+}
+
 // expertScratch is diffusion's scratch in floats: the action tokens'
 // Fourier features, action_in_proj's MLP, the expert layer's activations
 // and the output.

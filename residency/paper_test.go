@@ -99,7 +99,7 @@ func TestPaperPlanPrefersVLM(t *testing.T) {
 	for _, k := range []int{1, 5, 10, 28} {
 		t.Run(fmt.Sprint(k), func(t *testing.T) {
 			budget := 2*slot + int64(k)*slot
-			plan, err := planItems(items, map[Purpose]int64{}, budget)
+			plan, err := planItems(items, map[Purpose]int64{}, budget, 0)
 			require.NoError(t, err)
 			var got []int
 			for _, u := range plan.Units {

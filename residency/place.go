@@ -78,20 +78,19 @@ type filler struct {
 	resident []bool      // per item
 	room     int64       // budget minus fixed costs
 	total    float64     // predicted ms of the current resident set
+	// promoteRoom, when not negative, is the activation memory the prefill
+	// frees: predictions count the promotions it holds.
+	promoteRoom int64
 }
 
 // minGainMs is the least predicted saving for which a unit is made
 // resident.
 const minGainMs = 1e-6
 
-// predict is the simulated latency of all stages with the resident set.
+// predict is the simulated latency of all stages with the resident set
+// (and the promotions after the prefill, when promoteRoom is set).
 func (f *filler) predict(set []bool) float64 {
-	var total float64
-	for _, s := range Stages() {
-		ms, _ := stageMs(f.l.items, set, s)
-		total += ms
-	}
-	return total
+	return predictStages(f.l.items, set, f.promoteRoom).total
 }
 
 // fill makes units resident while they fit: each step takes the module

@@ -2,7 +2,9 @@ package residency
 
 import (
 	"fmt"
+	"math"
 	"slices"
+	"sort"
 )
 
 // Plan is the planner's answer: where each unit lives, where every byte
@@ -32,6 +34,11 @@ type Plan struct {
 	PreloadMs map[Stage]float64
 	// PreloadTotalMs is their sum.
 	PreloadTotalMs float64
+	// PromotedBytes are the streamed units promoted after the prefill
+	// (Placement.Promoted); PromoteCopyMs is the time to copy them, part of
+	// the decode's prediction.
+	PromotedBytes int64
+	PromoteCopyMs float64
 	// Timing counts the units' compute times by where they came from
 	// ("profile", "scaled", "roofline": see Profile.Cost).
 	Timing map[string]int
@@ -49,6 +56,10 @@ type Placement struct {
 	// BenefitMsPerMB is the unit's residency benefit B by the position
 	// rules (0 for host units).
 	BenefitMsPerMB float64 `json:"benefit_ms_per_mb"`
+	// Promoted streamed units are copied once per inference, after the
+	// prefill, into the VRAM the vision pass and the prefill no longer
+	// need (their activations): decode and diffusion compute them in place.
+	Promoted bool `json:"promoted,omitempty"`
 }
 
 // NewPlan plans arch under workload w with profile p within budget bytes
@@ -66,7 +77,8 @@ func NewPlan(arch *Arch, w Workload, p *Profile, budget int64) (*Plan, error) {
 	for i, u := range units {
 		items[i] = item{Unit: u, dma: p.DMAMs(u.Bytes)}
 	}
-	plan, err := planItems(items, arch.fixedCosts(w, p), budget)
+	fixed := arch.fixedCosts(w, p)
+	plan, err := planItems(items, fixed, budget, fixed[PurposeActivations]-arch.decodeActivationBytes(arch.geometry(w)))
 	if err != nil {
 		return nil, err
 	}
@@ -74,8 +86,9 @@ func NewPlan(arch *Arch, w Workload, p *Profile, budget int64) (*Plan, error) {
 	return plan, nil
 }
 
-// planItems places items under budget after the fixed costs.
-func planItems(items []item, fixed map[Purpose]int64, budget int64) (*Plan, error) {
+// planItems places items under budget after the fixed costs; promoteRoom
+// is the activation memory that is free again after the prefill.
+func planItems(items []item, fixed map[Purpose]int64, budget, promoteRoom int64) (*Plan, error) {
 	if budget < 0 {
 		return nil, fmt.Errorf("residency: negative budget %d", budget)
 	}
@@ -104,16 +117,25 @@ func planItems(items []item, fixed map[Purpose]int64, budget int64) (*Plan, erro
 	case budget < minimum:
 		return nil, &BudgetError{Budget: budget, Min: minimum, Fixed: fixed, Slot: slot}
 	default:
-		f := &filler{l: l, count: make([]int, len(l.modules)), blocked: make([]bool, len(l.modules)),
-			resident: resident, room: budget - fixedSum}
-		for _, m := range l.modules {
-			f.marg = append(f.marg, l.marginals(m))
+		// Fill twice, judging each step without and with the promotions
+		// that follow the prefill, and keep the faster plan: a resident
+		// that only saves what a promotion would save anyway is worth less
+		// than it seems without them.
+		best := math.Inf(1)
+		for _, pr := range []int64{-1, promoteRoom} {
+			f := &filler{l: l, count: make([]int, len(l.modules)), blocked: make([]bool, len(l.modules)),
+				resident: make([]bool, len(items)), room: budget - fixedSum, promoteRoom: pr}
+			for _, m := range l.modules {
+				f.marg = append(f.marg, l.marginals(m))
+			}
+			f.total = f.predict(f.resident)
+			f.fill()
+			if t := predictStages(items, f.resident, promoteRoom).total; t < best {
+				best, resident = t, f.resident
+			}
 		}
-		f.total = f.predict(resident)
-		f.fill()
-		resident = f.resident
 	}
-	return assemble(l, resident, fixed, budget, minimum), nil
+	return assemble(l, resident, fixed, budget, minimum, promoteRoom), nil
 }
 
 // checkPasses requires the units of a stage to agree on its passes.
@@ -131,7 +153,7 @@ func checkPasses(items []item) error {
 }
 
 // assemble writes the plan of a resident set.
-func assemble(l *layout, resident []bool, fixed map[Purpose]int64, budget, minimum int64) *Plan {
+func assemble(l *layout, resident []bool, fixed map[Purpose]int64, budget, minimum, promoteRoom int64) *Plan {
 	p := &Plan{BudgetBytes: budget, MinBudgetBytes: minimum, Bytes: map[Purpose]int64{},
 		PredictedMs: map[Stage]float64{}, PreloadMs: map[Stage]float64{}, Timing: map[string]int{}}
 	for k, v := range fixed {
@@ -171,13 +193,105 @@ func assemble(l *layout, resident []bool, fixed map[Purpose]int64, budget, minim
 		}
 		p.Bytes[PurposeFree] = budget - used
 	}
-	for _, s := range Stages() {
-		if ms, ok := stageMs(l.items, resident, s); ok {
-			p.PredictedMs[s] = ms
-			p.TotalMs += ms
+	// Promotions use the activation memory the prefill frees, not the
+	// budget's free bytes: those shrink when more budget adds a resident,
+	// and more budget must never plan slower.
+	room := int64(-1) // no promotion without a budget or with nothing streamed
+	if budget > 0 && p.SlotBytes > 0 {
+		room = promoteRoom
+	}
+	pred := predictStages(l.items, resident, room)
+	for i := range l.items {
+		if pred.later[i] && !resident[i] {
+			p.Units[i].Promoted = true
+			p.PromotedBytes += l.items[i].Bytes
+		}
+	}
+	p.PromoteCopyMs, p.PredictedMs, p.TotalMs = pred.copyMs, pred.stages, pred.total
+	return p
+}
+
+// prediction is the simulated latency of a resident set.
+type prediction struct {
+	stages map[Stage]float64
+	total  float64
+	later  []bool  // the resident set after the prefill (with promotions)
+	copyMs float64 // copying the promoted units
+}
+
+// predictStages simulates every stage: vision and prefill with resident,
+// decode and diffusion with the units promoted into room bytes after the
+// prefill as well (none when room < 0), their copies at the start of the
+// decode.
+func predictStages(items []item, resident []bool, room int64) prediction {
+	p := predictWith(items, resident, resident, 0)
+	if room >= 0 {
+		// Promote only when the copies pay for themselves (they do not
+		// where the copies of the units hid under compute anyway).
+		later, copyMs := promote(items, resident, room)
+		if q := predictWith(items, resident, later, copyMs); q.total < p.total {
+			return q
 		}
 	}
 	return p
+}
+
+// predictWith simulates the stages with resident before the prefill ends
+// and later after it, copyMs of promotion copies starting the decode.
+func predictWith(items []item, resident, later []bool, copyMs float64) prediction {
+	p := prediction{stages: map[Stage]float64{}, later: later, copyMs: copyMs}
+	for _, s := range Stages() {
+		set := resident
+		if s == StageDecode || s == StageDiffusion {
+			set = p.later
+		}
+		if ms, ok := stageMs(items, set, s); ok {
+			if s == StageDecode {
+				ms += p.copyMs
+			}
+			p.stages[s] = ms
+			p.total += ms
+		}
+	}
+	return p
+}
+
+// promote picks the streamed units that decode and diffusion keep in
+// room bytes of VRAM: by R·C_DMA per byte (what each byte saves over the
+// remaining passes), whole units, each counted in 2 MiB pages as the
+// allocator counts it. It returns the resident set after the prefill and
+// the time to copy the promoted units once.
+func promote(items []item, resident []bool, room int64) ([]bool, float64) {
+	later := append([]bool(nil), resident...)
+	type cand struct {
+		i       int
+		benefit float64
+	}
+	var cands []cand
+	for i, it := range items {
+		if it.Host || resident[i] {
+			continue
+		}
+		passes := 0
+		for _, w := range it.Work {
+			if w.Stage == StageDecode || w.Stage == StageDiffusion {
+				passes += w.Passes
+			}
+		}
+		if passes > 0 && it.Bytes > 0 {
+			cands = append(cands, cand{i, float64(passes) * it.dma / float64(it.Bytes)})
+		}
+	}
+	sort.SliceStable(cands, func(a, b int) bool { return cands[a].benefit > cands[b].benefit })
+	var copyMs float64
+	for _, c := range cands {
+		if n := pages(items[c.i].Bytes); n <= room {
+			room -= n
+			later[c.i] = true
+			copyMs += items[c.i].dma
+		}
+	}
+	return later, copyMs
 }
 
 // stageMs simulates stage s; ok is false when no unit runs in it.

@@ -197,6 +197,6 @@ func TestPlanErrors(t *testing.T) {
 	assert.ErrorContains(t, err, "images is negative")
 	items := paperItems()
 	items[3].Work = []Work{{Stage: StageVision, Passes: 2, ExeMs: 1}}
-	_, err = planItems(items, nil, 0)
+	_, err = planItems(items, nil, 0, 0)
 	assert.ErrorContains(t, err, "runs 2 passes of vision, other units 1")
 }

@@ -193,7 +193,12 @@ type benchRun struct {
 	PredictedMs map[string]float64 `json:"predicted_ms"` // the plan's
 	BoundMs     map[string]float64 `json:"bound_ms"`     // the streaming lower bound
 	// StreamedBytes per pass of each stage.
-	StreamedBytes  map[string]int64 `json:"streamed_bytes"`
+	StreamedBytes map[string]int64 `json:"streamed_bytes"`
+	// PromotedBytes are copied once after the prefill (Promoted units);
+	// PromoteError says why the budget refused them, if it did.
+	PromotedBytes  int64            `json:"promoted_bytes"`
+	Promoted       int              `json:"promoted_units"`
+	PromoteError   string           `json:"promote_error,omitempty"`
 	DecodeSteps    int              `json:"decode_steps"`
 	EulerSteps     int              `json:"euler_steps"`
 	PeakAllocBytes int64            `json:"peak_alloc_bytes"` // the CUDA allocator's account
@@ -252,8 +257,9 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, nv *gpu.NVML,
 	r := benchRun{
 		Budget: s.budget, Mode: bm.mode.String(), Resident: residentUnits(bm.plan), Streamed: streamedUnits(bm.plan),
 		SlotBytes: bm.plan.SlotBytes, LoadSeconds: time.Since(t0).Seconds(),
-		PredictedMs: map[string]float64{"total": bm.plan.TotalMs}, StreamedBytes: streamedPerPass(bm.plan),
+		PredictedMs: map[string]float64{"total": bm.plan.TotalMs},
 	}
+	r.StreamedBytes, r.PromotedBytes = streamedPerPass(bm.plan)
 	for st, ms := range bm.plan.PredictedMs {
 		r.PredictedMs[string(st)] = ms
 	}
@@ -286,6 +292,7 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, nv *gpu.NVML,
 		fmt.Fprintf(log, "vlanode bench: peak GB by purpose: %s\nvlanode bench: planned GB: %s\n", strings.Join(parts, ", "), strings.Join(planned, ", "))
 	}
 	r.PromptTokens = res.PromptTokens
+	r.Promoted, r.PromoteError = res.Promoted, res.PromoteError
 	r.ResultSHA256 = resultDigest(res)
 	r.MeasuredMs = medianTiming(times)
 	r.DecodeSteps = res.CachedTokens - res.PromptTokens
@@ -297,22 +304,33 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, nv *gpu.NVML,
 	return r, res, nil
 }
 
-// streamedPerPass is the streamed bytes of one pass of each stage.
-func streamedPerPass(p *residency.Plan) map[string]int64 {
-	stageOf := map[residency.Module]residency.Stage{
-		residency.PatchEmbed: residency.StageVision, residency.Vision: residency.StageVision,
-		residency.Deepstack: residency.StageVision, residency.Merger: residency.StageVision,
-		residency.VLM: residency.StageDecode, residency.LMHead: residency.StageDecode,
-		residency.ActionIn: residency.StageDiffusion, residency.Expert: residency.StageDiffusion, residency.ActionOut: residency.StageDiffusion,
+// streamedPerPass is the streamed bytes of one pass of each stage (the
+// units promoted after the prefill stream in vision and prefill only), and
+// the promoted bytes, copied once.
+func streamedPerPass(p *residency.Plan) (map[string]int64, int64) {
+	stages := map[residency.Module][]residency.Stage{
+		residency.PatchEmbed: {residency.StageVision}, residency.Vision: {residency.StageVision},
+		residency.Deepstack: {residency.StageVision}, residency.Merger: {residency.StageVision},
+		residency.VLM: {residency.StagePrefill, residency.StageDecode}, residency.LMHead: {residency.StagePrefill, residency.StageDecode},
+		residency.ActionIn: {residency.StageDiffusion}, residency.Expert: {residency.StageDiffusion}, residency.ActionOut: {residency.StageDiffusion},
 	}
 	out := map[string]int64{}
+	var promoted int64
 	for _, u := range p.Units {
-		if u.Placement == residency.Streamed {
-			out[string(stageOf[u.Module])] += u.Bytes
+		if u.Placement != residency.Streamed {
+			continue
+		}
+		if u.Promoted {
+			promoted += u.Bytes
+		}
+		for _, st := range stages[u.Module] {
+			if u.Promoted && (st == residency.StageDecode || st == residency.StageDiffusion) {
+				continue
+			}
+			out[string(st)] += u.Bytes
 		}
 	}
-	out[string(residency.StagePrefill)] = out[string(residency.StageDecode)]
-	return out
+	return out, promoted
 }
 
 // medianTiming is the per-stage median of the runs, in ms.
@@ -361,7 +379,10 @@ func sameResult(a, b *alpamayo.Result) bool {
 // ../shared/bench/accelerate_baseline.py's bound, with vlanode's own
 // placement):
 //
-//	max(C_vis, S_vis/BW) + max(C_pre, S_lm/BW) + n_dec·max(C_dec/n_dec, S_lm/BW) + n_euler·max(C_dif/n_euler, S_exp/BW)
+//	max(C_vis, S_vis/BW) + max(C_pre, S_lm/BW) + P/BW + n_dec·max(C_dec/n_dec, S'_lm/BW) + n_euler·max(C_dif/n_euler, S'_exp/BW)
+//
+// where P are the bytes promoted after the prefill, which S'_lm and
+// S'_exp no longer hold.
 func (rep *benchReport) fillBounds() {
 	var ref *benchRun
 	for i := range rep.Runs {
@@ -384,7 +405,7 @@ func (rep *benchReport) fillBounds() {
 		r.BoundMs = map[string]float64{
 			"vision":    max(c["vision"], copyMs("vision")),
 			"prefill":   max(c["prefill"], copyMs("prefill")),
-			"decode":    nd * max(c["decode"]/float64(max(ref.DecodeSteps, 1)), copyMs("decode")),
+			"decode":    nd*max(c["decode"]/float64(max(ref.DecodeSteps, 1)), copyMs("decode")) + float64(r.PromotedBytes)/bw,
 			"diffusion": nf * max(c["diffusion"]/float64(max(ref.EulerSteps, 1)), copyMs("diffusion")),
 		}
 		r.BoundMs["total"] = r.BoundMs["vision"] + r.BoundMs["prefill"] + r.BoundMs["decode"] + r.BoundMs["diffusion"]
@@ -418,12 +439,25 @@ func (rep *benchReport) print(w io.Writer) {
 		if a, ok := rep.Accelerate[budgetText(r.Budget)]; ok && a.LatencyS > 0 {
 			accS, speedup = fmt.Sprintf("%.2f", a.LatencyS), fmt.Sprintf("%.1f×", a.LatencyS*1e3/m["total"])
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%+.1f%%\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t\n",
-			shortBudget(r.Budget), r.Mode, r.Resident, r.Streamed, m["vision"], m["prefill"], m["decode"], m["diffusion"], m["total"],
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%+.1f%%\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t\n",
+			shortBudget(r.Budget), r.Mode, r.Resident, streamedText(r), m["vision"], m["prefill"], m["decode"], m["diffusion"], m["total"],
 			r.PredictedMs["total"], 100*(m["total"]/r.PredictedMs["total"]-1), bound, vsBound,
 			float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9, within, yesNo(r.Identical), accS, speedup)
 	}
 	tw.Flush()
+}
+
+// streamedText is the streamed units, with those promoted after the
+// prefill.
+func streamedText(r benchRun) string {
+	out := fmt.Sprint(r.Streamed)
+	if r.Promoted > 0 {
+		out += fmt.Sprintf(" (%d promoted)", r.Promoted)
+	}
+	if r.PromoteError != "" {
+		out += " (promotion refused)"
+	}
+	return out
 }
 
 // shortBudget is a budget for a table column: "4G", "4.3G", "none".

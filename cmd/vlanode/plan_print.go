@@ -56,6 +56,16 @@ func writePlanText(w io.Writer, p *residency.Plan, in planInfo) {
 		label = "= needed"
 	}
 	fmt.Fprintf(w, "  %-18s %8.3f %16s\n", label, float64(total)/1e9, residency.GroupDigits(total))
+	if p.PromotedBytes > 0 {
+		var names []string
+		for _, u := range p.Units {
+			if u.Promoted {
+				names = append(names, fmt.Sprintf("%s.%d", u.Module, u.Index))
+			}
+		}
+		fmt.Fprintf(w, "  (after the prefill, %s of the activations hold %s for decode and diffusion: copied once in %.1f ms)\n",
+			residency.FormatBytes(p.PromotedBytes), strings.Join(names, ", "), p.PromoteCopyMs)
+	}
 	if p.SlotBytes > 0 {
 		fmt.Fprintf(w, "  (dfb-slots: 2 × %s bytes, the largest streamed unit)\n", residency.GroupDigits(p.SlotBytes))
 	}
@@ -104,6 +114,7 @@ type planJSON struct {
 	Unlimited      bool                        `json:"unlimited"`
 	MinBudgetBytes int64                       `json:"min_budget_bytes"`
 	SlotBytes      int64                       `json:"slot_bytes"`
+	PromotedBytes  int64                       `json:"promoted_bytes"`
 	Bytes          map[residency.Purpose]int64 `json:"bytes"`
 	PredictedMs    map[string]float64          `json:"predicted_ms"`
 	PreloadMs      map[string]float64          `json:"preload_ms"`
@@ -126,7 +137,7 @@ func writePlanJSON(w io.Writer, p *residency.Plan, in planInfo) error {
 	out := planJSON{
 		Model: p.Model, ModelDir: in.dir, Workload: p.Workload, Profile: in.profile, Device: in.device,
 		BudgetBytes: p.BudgetBytes, Unlimited: p.BudgetBytes == 0, MinBudgetBytes: p.MinBudgetBytes,
-		SlotBytes: p.SlotBytes, Bytes: p.Bytes, Roofline: p.Roofline, Units: p.Units,
+		SlotBytes: p.SlotBytes, PromotedBytes: p.PromotedBytes, Bytes: p.Bytes, Roofline: p.Roofline, Units: p.Units,
 		PredictedMs: stageMap(p.PredictedMs, p.TotalMs), PreloadMs: stageMap(p.PreloadMs, p.PreloadTotalMs),
 	}
 	for _, m := range p.Modules() {

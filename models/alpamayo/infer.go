@@ -66,6 +66,10 @@ type Result struct {
 	// Layers is the layering executor's timing of the inference (with
 	// Layering; per unit with Layering.Profile).
 	Layers *layering.Profile
+	// Promoted is the number of units promoted after the prefill;
+	// PromoteError says why none were, when the budget refused them.
+	Promoted     int
+	PromoteError string
 }
 
 // Infer runs the whole pipeline for one request.
@@ -88,7 +92,8 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 		lay.run = run
 		defer func() {
 			lay.run = nil
-			_ = run.Abort() // after an error: let queued copies finish
+			_ = run.Abort()        // after an error: let queued copies finish
+			_ = lay.releaseHomes() // the promotion slots go back to the activations
 		}()
 	}
 	stamp := func(d *time.Duration, since time.Time) error {
@@ -104,7 +109,7 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("alpamayo: vision: %w", err)
 	}
-	defer feat.Free(m.be)
+	defer func() { feat.Free(m.be) }()
 	if err := stamp(&res.Timing.Vision, t0); err != nil {
 		return nil, err
 	}
@@ -137,6 +142,19 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 	}
 	if err := stamp(&res.Timing.Prefill, t0); err != nil {
 		return nil, err
+	}
+	feat.Free(m.be) // the prefill was their last reader
+	if run != nil {
+		// The vision pass's and the prefill's activations are free: the
+		// plan's promoted units move in for the decode and the diffusion.
+		n, err := m.layered.promoteAfterPrefill()
+		if err != nil {
+			if run.Failed() {
+				return nil, fmt.Errorf("alpamayo: %w", err)
+			}
+			res.PromoteError = err.Error()
+		}
+		res.Promoted = n
 	}
 
 	t0 = time.Now()

@@ -45,6 +45,13 @@ type layered struct {
 	units map[*models.Unit]*layering.Unit
 	slot  map[layering.Slot]int
 	run   *layering.Runner // the inference in progress
+
+	dev  layering.Device
+	view func(s layering.Slot, e weights.Entry) (backend.Tensor, error)
+	// promote are the units the plan promotes after the prefill; home are
+	// their slots of the inference in progress.
+	promote []*models.Unit
+	home    []layering.Slot
 }
 
 // plannerUnit is the residency planner's name of a model unit.
@@ -118,7 +125,7 @@ func (l *Layering) configureLoader(ld *models.Loader) error {
 // executor (its DFB slots) and binds the streamed units to the slots.
 func (m *Model) newLayered(l *Layering, units []*models.Unit) error {
 	places, _ := placement(l.Plan)
-	lay := &layered{units: map[*models.Unit]*layering.Unit{}, slot: map[layering.Slot]int{}}
+	lay := &layered{units: map[*models.Unit]*layering.Unit{}, slot: map[layering.Slot]int{}, dev: l.Device, view: l.View}
 	var all []*layering.Unit
 	var errs []error
 	for _, u := range units {
@@ -144,6 +151,9 @@ func (m *Model) newLayered(l *Layering, units []*models.Unit) error {
 		lu := &layering.Unit{Name: pn, Blob: u.Blob, Place: residency.Place(u.Place)}
 		lay.units[u] = lu
 		all = append(all, lu)
+		if p.Promoted && u.Place == models.Streamed && l.Mode != layering.Preload {
+			lay.promote = append(lay.promote, u)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -169,6 +179,46 @@ func (m *Model) newLayered(l *Layering, units []*models.Unit) error {
 	m.layered = lay
 	m.VLM.Vision.Exec, m.VLM.Text.Exec, m.Expert.Exec = lay, lay, lay
 	return nil
+}
+
+// promoteAfterPrefill gives the plan's promoted units slots of their own
+// in the activation memory the prefill has freed, for the decode and the
+// diffusion. When the budget refuses the memory (the plan's estimate of
+// what the prefill frees was short) it promotes nothing and says why: the
+// inference goes on, streaming them.
+func (l *layered) promoteAfterPrefill() (int, error) {
+	if len(l.promote) == 0 {
+		return 0, nil
+	}
+	var units []*layering.Unit
+	for _, u := range l.promote {
+		s, err := l.dev.AllocSlot(u.Blob.Size())
+		if err != nil {
+			return 0, errors.Join(fmt.Errorf("promoting %s: %w", u.Name, err), l.releaseHomes())
+		}
+		l.home = append(l.home, s)
+		l.slot[s] = len(l.exec.Slots())
+		err = u.BindSlot(len(l.exec.Slots()), func(e weights.Entry) (backend.Tensor, error) { return l.view(s, e) })
+		if err != nil {
+			return 0, errors.Join(err, l.releaseHomes())
+		}
+		units = append(units, l.units[u])
+	}
+	if err := l.run.Promote(units, l.home); err != nil {
+		return 0, err
+	}
+	return len(units), nil
+}
+
+// releaseHomes frees the promotion slots (after the run's work is done).
+func (l *layered) releaseHomes() error {
+	var errs []error
+	for _, s := range l.home {
+		errs = append(errs, l.dev.FreeSlot(s))
+		delete(l.slot, s)
+	}
+	l.home = nil
+	return errors.Join(errs...)
 }
 
 // Do runs u's compute in the inference in progress (models.Runner).

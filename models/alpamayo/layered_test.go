@@ -123,6 +123,12 @@ func TestLayeredMatchesResident(t *testing.T) {
 				} else {
 					assert.Positive(t, turns, "units ran from slots")
 				}
+				if tc.plan == min {
+					// The plan moves units into the prefill's freed
+					// activations for the decode and the diffusion.
+					assert.Positive(t, got.Promoted)
+					assert.Empty(t, got.PromoteError)
+				}
 			}
 		})
 	}
