@@ -167,6 +167,10 @@ func (b *Backend) Alloc(purpose string, dt tensor.DType, shape ...int) (backend.
 	return t, nil
 }
 
+// CopiesWeights reports that Weight copies its bytes to the device: the
+// caller may drop them once Weight returns.
+func (b *Backend) CopiesWeights() bool { return true }
+
 // Weight copies little-endian host bytes into a new read-only tensor,
 // counted under purpose. The copy is complete when Weight returns, so data
 // may be reused.

@@ -112,6 +112,16 @@ func Load(be backend.Backend, dir string, opt LoadOptions) (*Model, error) {
 			return nil, err
 		}
 	}
+	if c, ok := be.(interface{ CopiesWeights() bool }); ok && c.CopiesWeights() {
+		// The backend holds its own copy of every resident unit: the host
+		// blobs (22 GB for the 10B) go back to the runtime. What the model
+		// still reads on the host (the position table) keeps its bytes.
+		for _, u := range ld.Units {
+			if u.Place == models.Resident {
+				u.Blob.Data = nil
+			}
+		}
+	}
 	return m, nil
 }
 
