@@ -101,6 +101,17 @@ func (u *Unit) BindSlot(i int, view func(e weights.Entry) (backend.Tensor, error
 	return nil
 }
 
+// DropSlot forgets the tensors bound in slot index i and returns them, for
+// the caller to free (a promotion slot that goes away with its inference).
+func (u *Unit) DropSlot(i int) []backend.Tensor {
+	if i < 0 || i >= len(u.slots) {
+		return nil
+	}
+	ts := u.slots[i]
+	u.slots[i] = nil
+	return ts
+}
+
 // Use points a streamed unit's fields at its weights in slot s (the ops
 // queued afterwards read that slot). Resident and host units ignore it.
 func (u *Unit) Use(slot int) error {

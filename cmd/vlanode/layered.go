@@ -118,8 +118,8 @@ type budgetSpec struct {
 }
 
 // loadBudgeted plans the checkpoint for the standard workload within the
-// budget, opens the backend with the allocator limited to what the plan
-// leaves after the context, and loads the model with the plan's placement.
+// budget, opens the backend with its allocator limited to the budget, and
+// loads the model with the plan's placement.
 func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 	arch, err := loadArch(s.dir, s.vlm)
 	if err != nil {

@@ -46,6 +46,7 @@ type layered struct {
 	slot  map[layering.Slot]int
 	run   *layering.Runner // the inference in progress
 
+	be   backend.Backend
 	dev  layering.Device
 	view func(s layering.Slot, e weights.Entry) (backend.Tensor, error)
 	// promote are the units the plan promotes after the prefill; home are
@@ -125,7 +126,7 @@ func (l *Layering) configureLoader(ld *models.Loader) error {
 // executor (its DFB slots) and binds the streamed units to the slots.
 func (m *Model) newLayered(l *Layering, units []*models.Unit) error {
 	places, _ := placement(l.Plan)
-	lay := &layered{units: map[*models.Unit]*layering.Unit{}, slot: map[layering.Slot]int{}, dev: l.Device, view: l.View}
+	lay := &layered{units: map[*models.Unit]*layering.Unit{}, slot: map[layering.Slot]int{}, be: m.be, dev: l.Device, view: l.View}
 	var all []*layering.Unit
 	var errs []error
 	for _, u := range units {
@@ -210,10 +211,16 @@ func (l *layered) promoteAfterPrefill() (int, error) {
 	return len(units), nil
 }
 
-// releaseHomes frees the promotion slots (after the run's work is done).
+// releaseHomes frees the promotion slots and the weight views bound in
+// them (after the run's work is done).
 func (l *layered) releaseHomes() error {
 	var errs []error
-	for _, s := range l.home {
+	for i, s := range l.home {
+		for _, t := range l.promote[i].DropSlot(l.slot[s]) {
+			if t != nil {
+				l.be.Free(t)
+			}
+		}
 		errs = append(errs, l.dev.FreeSlot(s))
 		delete(l.slot, s)
 	}
