@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"testing"
@@ -78,3 +80,57 @@ func TestServeAlpamayoTiny(t *testing.T) {
 }
 
 func nanValue() float64 { return math.NaN() }
+
+// TestServeAlpamayoBudget serves the tiny model within the plan's minimum
+// budget (every unit streamed through the executor, some promoted after
+// the prefill) and checks that the same request gets the same plan twice
+// around a bad one: the slots and promotions are reused cleanly.
+func TestServeAlpamayoBudget(t *testing.T) {
+	model := tinyAlpamayo(t)
+	code, stdout, stderr := runCLI("plan", "--model", model, "--budget", "none", "--json")
+	require.Equal(t, 0, code, stderr)
+	var p struct {
+		Min int64 `json:"min_budget_bytes"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &p))
+	url, _, stop := serving(t, alpamayoSpec(), "--model", model, "--device", "cpu", "--name", "small", "--budget", fmt.Sprint(p.Min))
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+
+	var frames []msgs.Frame
+	for i, path := range pngImages(t, 16) {
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		frames = append(frames, msgs.Frame{
+			V: msgs.Version, Camera: engine.Cameras[i/engine.FramesPerCamera], StampNs: int64(i%4) * 100e6,
+			Encoding: msgs.EncodingPNG, Width: 192, Height: 108, Data: data,
+		})
+	}
+	ego := make([]msgs.EgoPose, 16)
+	for i := range ego {
+		ego[i] = msgs.EgoPose{XYZ: [3]float64{float64(i-15) * 0.5, 0, 0}, Rot: [9]float64{1, 0, 0, 0, 1, 0, 0, 0, 1}}
+	}
+	ask := func(req msgs.InferRequest) (*msgs.Plan, *msgs.Error) {
+		t.Helper()
+		req.V = msgs.Version
+		raw, err := msgs.Marshal(req)
+		require.NoError(t, err)
+		msg, err := nc.Request("vla.infer", raw, 60*time.Second)
+		require.NoError(t, err)
+		plan, e, err := msgs.DecodeReply(msg.Data)
+		require.NoError(t, err)
+		return plan, e
+	}
+	first, e := ask(msgs.InferRequest{ID: "a", Frames: frames, EgoHistory: ego, MaxReasoningTokens: 4})
+	require.Nil(t, e)
+	nan := append([]msgs.EgoPose(nil), ego...)
+	nan[3].XYZ[0] = nanValue()
+	_, e = ask(msgs.InferRequest{ID: "nan", Frames: frames, EgoHistory: nan})
+	require.NotNil(t, e)
+	second, e := ask(msgs.InferRequest{ID: "b", Frames: frames, EgoHistory: ego, MaxReasoningTokens: 4})
+	require.Nil(t, e)
+	assert.Equal(t, first.Trajectory, second.Trajectory)
+	assert.Equal(t, first.Reasoning, second.Reasoning)
+	require.NoError(t, stop())
+}
