@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"vlanode/backend"
 	"vlanode/weights"
 )
 
@@ -90,6 +91,19 @@ func (h *Host) SlotData(s Slot) ([]byte, error) {
 		return nil, fmt.Errorf("layering: host: no slot %d", s)
 	}
 	return h.slots[s], nil
+}
+
+// WeightView returns the view function that binds a blob entry to be's
+// weight over the slot's bytes: for a backend that aliases host memory
+// (the cpu backend), the tensor reads whatever blob the slot holds.
+func (h *Host) WeightView(be backend.Backend) func(Slot, weights.Entry) (backend.Tensor, error) {
+	return func(s Slot, e weights.Entry) (backend.Tensor, error) {
+		data, err := h.SlotData(s)
+		if err != nil {
+			return nil, err
+		}
+		return be.Weight("dfb-view", e.DType, e.Shape, data[e.Offset:e.Offset+e.Size])
+	}
 }
 
 // PinHost does nothing: host memory needs no pinning here.

@@ -352,11 +352,7 @@ func medianTiming(ts []alpamayo.Timing) map[string]float64 {
 		for i, t := range ts {
 			v[i] = float64(f(t)) / 1e6
 		}
-		sort.Float64s(v)
-		out[k] = v[len(v)/2]
-		if len(v)%2 == 0 {
-			out[k] = (v[len(v)/2-1] + v[len(v)/2]) / 2
-		}
+		out[k] = median(v)
 	}
 	return out
 }

@@ -23,12 +23,7 @@ func TestBenchCPU(t *testing.T) {
 		t.Skip("runs the standard workload twice on the CPU")
 	}
 	model := tinyAlpamayo(t)
-	code, stdout, stderr := runCLI("plan", "--model", model, "--budget", "none", "--json")
-	require.Equal(t, 0, code, stderr)
-	var p struct {
-		Min int64 `json:"min_budget_bytes"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(stdout), &p))
+	minBudget := tinyMinBudget(t, model)
 	dir := t.TempDir()
 	fake := filepath.Join(dir, "accelerate.sh")
 	require.NoError(t, os.WriteFile(fake, []byte(`out=; budgets=
@@ -36,7 +31,7 @@ while [ $# -gt 0 ]; do case $1 in --out) out=$2; shift;; --budgets) budgets=$2; 
 mkdir -p "$out"; printf '{"acc_%s": {"latency_s": 1000.0, "peak_alloc_B": 123}}' "$budgets" > "$out/results.json"
 `), 0o644))
 	out := filepath.Join(dir, "bench")
-	code, stdout, stderr = runCLI("bench", "--model", model, "--device", "cpu", "--budgets", fmt.Sprintf("none,%d", p.Min),
+	code, stdout, stderr := runCLI("bench", "--model", model, "--device", "cpu", "--budgets", fmt.Sprintf("none,%d", minBudget),
 		"--runs", "1", "--warmup", "0", "--accelerate", fake, "--python", "sh", "--out", out)
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "preload")

@@ -151,23 +151,30 @@ func TestInferBudget(t *testing.T) {
 		delete(m, "timing_ms")
 		return m
 	}
-	// The tiny model's minimum budget: ask the planner.
+	minBudget := tinyMinBudget(t, model)
+	min := fmt.Sprint(minBudget)
+
+	want := plan()
+	assert.Equal(t, want, plan("--budget", min), "pipelined, every unit streamed")
+	assert.Equal(t, want, plan("--budget", min, "--mode", "sequential"))
+
+	code, _, stderr := runCLI(append(append([]string{}, base...), "--budget", fmt.Sprint(minBudget-1))...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "minimum")
+	code, _, stderr = runCLI(append(append([]string{}, base...), "--budget", min, "--mode", "preload")...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "--mode preload: the budget")
+}
+
+// tinyMinBudget asks the planner for the smallest budget the checkpoint in
+// model plans within (every unit streamed).
+func tinyMinBudget(t *testing.T, model string) int64 {
+	t.Helper()
 	code, stdout, stderr := runCLI("plan", "--model", model, "--budget", "none", "--json")
 	require.Equal(t, 0, code, stderr)
 	var p struct {
 		Min int64 `json:"min_budget_bytes"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(stdout), &p))
-	min := fmt.Sprint(p.Min)
-
-	want := plan()
-	assert.Equal(t, want, plan("--budget", min), "pipelined, every unit streamed")
-	assert.Equal(t, want, plan("--budget", min, "--mode", "sequential"))
-
-	code, _, stderr = runCLI(append(append([]string{}, base...), "--budget", fmt.Sprint(p.Min-1))...)
-	assert.Equal(t, 1, code)
-	assert.Contains(t, stderr, "minimum")
-	code, _, stderr = runCLI(append(append([]string{}, base...), "--budget", min, "--mode", "preload")...)
-	assert.Equal(t, 1, code)
-	assert.Contains(t, stderr, "--mode preload: the budget")
+	return p.Min
 }

@@ -13,7 +13,6 @@ import (
 	"vlanode/layering"
 	"vlanode/models/alpamayo"
 	"vlanode/residency"
-	"vlanode/weights"
 )
 
 // layerFlags are the flags of the commands that run Alpamayo-R1 within a
@@ -154,14 +153,7 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 		lay.Device, lay.View, lay.HostAlloc = dev, dev.WeightAt, pinned.alloc
 	} else {
 		dev := layering.NewHost()
-		lay.Device = dev
-		lay.View = func(sl layering.Slot, e weights.Entry) (backend.Tensor, error) {
-			data, err := dev.SlotData(sl)
-			if err != nil {
-				return nil, err
-			}
-			return be.Weight("dfb-view", e.DType, e.Shape, data[e.Offset:e.Offset+e.Size])
-		}
+		lay.Device, lay.View = dev, dev.WeightView(be)
 	}
 	if b.model, err = alpamayo.Load(be, s.dir, alpamayo.LoadOptions{VLM: s.vlm, Layering: lay}); err != nil {
 		return nil, errors.Join(err, b.Close())

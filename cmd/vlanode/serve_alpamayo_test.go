@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -27,30 +26,8 @@ func TestServeAlpamayoTiny(t *testing.T) {
 	require.NoError(t, err)
 	defer nc.Close()
 
-	var frames []msgs.Frame
-	for i, p := range pngImages(t, 16) {
-		data, err := os.ReadFile(p)
-		require.NoError(t, err)
-		frames = append(frames, msgs.Frame{
-			V: msgs.Version, Camera: engine.Cameras[i/engine.FramesPerCamera], StampNs: int64(i%4) * 100e6,
-			Encoding: msgs.EncodingPNG, Width: 192, Height: 108, Data: data,
-		})
-	}
-	ego := make([]msgs.EgoPose, 16)
-	for i := range ego {
-		ego[i] = msgs.EgoPose{XYZ: [3]float64{float64(i-15) * 0.5, 0, 0}, Rot: [9]float64{1, 0, 0, 0, 1, 0, 0, 0, 1}}
-	}
-	ask := func(req msgs.InferRequest) (*msgs.Plan, *msgs.Error) {
-		t.Helper()
-		req.V = msgs.Version
-		raw, err := msgs.Marshal(req)
-		require.NoError(t, err)
-		msg, err := nc.Request("vla.infer", raw, 60*time.Second)
-		require.NoError(t, err)
-		plan, e, err := msgs.DecodeReply(msg.Data)
-		require.NoError(t, err)
-		return plan, e
-	}
+	frames, ego := tinyObservation(t)
+	ask := asker(t, nc)
 
 	plan, e := ask(msgs.InferRequest{ID: "good", Frames: frames, EgoHistory: ego, MaxReasoningTokens: 4})
 	require.Nil(t, e)
@@ -87,41 +64,14 @@ func nanValue() float64 { return math.NaN() }
 // around a bad one: the slots and promotions are reused cleanly.
 func TestServeAlpamayoBudget(t *testing.T) {
 	model := tinyAlpamayo(t)
-	code, stdout, stderr := runCLI("plan", "--model", model, "--budget", "none", "--json")
-	require.Equal(t, 0, code, stderr)
-	var p struct {
-		Min int64 `json:"min_budget_bytes"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(stdout), &p))
-	url, _, stop := serving(t, alpamayoSpec(), "--model", model, "--device", "cpu", "--name", "small", "--budget", fmt.Sprint(p.Min))
+	minBudget := tinyMinBudget(t, model)
+	url, _, stop := serving(t, alpamayoSpec(), "--model", model, "--device", "cpu", "--name", "small", "--budget", fmt.Sprint(minBudget))
 	nc, err := nats.Connect(url)
 	require.NoError(t, err)
 	defer nc.Close()
 
-	var frames []msgs.Frame
-	for i, path := range pngImages(t, 16) {
-		data, err := os.ReadFile(path)
-		require.NoError(t, err)
-		frames = append(frames, msgs.Frame{
-			V: msgs.Version, Camera: engine.Cameras[i/engine.FramesPerCamera], StampNs: int64(i%4) * 100e6,
-			Encoding: msgs.EncodingPNG, Width: 192, Height: 108, Data: data,
-		})
-	}
-	ego := make([]msgs.EgoPose, 16)
-	for i := range ego {
-		ego[i] = msgs.EgoPose{XYZ: [3]float64{float64(i-15) * 0.5, 0, 0}, Rot: [9]float64{1, 0, 0, 0, 1, 0, 0, 0, 1}}
-	}
-	ask := func(req msgs.InferRequest) (*msgs.Plan, *msgs.Error) {
-		t.Helper()
-		req.V = msgs.Version
-		raw, err := msgs.Marshal(req)
-		require.NoError(t, err)
-		msg, err := nc.Request("vla.infer", raw, 60*time.Second)
-		require.NoError(t, err)
-		plan, e, err := msgs.DecodeReply(msg.Data)
-		require.NoError(t, err)
-		return plan, e
-	}
+	frames, ego := tinyObservation(t)
+	ask := asker(t, nc)
 	first, e := ask(msgs.InferRequest{ID: "a", Frames: frames, EgoHistory: ego, MaxReasoningTokens: 4})
 	require.Nil(t, e)
 	nan := append([]msgs.EgoPose(nil), ego...)
@@ -133,4 +83,39 @@ func TestServeAlpamayoBudget(t *testing.T) {
 	assert.Equal(t, first.Trajectory, second.Trajectory)
 	assert.Equal(t, first.Reasoning, second.Reasoning)
 	require.NoError(t, stop())
+}
+
+// tinyObservation is 16 PNG frames of the four cameras and a straight
+// 16-pose ego history.
+func tinyObservation(t *testing.T) ([]msgs.Frame, []msgs.EgoPose) {
+	t.Helper()
+	var frames []msgs.Frame
+	for i, p := range pngImages(t, 16) {
+		data, err := os.ReadFile(p)
+		require.NoError(t, err)
+		frames = append(frames, msgs.Frame{
+			V: msgs.Version, Camera: engine.Cameras[i/engine.FramesPerCamera], StampNs: int64(i%4) * 100e6,
+			Encoding: msgs.EncodingPNG, Width: 192, Height: 108, Data: data,
+		})
+	}
+	ego := make([]msgs.EgoPose, 16)
+	for i := range ego {
+		ego[i] = msgs.EgoPose{XYZ: [3]float64{float64(i-15) * 0.5, 0, 0}, Rot: [9]float64{1, 0, 0, 0, 1, 0, 0, 0, 1}}
+	}
+	return frames, ego
+}
+
+// asker sends requests on vla.infer and decodes the replies.
+func asker(t *testing.T, nc *nats.Conn) func(msgs.InferRequest) (*msgs.Plan, *msgs.Error) {
+	return func(req msgs.InferRequest) (*msgs.Plan, *msgs.Error) {
+		t.Helper()
+		req.V = msgs.Version
+		raw, err := msgs.Marshal(req)
+		require.NoError(t, err)
+		msg, err := nc.Request("vla.infer", raw, 60*time.Second)
+		require.NoError(t, err)
+		plan, e, err := msgs.DecodeReply(msg.Data)
+		require.NoError(t, err)
+		return plan, e
+	}
 }

@@ -13,7 +13,6 @@ import (
 	"vlanode/layering"
 	"vlanode/models/alpamayo"
 	"vlanode/residency"
-	"vlanode/weights"
 )
 
 // tinyPlan plans the tiny checkpoint for the standard workload at budget
@@ -45,16 +44,7 @@ func tinyPlan(t *testing.T, dir string, budget int64) *residency.Plan {
 // real copies, weights aliased into the slots.
 func hostLayering(be backend.Backend, plan *residency.Plan, mode layering.Mode) *alpamayo.Layering {
 	dev := layering.NewHost()
-	return &alpamayo.Layering{
-		Plan: plan, Mode: mode, Device: dev, Profile: true,
-		View: func(s layering.Slot, e weights.Entry) (backend.Tensor, error) {
-			data, err := dev.SlotData(s)
-			if err != nil {
-				return nil, err
-			}
-			return be.Weight("dfb-view", e.DType, e.Shape, data[e.Offset:e.Offset+e.Size])
-		},
-	}
+	return &alpamayo.Layering{Plan: plan, Mode: mode, Device: dev, View: dev.WeightView(be), Profile: true}
 }
 
 // TestLayeredMatchesResident runs the tiny model through the layering
