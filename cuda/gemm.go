@@ -119,7 +119,10 @@ func (g *gpu) matmul(d, x, w, bias *Tensor, M, N, K int) error {
 		C: d.ptr, CType: driver.R32F, LDC: s.ldc,
 		Compute: driver.Compute32F, Algo: driver.GemmDefault,
 	}
-	if err := g.blas.GemmEx(g.handle, gemm); err != nil {
+	err = g.traced(func() string { return fmt.Sprintf("gemm %d×%d×%d %v", M, N, K, w.dt) }, func() error {
+		return g.blas.GemmEx(g.handle, gemm)
+	})
+	if err != nil {
 		return fmt.Errorf("cuda: matmul %d×%d×%d %v: %w", M, N, K, w.dt, err)
 	}
 	return g.addBias(d, bias, M, N)

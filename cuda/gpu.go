@@ -52,6 +52,7 @@ type gpu struct {
 	flashInPlace   bool                // tests and benchmarks: the flash kernels that read float K and V
 	capture        *capture            // the capture in progress, nil when none
 	graphs         map[*Graph]struct{} // graphs not yet closed
+	trace          *opTrace            // StartTrace's records, nil when off
 }
 
 // DeviceInfo describes the device and libraries a Backend runs on.

@@ -232,3 +232,59 @@ func TestGPUGraph(t *testing.T) {
 		t.Fatalf("sync after failed captures: %v", err)
 	}
 }
+
+// TestGPUTrace times a decode-like step op by op: every launch of the
+// step is counted once, under its kernel's name, with a GPU time; a
+// capture while tracing records nothing.
+func TestGPUTrace(t *testing.T) {
+	b := gpuBackend(t)
+	st := newDecodeStack(t, b, decodeSmall, 2)
+	if err := st.step(); err != nil { // sizes the scratch buffers
+		t.Fatal(err)
+	}
+	if _, err := b.StopTrace(); err == nil {
+		t.Error("StopTrace without StartTrace: no error")
+	}
+	if err := b.StartTrace(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.step(); err != nil {
+		t.Fatal(err)
+	}
+	gr, err := b.Capture(st.step)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gr.Close()
+	ops, err := b.StopTrace()
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	launches := 0
+	for _, o := range ops {
+		if o.Ms <= 0 || o.Count <= 0 {
+			t.Errorf("%s: %d ops in %g ms", o.Op, o.Count, o.Ms)
+		}
+		name, _, _ := strings.Cut(o.Op, " grid ")
+		count[name] += o.Count
+		launches += o.Count
+	}
+	// Per layer: four norms, seven products, two rotaries, two cache
+	// copies, the split decode attention and its merge, two additions and
+	// the SiLU product.
+	if want := 20 * len(st.layers); launches != want {
+		t.Errorf("traced %d operations, want %d: %v", launches, want, count)
+	}
+	if count["rmsnorm"] != 4*len(st.layers) {
+		t.Errorf("rmsnorm counted %d times, want %d (%v)", count["rmsnorm"], 4*len(st.layers), count)
+	}
+	var sb strings.Builder
+	if err := WriteOpTimes(&sb, ops); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(sb.String(), "total GPU time") {
+		t.Errorf("table without its total:\n%s", sb.String())
+	}
+	t.Logf("\n%s", sb.String())
+}

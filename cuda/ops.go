@@ -279,7 +279,10 @@ func (b *Backend) Copy(dst, src backend.Tensor) error {
 		return fmt.Errorf("cuda: copy: dst %v partly overlaps src", d)
 	}
 	return b.run(func(g *gpu) error {
-		if err := g.drv.CopyDtoDAsync(d.ptr, s.ptr, d.bytes(), g.stream); err != nil {
+		err := g.traced(func() string { return "copy" }, func() error {
+			return g.drv.CopyDtoDAsync(d.ptr, s.ptr, d.bytes(), g.stream)
+		})
+		if err != nil {
 			return fmt.Errorf("cuda: copy: %w", err)
 		}
 		return nil

@@ -33,7 +33,10 @@ func (b *Backend) Upload(dst backend.Tensor, src []float32) error {
 			return fmt.Errorf("cuda: upload: %w", err)
 		}
 		parallelCopy(unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), len(src)), src)
-		if err := g.drv.CopyHtoDAsync(d.ptr, unsafe.Pointer(&buf[0]), n, g.stream); err != nil {
+		err = g.traced(func() string { return "upload (staged)" }, func() error {
+			return g.drv.CopyHtoDAsync(d.ptr, unsafe.Pointer(&buf[0]), n, g.stream)
+		})
+		if err != nil {
 			return fmt.Errorf("cuda: upload: %w", err)
 		}
 		return g.stage.queued(g.drv, g.stream)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,6 +114,19 @@ func BenchmarkStandardWorkload(b *testing.B) {
 		res, err := m.Infer(context.Background(), req)
 		require.NoError(b, err)
 		last = res
+	}
+	if os.Getenv("VLANODE_TRACE") != "" {
+		// One more inference, every GPU operation timed (a developer's
+		// view of where the GPU time goes; the events slow it down).
+		cb := gpu.(*cuda.Backend)
+		require.NoError(b, cb.StartTrace())
+		_, err := m.Infer(context.Background(), req)
+		require.NoError(b, err)
+		ops, err := cb.StopTrace()
+		require.NoError(b, err)
+		var sb strings.Builder
+		require.NoError(b, cuda.WriteOpTimes(&sb, ops))
+		b.Logf("GPU time by operation (one traced inference):\n%s", sb.String())
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	b.ReportMetric(ms(last.Timing.Vision), "vision-ms")

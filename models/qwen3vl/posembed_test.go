@@ -96,4 +96,14 @@ func TestPositionCache(t *testing.T) {
 	}
 	require.Equal(t, want, first)
 	require.Len(t, cache.entries, 2)
+	assert.Same(t, &first[0], &again[0], "the same grids again reuse the last rows")
+
+	// Another list replaces the last one; the per-grid entries stay.
+	other, err := interpolatePositions(tab, &cache, grids[:1], side, 2)
+	require.NoError(t, err)
+	require.Equal(t, want[:len(other)], other)
+	require.Len(t, other, 24*hidden)
+	back, err := interpolatePositions(tab, &cache, grids, side, 2)
+	require.NoError(t, err)
+	require.Equal(t, want, back)
 }
