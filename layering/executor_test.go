@@ -93,6 +93,16 @@ func TestSlotProtocol(t *testing.T) {
 			assert.GreaterOrEqual(t, copies[j].Start, computes[j-2].End, "copy %d overwrites slot before compute %d is done", j, j-2)
 		}
 	}
+	// The profile's start times are the timeline's (the run starts at 0).
+	j := 0
+	for _, turn := range p.Turns {
+		if turn.Slot == NoSlot {
+			continue
+		}
+		assert.InDelta(t, copies[j].Start, turn.CopyAtMs, 1e-9, "copy start of streamed turn %d", j)
+		assert.InDelta(t, computes[j].Start, turn.ExeAtMs, 1e-9, "compute start of streamed turn %d", j)
+		j++
+	}
 }
 
 // TestVerifyCatchesHazards makes sure the invariant check fails on a bad

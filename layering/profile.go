@@ -18,6 +18,9 @@ type Turn struct {
 	// CopyMs is the H2D copy (0 in place); ExeMs the compute, from the
 	// dependency waits' end to the compute's end.
 	CopyMs, ExeMs float64
+	// CopyAtMs and ExeAtMs are when they began, from the Run's start: with
+	// them the turns are a timeline of both streams, where the gaps show.
+	CopyAtMs, ExeAtMs float64
 }
 
 // UnitTiming is a unit's mean timing over its turns.
@@ -67,9 +70,15 @@ func (e *Executor) profile(passes []Pass, turns []*turn) (*Profile, error) {
 			if tt.CopyMs, err = e.dev.Elapsed(t.copyStart, t.copyEnd); err != nil {
 				return nil, fmt.Errorf("layering: copy time of %s: %w", t.unit.Name, err)
 			}
+			if tt.CopyAtMs, err = e.dev.Elapsed(e.begin, t.copyStart); err != nil {
+				return nil, fmt.Errorf("layering: copy start of %s: %w", t.unit.Name, err)
+			}
 		}
 		if tt.ExeMs, err = e.dev.Elapsed(t.exeStart, t.exeEnd); err != nil {
 			return nil, fmt.Errorf("layering: compute time of %s: %w", t.unit.Name, err)
+		}
+		if tt.ExeAtMs, err = e.dev.Elapsed(e.begin, t.exeStart); err != nil {
+			return nil, fmt.Errorf("layering: compute start of %s: %w", t.unit.Name, err)
 		}
 		p.Turns[i] = tt
 	}

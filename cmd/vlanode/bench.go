@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"vlanode/cuda"
+	"vlanode/layering"
 	"vlanode/models/alpamayo"
 	"vlanode/models/qwen3vl"
 	"vlanode/node/gpu"
@@ -42,6 +43,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	budgetList := fs.String("budgets", "4G,8G,16G,none", "comma-separated VRAM budgets (G = 10⁹ bytes, GiB = 2³⁰; none = unlimited)")
 	modeList := fs.String("modes", "auto", "comma-separated executor modes to run at each budget: "+strings.Join(modeNames, ", "))
 	runs := fs.Int("runs", 2, "measured inferences per budget and mode (the median is reported)")
+	timeline := fs.Bool("timeline", false, "after the measured runs, one more inference with every copy and compute timed: per-stage busy and idle time of both streams, the copy stream's longest gaps, and (with --out) every turn in timeline-BUDGET-MODE.json")
 	warmup := fs.Int("warmup", 1, "inferences before the measured ones (kernel compilation, cuBLAS)")
 	vlm := fs.String("vlm", "", "the VLM's config folder, overriding the checkpoint's vlm_name_or_path")
 	acc := fs.String("accelerate", "", "path of accelerate_baseline.py: run Accelerate's offloading at the same budgets afterwards and report the ratio")
@@ -101,7 +103,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			r, res, err := benchOne(ctx, budgetSpec{
 				dir: mf.dir, vlm: *vlm, device: mf.device, threads: mf.threads, budget: b,
 				layers: layerFlags{mode: mode, profile: lf.profile},
-			}, *warmup, *runs, nv, stderr)
+			}, *warmup, *runs, *timeline, nv, stderr)
 			if err != nil {
 				// Report it and go on: the other budgets still tell.
 				fmt.Fprintf(stderr, "vlanode bench: budget %s, mode %s: %v\n", budgetText(b), mode, err)
@@ -129,6 +131,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		raw, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {
 			return err
+		}
+		for _, r := range rep.Runs {
+			if r.turns == nil {
+				continue
+			}
+			name := fmt.Sprintf("timeline-%d-%s.json", r.Budget, r.Mode) // the budget in bytes, 0: none
+			if err := writeTurns(filepath.Join(*out, name), r.turns); err != nil {
+				return err
+			}
 		}
 		return os.WriteFile(filepath.Join(*out, "bench.json"), append(raw, '\n'), 0o644)
 	}
@@ -211,6 +222,11 @@ type benchRun struct {
 	ResultSHA256 string  `json:"result_sha256"`
 	LoadSeconds  float64 `json:"load_s"`
 	Error        string  `json:"error,omitempty"`
+	// Timeline sums one more inference, timed unit by unit (--timeline),
+	// per stage; turns are its units' copies and computes, written to a
+	// file of their own.
+	Timeline map[string]stageTimeline `json:"timeline,omitempty"`
+	turns    []layering.Turn
 	// stage compute times at this budget, for the bound (the unlimited
 	// run's).
 	stageMs map[string]float64
@@ -245,7 +261,7 @@ func standardRequest(m *alpamayo.Model, w residency.Workload) *alpamayo.Request 
 }
 
 // benchOne loads the model within one budget and mode and times it.
-func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, nv *gpu.NVML, log io.Writer) (benchRun, *alpamayo.Result, error) {
+func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool, nv *gpu.NVML, log io.Writer) (benchRun, *alpamayo.Result, error) {
 	peak := startNVMLSampler(nv)
 	t0 := time.Now()
 	bm, err := loadBudgeted(s, log)
@@ -279,6 +295,20 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, nv *gpu.NVML,
 		}
 		if i >= warmup {
 			times = append(times, res.Timing)
+		}
+	}
+	if timeline {
+		bm.model.SetProfiling(true)
+		tres, err := bm.model.Infer(ctx, req)
+		bm.model.SetProfiling(false)
+		if err != nil {
+			peak()
+			return r, nil, fmt.Errorf("timed inference: %w", err)
+		}
+		if tres.Layers != nil {
+			r.turns = tres.Layers.Turns
+			r.Timeline = summarizeTimeline(r.turns)
+			printTimeline(log, budgetText(s.budget), r.Timeline, r.turns)
 		}
 	}
 	r.PeakNVMLBytes = peak()

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"vlanode/layering"
 	"vlanode/residency"
 )
 
@@ -32,8 +34,9 @@ mkdir -p "$out"; printf '{"acc_%s": {"latency_s": 1000.0, "peak_alloc_B": 123}}'
 `), 0o644))
 	out := filepath.Join(dir, "bench")
 	code, stdout, stderr := runCLI("bench", "--model", model, "--device", "cpu", "--budgets", fmt.Sprintf("none,%d", minBudget),
-		"--runs", "1", "--warmup", "0", "--accelerate", fake, "--python", "sh", "--out", out)
+		"--runs", "1", "--warmup", "0", "--accelerate", fake, "--python", "sh", "--out", out, "--timeline")
 	require.Equal(t, 0, code, stderr)
+	assert.Regexp(t, `timeline .*decode: [0-9.]+ ms from first op to last; copies [0-9.]+ ms busy`, stderr)
 	assert.Contains(t, stdout, "preload")
 	assert.Contains(t, stdout, "pipelined")
 	var rep struct {
@@ -41,6 +44,9 @@ mkdir -p "$out"; printf '{"acc_%s": {"latency_s": 1000.0, "peak_alloc_B": 123}}'
 			Streamed  int    `json:"streamed_units"`
 			Identical bool   `json:"identical"`
 			SHA       string `json:"result_sha256"`
+			Budget    int64  `json:"budget_bytes"`
+			Mode      string `json:"mode"`
+			Timeline  map[string]stageTimeline
 		} `json:"runs"`
 		Accelerate map[string]struct {
 			LatencyS float64 `json:"latency_s"`
@@ -54,11 +60,48 @@ mkdir -p "$out"; printf '{"acc_%s": {"latency_s": 1000.0, "peak_alloc_B": 123}}'
 	assert.Positive(t, rep.Runs[1].Streamed)
 	assert.True(t, rep.Runs[1].Identical)
 	assert.Equal(t, rep.Runs[0].SHA, rep.Runs[1].SHA)
+	for _, r := range rep.Runs {
+		for _, st := range []string{"vision", "prefill", "decode", "diffusion"} {
+			assert.Positive(t, r.Timeline[st].Computes, "%s: timed computes", st)
+		}
+		var turns []layering.Turn
+		raw, err := os.ReadFile(filepath.Join(out, fmt.Sprintf("timeline-%d-%s.json", r.Budget, r.Mode)))
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(raw, &turns))
+		copies := 0
+		for _, tr := range turns {
+			if tr.Slot != layering.NoSlot {
+				copies++
+			}
+		}
+		assert.Equal(t, r.Streamed > 0, copies > 0, "copies in the timeline of %d streamed units", r.Streamed)
+	}
 	require.Len(t, rep.Accelerate, 1)
 	for _, a := range rep.Accelerate {
 		assert.Equal(t, 1000.0, a.LatencyS)
 	}
 	assert.Regexp(t, `1000\.00 +[0-9.]+×`, stdout, "the speedup column")
+}
+
+// TestTimelineSummary sums a hand-made timeline: stage spans, busy
+// times and the copy stream's gaps.
+func TestTimelineSummary(t *testing.T) {
+	turns := []layering.Turn{
+		{Pass: "prefill", Unit: "vlm.0", Slot: 0, CopyAtMs: 0, CopyMs: 4, ExeAtMs: 4, ExeMs: 1},
+		{Pass: "prefill", Unit: "vlm.1", Slot: layering.NoSlot, ExeAtMs: 5, ExeMs: 2},
+		{Pass: "decode.0", Unit: "vlm.0", Slot: 1, CopyAtMs: 4, CopyMs: 4, ExeAtMs: 8, ExeMs: 1},
+		{Pass: "decode.1", Unit: "vlm.0", Slot: 0, CopyAtMs: 11, CopyMs: 4, ExeAtMs: 15, ExeMs: 1},
+	}
+	s := summarizeTimeline(turns)
+	assert.Equal(t, stageTimeline{SpanMs: 7, CopyMs: 4, ComputeMs: 3, Copies: 1, Computes: 2}, s["prefill"])
+	assert.Equal(t, stageTimeline{SpanMs: 12, CopyMs: 8, ComputeMs: 2, Copies: 2, Computes: 2}, s["decode"])
+	gaps := copyGaps(turns)
+	require.Len(t, gaps, 1)
+	assert.Equal(t, copyGap{ms: 3, pass: "decode.1", unit: "vlm.0"}, gaps[0])
+	var sb strings.Builder
+	printTimeline(&sb, "8G", s, turns)
+	assert.Contains(t, sb.String(), "timeline 8G prefill: 7.0 ms from first op to last; copies 4.0 ms busy (1, 57%)")
+	assert.Contains(t, sb.String(), "idled 3.0 ms in 1 gaps between copies; longest: 3.00 ms before vlm.0 in decode.1")
 }
 
 // TestBenchBound checks the streaming bound against a hand computation:
