@@ -183,3 +183,35 @@ func Matrix(t Tensor) (rows, cols int) {
 
 // Elements is the element count of t.
 func Elements(t Tensor) int { return tensor.NumElements(t.Shape()) }
+
+// Graph is a recorded sequence of a backend's GPU work, replayed by Launch
+// with one call (see Capturer).
+type Graph interface {
+	// Launch queues one replay, in order with the ops around it.
+	Launch() error
+	// Close releases the graph once its queued replays have run.
+	Close() error
+}
+
+// Capturer is a backend that can record the ops a function queues into a
+// Graph instead of running them (cuda). Inside fn only ops that queue
+// device work are allowed: no Alloc, Free, Upload, Download or Sync. The
+// graph keeps the device addresses its ops used: their tensors must stay
+// allocated while it lives, and their contents feed each replay.
+type Capturer interface {
+	CaptureGraph(fn func() error) (Graph, error)
+}
+
+// DevicePos is a backend whose decode-step ops can read the step's token
+// position from device memory, so that one captured graph serves every
+// step (cuda). pos is an I32 tensor of one element (Alloc with
+// tensor.I32), set with UploadI32.
+type DevicePos interface {
+	// UploadI32 copies int32 values into an I32 tensor.
+	UploadI32(dst Tensor, src []int32) error
+	// CopyRowsAt copies src's rows into dst from row *pos on.
+	CopyRowsAt(dst, src, pos Tensor) error
+	// AttentionAt is Attention with QPos0 = *pos and NKV = *pos + the
+	// rows of q, bit for bit; o.NKV is the most keys it may see.
+	AttentionAt(dst, q, k, v Tensor, o AttnOpts, pos Tensor) error
+}

@@ -39,6 +39,38 @@ const (
 //
 // A query that sees no key gets zeros. dst must not overlap q, k or v.
 func (b *Backend) Attention(dst, q, k, v backend.Tensor, o backend.AttnOpts) error {
+	return b.attention(dst, q, k, v, o, nil)
+}
+
+// AttentionAt is Attention for decoding with the queries' position in
+// device memory: pos, an I32 tensor of one element, holds the cache row
+// of the first query (QPos0), and the call sees keys [0, *pos + rows of
+// q). o.NKV is the most keys it may see (the cache's rows), o.QPos0 is
+// ignored. It takes the decode kernel (up to 4 queries), whose results
+// are those of Attention with that NKV and QPos0, bit for bit; with the
+// position on the device, one captured graph serves every decode step.
+func (b *Backend) AttentionAt(dst, q, k, v backend.Tensor, o backend.AttnOpts, pos backend.Tensor) error {
+	p, err := b.posArg("attention", pos)
+	if err != nil {
+		return err
+	}
+	o.QPos0 = 0
+	return b.attention(dst, q, k, v, o, p)
+}
+
+// posArg checks a device position: an I32 tensor of one element.
+func (b *Backend) posArg(op string, pos backend.Tensor) (*Tensor, error) {
+	p, err := b.arg(op, "pos", pos)
+	if err != nil {
+		return nil, err
+	}
+	if p.dt != tensor.I32 || p.elements() != 1 {
+		return nil, fmt.Errorf("cuda: %s: position %v must be one I32", op, p)
+	}
+	return p, nil
+}
+
+func (b *Backend) attention(dst, q, k, v backend.Tensor, o backend.AttnOpts, pos *Tensor) error {
 	const op = "attention"
 	d, err := b.dstArg(op, "dst", dst)
 	if err != nil {
@@ -84,8 +116,14 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, o backend.AttnOpts) err
 		return nil
 	}
 	a := attnCall{d: d, q: qt, k: kt, v: vt, o: o, tq: tq, segs: segmentBytes(o.Segments)}
+	if pos != nil {
+		a.posAt = pos.ptr
+	}
 	return b.run(func(g *gpu) error {
 		path := attnPath(a, g.exactAttention)
+		if pos != nil && path != pathDecode {
+			return fmt.Errorf("cuda: attention: a device position needs the decode kernel (%d queries, head dim %d, %d/%d heads)", tq, o.HeadDim, o.Heads, o.KVHeads)
+		}
 		if a.k.dt == tensor.BF16 && (path == pathExact || (path == pathFlash && o.HeadDim%8 != 0)) {
 			return fmt.Errorf("cuda: attention: bf16 K and V need the decode or flash kernels (head dim %d; exact attention %v): use a float cache", o.HeadDim, g.exactAttention)
 		}

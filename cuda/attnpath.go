@@ -45,6 +45,9 @@ type attnCall struct {
 	o          backend.AttnOpts
 	tq         int
 	segs       []byte // struct vla_segments
+	// posAt, when not 0, holds the queries' position on the device
+	// (AttentionAt): o.NKV is then the most keys the call may see.
+	posAt driver.DevicePtr
 }
 
 func (a attnCall) causal() int32 {
@@ -102,7 +105,8 @@ func (g *gpu) splitScratch(a attnCall, nsplit int) (po, pml driver.DevicePtr, er
 // combine queues the merge of nsplit partial results into a.d.
 func (g *gpu) combine(a attnCall, nsplit int, po, pml driver.DevicePtr) error {
 	g.args.Reset()
-	g.args.Ptr(a.d.ptr).Ptr(po).Ptr(pml).I32(int32(nsplit)).I32(int32(a.tq)).I32(int32(a.o.Heads)).I32(int32(a.o.HeadDim))
+	g.args.Ptr(a.d.ptr).Ptr(po).Ptr(pml).I32(int32(nsplit)).I32(int32(a.tq)).I32(int32(a.o.Heads)).I32(int32(a.o.HeadDim)).
+		Ptr(a.posAt)
 	grid := driver.Dim3{uint32(a.tq * a.o.Heads), 1, 1}
 	return g.launch("attention combine", g.k.attnCombine, grid, block1D(combThreads), 0)
 }
@@ -112,6 +116,9 @@ func (g *gpu) combine(a attnCall, nsplit int, po, pml driver.DevicePtr) error {
 func (g *gpu) attnDecode(a attnCall) error {
 	nsplit := (a.o.NKV + decChunk - 1) / decChunk
 	if nsplit > decMaxSplits {
+		if a.posAt != 0 {
+			return fmt.Errorf("cuda: attention: %d keys are more than the decode kernel's %d with a device position", a.o.NKV, decMaxSplits*decChunk)
+		}
 		return g.attnExact(a)
 	}
 	po, pml, err := g.splitScratch(a, nsplit)
@@ -122,7 +129,7 @@ func (g *gpu) attnDecode(a attnCall) error {
 	g.args.Ptr(po).Ptr(pml).Ptr(a.q.ptr).Ptr(a.k.ptr).Ptr(a.v.ptr).
 		I32(int32(a.o.Heads)).I32(int32(a.o.KVHeads)).I32(int32(a.o.HeadDim)).I32(int32(a.tq)).I32(int32(a.o.NKV)).
 		F32(float32(float64(a.o.Scale)*log2e)).I32(a.causal()).I32(int32(a.o.QPos0)).
-		I32(int32(a.o.MaskFrom)).I32(int32(a.o.MaskTo)).Struct(a.segs, 4)
+		I32(int32(a.o.MaskFrom)).I32(int32(a.o.MaskTo)).Struct(a.segs, 4).Ptr(a.posAt)
 	grid := driver.Dim3{uint32(nsplit), uint32(a.o.KVHeads), uint32(a.tq)}
 	kernel := g.k.attnDecode
 	if a.k.dt == tensor.BF16 {

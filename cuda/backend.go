@@ -134,10 +134,14 @@ func (b *Backend) Sync() error {
 	})
 }
 
-// Alloc returns a zeroed F32, F16 or BF16 tensor, counted under purpose.
+// Alloc returns a zeroed F32, F16 or BF16 tensor, counted under purpose;
+// or an I32 one, which only UploadI32, CopyRowsAt and AttentionAt read
+// (device positions).
 func (b *Backend) Alloc(purpose string, dt tensor.DType, shape ...int) (backend.Tensor, error) {
-	if err := checkFloat("alloc", dt); err != nil {
-		return nil, err
+	if dt != tensor.I32 {
+		if err := checkFloat("alloc", dt); err != nil {
+			return nil, err
+		}
 	}
 	n, err := checkShape("alloc", shape)
 	if err != nil {

@@ -37,6 +37,16 @@ type Expert struct {
 	// Exec runs each unit's compute where its weights are; nil runs them
 	// in place (every unit resident).
 	Exec models.Runner
+	// NoGraphs runs Euler steps op by op even where a graph could replay
+	// them (see Sample): for comparisons.
+	NoGraphs bool
+
+	// graph replays the Euler steps of the sample in progress, where the
+	// backend can; lastGraphed and lastGraphErr are the last sample's
+	// (StepGraph).
+	graph        *stepGraph
+	lastGraphed  bool
+	lastGraphErr error
 
 	inUnit, headUnit *models.Unit
 	layerUnits       []*models.Unit
@@ -224,6 +234,15 @@ func (e *Expert) Embed(x []float32, t float32) ([]float32, error) {
 
 // embed runs action_in_proj on x and t into e.s.x.
 func (e *Expert) embed(x []float32, t float32) error {
+	if err := e.setInputs(x, t); err != nil {
+		return err
+	}
+	return e.inProj()
+}
+
+// setInputs uploads the Fourier features of x and t, action_in_proj's
+// input.
+func (e *Expert) setInputs(x []float32, t float32) error {
 	s := e.s
 	if len(x) != s.t*ActionDims {
 		return fmt.Errorf("diffusion: %d action values, want %d×%d: %w", len(x), s.t, ActionDims, models.ErrBadInput)
@@ -237,6 +256,12 @@ func (e *Expert) embed(x []float32, t float32) error {
 	if err := e.be.Upload(s.feats, s.featsH); err != nil {
 		return fmt.Errorf("diffusion: uploading the Fourier features: %w", err)
 	}
+	return nil
+}
+
+// inProj runs action_in_proj on the uploaded features into e.s.x.
+func (e *Expert) inProj() error {
+	s := e.s
 	if err := models.Do(e.Exec, e.inUnit, func() error { return e.InProj.Forward(e.be, s.x, s.feats, s) }); err != nil {
 		return fmt.Errorf("diffusion: %w", err)
 	}
@@ -253,10 +278,24 @@ func (e *Expert) forward(ctx context.Context, p *Prefix, x []float32, t float32,
 	if err := p.check(&e.Config.Expert, s.t); err != nil {
 		return err
 	}
-	if err := e.embed(x, t); err != nil {
+	if err := e.setInputs(x, t); err != nil {
 		return err
 	}
 	if err := e.uploadRope(p, s); err != nil {
+		return err
+	}
+	step := func() error { return e.compute(ctx, p, out) }
+	if g := e.graph; g != nil && out && g.usable(be, e.Exec) {
+		return g.run(be, step)
+	}
+	return step()
+}
+
+// compute runs action_in_proj, the layers and the final norm on the
+// uploaded inputs (and with out action_out_proj).
+func (e *Expert) compute(ctx context.Context, p *Prefix, out bool) error {
+	s, be := e.s, e.be
+	if err := e.inProj(); err != nil {
 		return err
 	}
 	for i, l := range e.Layers {

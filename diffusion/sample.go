@@ -40,13 +40,31 @@ func (e *Expert) Sample(ctx context.Context, prefixes []Prefix, opt SampleOption
 	out := make([][]float32, len(prefixes))
 	for i := range prefixes {
 		x := append([]float32(nil), noise[i*per:(i+1)*per]...)
-		if err := flow.Integrate(ctx, x, e.Field(prefixes[i])); err != nil {
+		if err := e.integrate(ctx, flow, x, prefixes[i]); err != nil {
 			return nil, fmt.Errorf("diffusion: sample %d: %w", i, err)
 		}
 		out[i] = x
 	}
 	return out, nil
 }
+
+// integrate runs one sample's Euler steps, replaying them from a graph
+// where the backend can (see stepGraph).
+func (e *Expert) integrate(ctx context.Context, flow Flow, x []float32, p Prefix) error {
+	if !e.NoGraphs {
+		e.graph = &stepGraph{}
+		defer func() {
+			e.lastGraphed, e.lastGraphErr = e.graph.g != nil, e.graph.err
+			_ = e.graph.close()
+			e.graph = nil
+		}()
+	}
+	return flow.Integrate(ctx, x, e.Field(p))
+}
+
+// StepGraph reports whether the last sample's Euler steps replayed a
+// captured graph, and why not when the capture failed.
+func (e *Expert) StepGraph() (bool, error) { return e.lastGraphed, e.lastGraphErr }
 
 // Field is the expert's velocity field for prefix p (Velocity bound to p).
 func (e *Expert) Field(p Prefix) Field {

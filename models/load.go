@@ -265,6 +265,18 @@ func Do(r Runner, u *Unit, run func() error) error {
 	return r.Do(u, run)
 }
 
+// Direct reports whether r runs each unit's compute at once, in place:
+// r is nil, or says so (a Runner with a Direct method). Only then may a
+// model capture a pass in a graph: a layering executor that streams or
+// times units must see every compute.
+func Direct(r Runner) bool {
+	if r == nil {
+		return true
+	}
+	d, ok := r.(interface{ Direct() bool })
+	return ok && d.Direct()
+}
+
 // ErrBadInput is wrapped by errors about model inputs (token ids out of
 // range, sequences too long).
 var ErrBadInput = errors.New("bad model input")

@@ -116,8 +116,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			}
 			r.Identical = sameResult(first, res)
 			rep.Runs = append(rep.Runs, r)
-			fmt.Fprintf(stderr, "vlanode bench: %s %s: %.0f ms (predicted %.0f), peak %.2f GB allocated, %.2f GB NVML\n",
-				budgetText(b), r.Mode, r.MeasuredMs["total"], r.PredictedMs["total"], float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9)
+			fmt.Fprintf(stderr, "vlanode bench: %s %s: %.0f ms (predicted %.0f), peak %.2f GB allocated, %.2f GB NVML; graphs: decode %v, diffusion %v%s\n",
+				budgetText(b), r.Mode, r.MeasuredMs["total"], r.PredictedMs["total"], float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9,
+				r.DecodeGraph, r.DiffusionGraph, map[bool]string{true: " (" + r.GraphError + ")"}[r.GraphError != ""])
 		}
 	}
 	rep.fillBounds()
@@ -216,7 +217,11 @@ type benchRun struct {
 	PeakNVMLBytes  int64            `json:"peak_nvml_bytes"`  // NVML's per-process figure, sampled
 	PeakByPurpose  map[string]int64 `json:"peak_by_purpose"`
 	PromptTokens   int              `json:"prompt_tokens"`
-	Identical      bool             `json:"identical"` // reasoning and trajectory equal the first run's
+	// DecodeGraph and DiffusionGraph: the steps replayed captured graphs.
+	DecodeGraph    bool   `json:"decode_graph"`
+	DiffusionGraph bool   `json:"diffusion_graph"`
+	GraphError     string `json:"graph_error,omitempty"`
+	Identical      bool   `json:"identical"` // reasoning and trajectory equal the first run's
 	// ResultSHA256 digests reasoning ids, actions and trajectory, to
 	// compare runs of different calls.
 	ResultSHA256 string  `json:"result_sha256"`
@@ -328,6 +333,7 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool
 		fmt.Fprintf(log, "vlanode bench: peak GB by purpose: %s\nvlanode bench: planned GB: %s\n", strings.Join(parts, ", "), strings.Join(planned, ", "))
 	}
 	r.PromptTokens = res.PromptTokens
+	r.DecodeGraph, r.DiffusionGraph, r.GraphError = res.DecodeGraph, res.DiffusionGraph, res.GraphError
 	r.Promoted, r.PromoteError = res.Promoted, res.PromoteError
 	r.ResultSHA256 = resultDigest(res)
 	r.MeasuredMs = medianTiming(times)

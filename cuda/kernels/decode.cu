@@ -40,7 +40,7 @@ __device__ __forceinline__ void vla_attn_decode_t(float *__restrict__ part_o, fl
                                                   const float *__restrict__ q, const T *__restrict__ k,
                                                   const T *__restrict__ v, int heads, int kvheads, int hd, int tq,
                                                   int nkv, float sl2, int causal, int qpos0, int mask_from,
-                                                  int mask_to, const vla_segments &segs) {
+                                                  int mask_to, const vla_segments &segs, const int *pos_at) {
 	__shared__ float s[VLA_DEC_MAX_G][VLA_DEC_CHUNK];                        // scores, then weights
 	__shared__ __align__(16) float red[VLA_DEC_WARPS][VLA_DEC_MAX_G][128]; // the warps' partial P·V
 	__shared__ float ms[VLA_DEC_MAX_G], ls[VLA_DEC_MAX_G];
@@ -48,6 +48,15 @@ __device__ __forceinline__ void vla_attn_decode_t(float *__restrict__ part_o, fl
 	const int split = blockIdx.x, kvh = blockIdx.y, i = blockIdx.z;
 	const int G = heads / kvheads;
 	const u64 qstride = (u64)heads * hd, kstride = (u64)kvheads * hd;
+	if (pos_at) {
+		// The queries' position comes from device memory (one graph serves
+		// every decode step): the grid covers the largest nkv, and the
+		// splits past this step's keys have nothing to do (nor does
+		// vla_attn_combine read them).
+		qpos0 = *pos_at;
+		nkv = qpos0 + tq;
+		if (split * VLA_DEC_CHUNK >= nkv) return;
+	}
 
 	int lo = 0, hi = nkv;
 	if (segs.n > 1) {
@@ -143,20 +152,24 @@ __device__ __forceinline__ void vla_attn_decode_t(float *__restrict__ part_o, fl
 }
 
 // vla_attn_decode reads float K and V; vla_attn_decode_bf16 bf16 ones.
+// With pos_at (not null), qpos0 is *pos_at and nkv is *pos_at + tq; the
+// nkv argument is then the largest it may be, which sized the grid.
 extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)
     vla_attn_decode(float *__restrict__ part_o, float *__restrict__ part_ml, const float *__restrict__ q,
                     const float *__restrict__ k, const float *__restrict__ v, int heads, int kvheads, int hd, int tq,
-                    int nkv, float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs) {
+                    int nkv, float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs,
+                    const int *pos_at) {
 	vla_attn_decode_t<float>(part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0, mask_from,
-	                         mask_to, segs);
+	                         mask_to, segs, pos_at);
 }
 
 extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)
     vla_attn_decode_bf16(float *__restrict__ part_o, float *__restrict__ part_ml, const float *__restrict__ q,
                          const u16 *__restrict__ k, const u16 *__restrict__ v, int heads, int kvheads, int hd, int tq,
-                         int nkv, float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs) {
+                         int nkv, float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs,
+                         const int *pos_at) {
 	vla_attn_decode_t<u16>(part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0, mask_from,
-	                       mask_to, segs);
+	                       mask_to, segs, pos_at);
 }
 
 // vla_attn_combine merges nsplit partial results of rows (query, head):
@@ -166,15 +179,18 @@ extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)
 // 4l..4l+3, four splits' loads in flight) and the 8 warps' sums meet in
 // shared memory. out is [tq, heads*hd], part_o [nsplit][tq*heads][hd],
 // part_ml [nsplit][tq*heads][2]; hd <= 128, hd % 4 == 0, nsplit <=
-// VLA_COMB_MAX_SPLITS.
+// VLA_COMB_MAX_SPLITS. With pos_at (vla_attn_decode's), only the splits
+// that hold keys [0, *pos_at + tq) are merged: the same splits, in the
+// same order, as a launch with that nkv.
 #define VLA_COMB_THREADS 256
 #define VLA_COMB_WARPS (VLA_COMB_THREADS / 32)
 #define VLA_COMB_MAX_SPLITS 4096
 
 extern "C" __global__ void __launch_bounds__(VLA_COMB_THREADS)
     vla_attn_combine(float *__restrict__ out, const float *__restrict__ part_o, const float *__restrict__ part_ml,
-                     int nsplit, int tq, int heads, int hd) {
+                     int nsplit, int tq, int heads, int hd, const int *pos_at) {
 	__shared__ float w[VLA_COMB_MAX_SPLITS];
+	if (pos_at) nsplit = min(nsplit, (*pos_at + tq + VLA_DEC_CHUNK - 1) / VLA_DEC_CHUNK);
 	__shared__ __align__(16) float acc[VLA_COMB_WARPS][128];
 	__shared__ float red[VLA_COMB_WARPS];
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

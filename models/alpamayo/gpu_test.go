@@ -2,6 +2,8 @@ package alpamayo_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"fmt"
 	"math"
 	"os"
 	"strings"
@@ -106,35 +108,49 @@ func BenchmarkStandardWorkload(b *testing.B) {
 		req.Images.Pixels[i] = float32(i%255)/127.5 - 1
 	}
 	req.Greedy, req.MaxReasoningTokens = true, 21
-	var last *alpamayo.Result
-	for i := 0; i < b.N+1; i++ { // the first run warms up (kernel compile, cuBLAS)
-		if i == 1 {
-			b.ResetTimer()
-		}
-		res, err := m.Infer(context.Background(), req)
-		require.NoError(b, err)
-		last = res
+	// The decode and Euler steps replayed from captured graphs, then op
+	// by op: the two in the same process, for their ratio.
+	for _, v := range []struct {
+		name     string
+		noGraphs bool
+	}{{"graphs", false}, {"op-by-op", true}} {
+		b.Run(v.name, func(b *testing.B) {
+			m.VLM.Text.NoGraphs, m.Expert.NoGraphs = v.noGraphs, v.noGraphs
+			var last *alpamayo.Result
+			for i := 0; i < b.N+1; i++ { // the first run warms up (kernel compile, cuBLAS)
+				if i == 1 {
+					b.ResetTimer()
+				}
+				res, err := m.Infer(context.Background(), req)
+				require.NoError(b, err)
+				last = res
+			}
+			b.StopTimer()
+			require.Equal(b, !v.noGraphs, last.DecodeGraph && last.DiffusionGraph, "graphs used (%s)", last.GraphError)
+			if os.Getenv("VLANODE_TRACE") != "" {
+				// One more inference, every GPU operation timed (a
+				// developer's view of where the GPU time goes; the events
+				// slow it down, and a graph's replays count as one launch
+				// each, untimed).
+				cb := gpu.(*cuda.Backend)
+				require.NoError(b, cb.StartTrace())
+				_, err := m.Infer(context.Background(), req)
+				require.NoError(b, err)
+				ops, err := cb.StopTrace()
+				require.NoError(b, err)
+				var sb strings.Builder
+				require.NoError(b, cuda.WriteOpTimes(&sb, ops))
+				b.Logf("GPU time by operation (one traced inference):\n%s", sb.String())
+			}
+			ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+			b.ReportMetric(ms(last.Timing.Vision), "vision-ms")
+			b.ReportMetric(ms(last.Timing.Prefill), "prefill-ms")
+			b.ReportMetric(ms(last.Timing.Decode), "decode-ms")
+			b.ReportMetric(ms(last.Timing.Diffusion), "diffusion-ms")
+			b.ReportMetric(ms(last.Timing.Total), "total-ms")
+			b.Logf("prompt %d tokens, %d reasoning tokens, cached %d; result %x", last.PromptTokens, len(last.ReasoningIDs), last.CachedTokens, digest(last))
+		})
 	}
-	if os.Getenv("VLANODE_TRACE") != "" {
-		// One more inference, every GPU operation timed (a developer's
-		// view of where the GPU time goes; the events slow it down).
-		cb := gpu.(*cuda.Backend)
-		require.NoError(b, cb.StartTrace())
-		_, err := m.Infer(context.Background(), req)
-		require.NoError(b, err)
-		ops, err := cb.StopTrace()
-		require.NoError(b, err)
-		var sb strings.Builder
-		require.NoError(b, cuda.WriteOpTimes(&sb, ops))
-		b.Logf("GPU time by operation (one traced inference):\n%s", sb.String())
-	}
-	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
-	b.ReportMetric(ms(last.Timing.Vision), "vision-ms")
-	b.ReportMetric(ms(last.Timing.Prefill), "prefill-ms")
-	b.ReportMetric(ms(last.Timing.Decode), "decode-ms")
-	b.ReportMetric(ms(last.Timing.Diffusion), "diffusion-ms")
-	b.ReportMetric(ms(last.Timing.Total), "total-ms")
-	b.Logf("prompt %d tokens, %d reasoning tokens, cached %d", last.PromptTokens, len(last.ReasoningIDs), last.CachedTokens)
 }
 
 // TestCUDALayeredMatchesResident streams the tiny model's units through
@@ -152,10 +168,10 @@ func TestCUDALayeredMatchesResident(t *testing.T) {
 
 	all, min := tinyPlan(t, dir, 0), tinyPlan(t, dir, -1)
 	mid := tinyPlan(t, dir, (min.MinBudgetBytes+all.MinBudgetBytes+totalBytes(all))/2)
-	infer := func(plan *residency.Plan, mode layering.Mode) *alpamayo.Result {
+	infer := func(plan *residency.Plan, mode layering.Mode, profile bool) *alpamayo.Result {
 		dev := cb.NewDFBDevice()
 		var blobs [][]byte
-		lay := &alpamayo.Layering{Plan: plan, Mode: mode, Device: dev, View: dev.WeightAt, Profile: true,
+		lay := &alpamayo.Layering{Plan: plan, Mode: mode, Device: dev, View: dev.WeightAt, Profile: profile,
 			HostAlloc: func(n int64) ([]byte, error) {
 				b, err := cuda.HostAlloc(n)
 				if err == nil {
@@ -174,22 +190,44 @@ func TestCUDALayeredMatchesResident(t *testing.T) {
 		}()
 		res, err := m.Infer(context.Background(), req)
 		require.NoError(t, err)
-		t.Logf("%v: %d turns, %.2f ms on the device", mode, len(res.Layers.Turns), res.Layers.TotalMs)
+		if res.Layers != nil {
+			t.Logf("%v: %d turns, %.2f ms on the device", mode, len(res.Layers.Turns), res.Layers.TotalMs)
+		}
 		return res
 	}
-	want := infer(all, layering.Preload)
+	// Every unit resident and no profiling: no executor run, decode and
+	// Euler steps replayed from captured graphs.
+	want := infer(all, layering.Preload, false)
+	require.Empty(t, want.GraphError)
+	require.True(t, want.DecodeGraph, "decode steps replayed a graph")
+	require.True(t, want.DiffusionGraph, "Euler steps replayed a graph")
 	for _, tc := range []struct {
 		name string
 		plan *residency.Plan
 		mode layering.Mode
 	}{
+		{"all resident, op by op (profiled)", all, layering.Preload},
 		{"all streamed, pipelined", min, layering.Pipelined},
 		{"all streamed, sequential", min, layering.Sequential},
 		{"mid budget, pipelined", mid, layering.Pipelined},
 	} {
-		got := infer(tc.plan, tc.mode)
+		got := infer(tc.plan, tc.mode, true)
+		require.False(t, got.DecodeGraph || got.DiffusionGraph, "%s: a graph under the executor", tc.name)
 		require.Equal(t, want.ReasoningIDs, got.ReasoningIDs, tc.name)
 		require.Equal(t, want.Normalized, got.Normalized, tc.name)
 		require.Equal(t, want.XYZ, got.XYZ, tc.name)
 	}
+}
+
+// digest hashes a result's reasoning, actions and trajectory, to compare
+// runs.
+func digest(r *alpamayo.Result) []byte {
+	h := sha256.New()
+	for _, v := range [][]float32{r.Normalized} {
+		for _, f := range v {
+			fmt.Fprintf(h, "%08x", math.Float32bits(f))
+		}
+	}
+	fmt.Fprint(h, r.ReasoningIDs, r.XYZ, r.Rot)
+	return h.Sum(nil)[:8]
 }

@@ -64,8 +64,15 @@ type Result struct {
 	PromptTokens, CachedTokens int
 	Timing                     Timing
 	// Layers is the layering executor's timing of the inference (with
-	// Layering; per unit with Layering.Profile).
+	// Layering; per unit with Layering.Profile). It is nil when the plan
+	// streams nothing and profiling is off: the units then run in place,
+	// without the executor.
 	Layers *layering.Profile
+	// DecodeGraph and DiffusionGraph say whether the decode steps and the
+	// Euler steps replayed captured graphs (a backend that captures, every
+	// unit resident, no profiling); GraphError says why a capture failed.
+	DecodeGraph, DiffusionGraph bool
+	GraphError                  string
 	// Promoted is the number of units promoted after the prefill;
 	// PromoteError says why none were, when the budget refused them.
 	Promoted     int
@@ -84,7 +91,7 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 		maxNew = m.Config.TokensPerFutureTraj
 	}
 	var run *layering.Runner
-	if lay := m.layered; lay != nil {
+	if lay := m.layered; lay != nil && !lay.direct() {
 		var err error
 		if run, err = lay.exec.Start(m.schedule(maxNew, m.Expert.Config.Steps)); err != nil {
 			return nil, fmt.Errorf("alpamayo: %w", err)
@@ -165,6 +172,10 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 	if err := stamp(&res.Timing.Decode, t0); err != nil {
 		return nil, err
 	}
+	var graphErrs []error
+	var gerr error
+	res.DecodeGraph, gerr = sess.StepGraph()
+	graphErrs = append(graphErrs, gerr)
 	if run != nil {
 		if err := run.Skip(string(residency.StageDecode)); err != nil {
 			return nil, fmt.Errorf("alpamayo: %w", err)
@@ -188,6 +199,10 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 	}
 	if err := stamp(&res.Timing.Diffusion, t0); err != nil {
 		return nil, err
+	}
+	res.DiffusionGraph, gerr = m.Expert.StepGraph()
+	if err := errors.Join(append(graphErrs, gerr)...); err != nil {
+		res.GraphError = err.Error()
 	}
 	if run != nil {
 		if res.Layers, err = run.Finish(); err != nil {

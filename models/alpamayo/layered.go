@@ -53,7 +53,18 @@ type layered struct {
 	// their slots of the inference in progress.
 	promote []*models.Unit
 	home    []layering.Slot
+	// resident says the plan streams nothing: with profiling off, an
+	// inference then needs no executor run, and each unit's compute runs
+	// in place (Direct), which lets the model replay captured graphs.
+	resident, profile bool
 }
+
+// direct says whether inferences skip the executor (see resident).
+func (l *layered) direct() bool { return l.resident && !l.profile }
+
+// Direct reports that units run in place, outside any executor run
+// (models.Direct).
+func (l *layered) Direct() bool { return l.run == nil && l.direct() }
 
 // plannerUnit is the residency planner's name of a model unit.
 func plannerUnit(name string) (string, error) {
@@ -126,7 +137,8 @@ func (l *Layering) configureLoader(ld *models.Loader) error {
 // executor (its DFB slots) and binds the streamed units to the slots.
 func (m *Model) newLayered(l *Layering, units []*models.Unit) error {
 	places, _ := placement(l.Plan)
-	lay := &layered{units: map[*models.Unit]*layering.Unit{}, slot: map[layering.Slot]int{}, be: m.be, dev: l.Device, view: l.View}
+	lay := &layered{units: map[*models.Unit]*layering.Unit{}, slot: map[layering.Slot]int{}, be: m.be, dev: l.Device, view: l.View,
+		resident: true, profile: l.Profile}
 	var all []*layering.Unit
 	var errs []error
 	for _, u := range units {
@@ -148,6 +160,9 @@ func (m *Model) newLayered(l *Layering, units []*models.Unit) error {
 		case l.Mode == layering.Preload && u.Place == models.Streamed:
 			errs = append(errs, fmt.Errorf("alpamayo: preload mode with unit %s streamed by the plan", u.Name))
 			continue
+		}
+		if u.Place == models.Streamed {
+			lay.resident = false
 		}
 		lu := &layering.Unit{Name: pn, Blob: u.Blob, Place: residency.Place(u.Place)}
 		lay.units[u] = lu
@@ -235,6 +250,9 @@ func (l *layered) Do(u *models.Unit, run func() error) error {
 		return fmt.Errorf("alpamayo: unit %s is not in the executor", u.Name)
 	}
 	if l.run == nil {
+		if l.direct() {
+			return run()
+		}
 		return fmt.Errorf("alpamayo: unit %s computed outside an inference", u.Name)
 	}
 	return l.run.Do(lu, func(s layering.Slot) error {
@@ -285,5 +303,6 @@ func headUnits(blocks []*qwen3.HeadBlock) []*models.Unit {
 func (m *Model) SetProfiling(on bool) {
 	if m.layered != nil {
 		m.layered.exec.SetProfile(on)
+		m.layered.profile = on
 	}
 }

@@ -126,3 +126,47 @@ func TestCUDAAgreesWithCPU(t *testing.T) {
 	t.Logf("%s: max |cuda - cpu| = %.3g = %.2f%% of max |logit| %.3g", name, diff, 100*diff/scale, scale)
 	require.LessOrEqual(t, diff, gpuScaleTol*scale)
 }
+
+// TestCUDAStepGraph decodes with the decode step replayed from a captured
+// graph (positions in device memory) and op by op (NoGraphs): the logits
+// of every step must be the same bits.
+func TestCUDAStepGraph(t *testing.T) {
+	be := openCUDA(t)
+	for _, name := range referenceCases(t) {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(referenceDir, name)
+			_, ids, _ := loadCase(t, dir)
+			m := loadOn(t, be, dir)
+			const steps = 6
+			decode := func(noGraphs bool) ([][]float32, bool) {
+				m.NoGraphs = noGraphs
+				s, err := m.NewSession(len(ids) + steps)
+				require.NoError(t, err)
+				defer s.Close()
+				logits, err := s.Forward(context.Background(), ids, false)
+				require.NoError(t, err)
+				var all [][]float32
+				for range steps {
+					next := sample.Greedy(logits)
+					logits, err = s.Forward(context.Background(), []int32{int32(next)}, false)
+					require.NoError(t, err)
+					all = append(all, logits)
+				}
+				graphed, gerr := s.StepGraph()
+				require.NoError(t, gerr, "capturing the decode step")
+				return all, graphed
+			}
+			graph, graphed := decode(false)
+			require.True(t, graphed, "decode steps did not replay a graph")
+			plain, graphedPlain := decode(true)
+			require.False(t, graphedPlain)
+			for i := range graph {
+				for j := range graph[i] {
+					if math.Float32bits(graph[i][j]) != math.Float32bits(plain[i][j]) {
+						t.Fatalf("step %d, logit %d: graph %v, op by op %v", i, j, graph[i][j], plain[i][j])
+					}
+				}
+			}
+		})
+	}
+}

@@ -82,6 +82,10 @@ type Span struct {
 	// MaskFrom and MaskTo hide cache rows [MaskFrom, MaskTo) when
 	// MaskTo > MaskFrom.
 	MaskFrom, MaskTo int
+	// PosAt, when set, holds Pos in device memory (an I32 tensor of the
+	// backend.DevicePos backend): the keys and values are written and
+	// attended through it, so that a captured graph serves any position.
+	PosAt backend.Tensor
 }
 
 // Forward runs the layer as a causal decoder: Attend with the tokens at
@@ -110,8 +114,8 @@ func (l *Layer) Attend(be backend.Backend, x backend.Tensor, kc, vc backend.Tens
 		{"k norm", func() error { return be.RMSNorm(s.k, s.k, l.KNorm, eps) }},
 		{"q rope", func() error { return be.Rope(s.q, s.cos, s.sin, c.HeadDim) }},
 		{"k rope", func() error { return be.Rope(s.k, s.cos, s.sin, c.HeadDim) }},
-		{"k to cache", func() error { return copyRows(be, kc, pos, s.k) }},
-		{"v to cache", func() error { return copyRows(be, vc, pos, s.v) }},
+		{"k to cache", func() error { return copyRows(be, kc, sp, s.k) }},
+		{"v to cache", func() error { return copyRows(be, vc, sp, s.v) }},
 		{"attention", func() error {
 			o := backend.AttnOpts{
 				Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim,
@@ -119,6 +123,14 @@ func (l *Layer) Attend(be backend.Backend, x backend.Tensor, kc, vc backend.Tens
 			}
 			if sp.Causal {
 				o.Causal, o.QPos0 = true, pos
+			}
+			if sp.PosAt != nil {
+				dp, ok := be.(backend.DevicePos)
+				if !ok {
+					return fmt.Errorf("backend %s has no device positions", be.Name())
+				}
+				o.NKV, _ = backend.Matrix(kc)
+				return dp.AttentionAt(s.attn, s.q, kc, vc, o, sp.PosAt)
 			}
 			return be.Attention(s.attn, s.q, kc, vc, o)
 		}},
@@ -139,9 +151,17 @@ func (l *Layer) Attend(be backend.Backend, x backend.Tensor, kc, vc backend.Tens
 	return nil
 }
 
-func copyRows(be backend.Backend, cache backend.Tensor, pos int, src backend.Tensor) error {
+// copyRows writes src's rows to the cache at the span's position.
+func copyRows(be backend.Backend, cache backend.Tensor, sp Span, src backend.Tensor) error {
+	if sp.PosAt != nil {
+		dp, ok := be.(backend.DevicePos)
+		if !ok {
+			return fmt.Errorf("backend %s has no device positions", be.Name())
+		}
+		return dp.CopyRowsAt(cache, src, sp.PosAt)
+	}
 	rows, _ := backend.Matrix(src)
-	dst, err := be.Rows(cache, pos, rows)
+	dst, err := be.Rows(cache, sp.Pos, rows)
 	if err != nil {
 		return err
 	}

@@ -36,6 +36,9 @@ type Model struct {
 	// Exec runs each unit's compute where its weights are; nil runs them
 	// in place (every unit resident).
 	Exec models.Runner
+	// NoGraphs runs decode steps op by op even where a graph could replay
+	// them (see Session.ForwardEmbedded): for comparisons.
+	NoGraphs bool
 
 	embedHost *weights.Blob // the table's blob when it stays on the host
 	gathered  []float32     // gatherHost's rows, reused

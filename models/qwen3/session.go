@@ -20,6 +20,22 @@ type Session struct {
 	// step is the scratch of single-token calls, kept across decode steps
 	// so that a step allocates and frees no device memory.
 	step *Scratch
+	// graph replays the decode step's layers, where the backend can.
+	graph *stepGraph
+}
+
+// stepGraph is the decode step's layers captured in one graph: on a
+// backend that captures (backend.Capturer) and reads positions from device
+// memory (backend.DevicePos), with every unit computed in place
+// (models.Direct), a step costs one launch instead of ~20 per layer. The
+// first step runs op by op with the position on the device, which sizes
+// the backend's scratch; the second is captured; later ones replay it.
+// The results are those of the op-by-op path, bit for bit.
+type stepGraph struct {
+	x, pos backend.Tensor // the step's hidden state [1, hidden], its position (I32)
+	g      backend.Graph
+	ran    bool  // a step ran op by op
+	err    error // why the capture failed: op by op from then on
 }
 
 // LayerHook runs after decoder layer i with the residual stream x
@@ -97,8 +113,28 @@ func (s *Session) Truncate(n int) error {
 	return nil
 }
 
+// StepGraph reports whether decode steps replay a captured graph, and why
+// not when the capture failed.
+func (s *Session) StepGraph() (bool, error) {
+	if s.graph == nil {
+		return false, nil
+	}
+	return s.graph.g != nil, s.graph.err
+}
+
 // Close frees the KV cache.
 func (s *Session) Close() {
+	if g := s.graph; g != nil {
+		if g.g != nil {
+			_ = g.g.Close()
+		}
+		for _, t := range []backend.Tensor{g.x, g.pos} {
+			if t != nil {
+				s.m.be.Free(t)
+			}
+		}
+		s.graph = nil
+	}
 	if s.step != nil {
 		s.step.Free(s.m.be)
 		s.step = nil
@@ -156,6 +192,11 @@ func (s *Session) ForwardEmbedded(ctx context.Context, x backend.Tensor, cos, si
 	if s.len+T > s.cap {
 		return fmt.Errorf("qwen3: %d tokens after %d do not fit the session's %d: %w", T, s.len, s.cap, models.ErrBadInput)
 	}
+	if T == 1 && after == nil {
+		if done, err := s.graphStep(ctx, x, cos, sin); done || err != nil {
+			return err
+		}
+	}
 	sc, err := s.scratch(T)
 	if err != nil {
 		return err
@@ -184,6 +225,82 @@ func (s *Session) ForwardEmbedded(ctx context.Context, x backend.Tensor, cos, si
 	}
 	s.len += T
 	return nil
+}
+
+// graphStep runs a one-token step through the step graph, and says
+// whether it did (false: the backend or the runner cannot; run op by op).
+func (s *Session) graphStep(ctx context.Context, x backend.Tensor, cos, sin []float32) (bool, error) {
+	m := s.m
+	cp, ok := m.be.(backend.Capturer)
+	dp, ok2 := m.be.(backend.DevicePos)
+	if !ok || !ok2 || m.NoGraphs || !models.Direct(m.Exec) || (s.graph != nil && s.graph.err != nil) {
+		return false, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return true, err
+	}
+	sc, err := s.scratch(1)
+	if err != nil {
+		return true, err
+	}
+	g := s.graph
+	if g == nil {
+		g = &stepGraph{}
+		if g.x, err = m.be.Alloc("activations", tensor.F32, 1, m.Config.HiddenSize); err == nil {
+			g.pos, err = m.be.Alloc("activations", tensor.I32, 1)
+		}
+		s.graph = g // Close frees what was allocated
+		if err != nil {
+			return true, fmt.Errorf("qwen3: decode step graph: %w", err)
+		}
+	}
+	if err := sc.SetRope(m.be, cos, sin); err != nil {
+		return true, err
+	}
+	if err := dp.UploadI32(g.pos, []int32{int32(s.len)}); err != nil {
+		return true, fmt.Errorf("qwen3: step position: %w", err)
+	}
+	if err := m.be.Copy(g.x, x); err != nil {
+		return true, err
+	}
+	layers := func() error {
+		for i, l := range m.Layers {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			err := models.Do(m.Exec, m.LayerUnits[i], func() error {
+				return l.Attend(m.be, g.x, s.kc[i], s.vc[i], Span{Pos: s.len, Causal: true, PosAt: g.pos}, sc)
+			})
+			if err != nil {
+				return fmt.Errorf("qwen3: layer %d: %w", i, err)
+			}
+		}
+		return nil
+	}
+	switch {
+	case g.g != nil:
+		err = g.g.Launch()
+	case !g.ran:
+		g.ran = true
+		err = layers()
+	default:
+		gr, cerr := cp.CaptureGraph(layers)
+		if cerr != nil {
+			g.err = cerr
+			err = layers()
+			break
+		}
+		g.g = gr
+		err = gr.Launch()
+	}
+	if err != nil {
+		return true, err
+	}
+	if err := m.be.Copy(x, g.x); err != nil {
+		return true, err
+	}
+	s.len++
+	return true, nil
 }
 
 // EmbedTokens returns the embeddings of ids as a new F32 tensor [len(ids),

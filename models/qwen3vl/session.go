@@ -47,6 +47,10 @@ func (s *Session) NextPosition() int { return s.Len() + s.delta }
 // Truncate drops the cached tokens from row n on; see qwen3.Session.
 func (s *Session) Truncate(n int) error { return s.text.Truncate(n) }
 
+// StepGraph reports whether decode steps replay a captured graph, and
+// why not when the capture failed (qwen3.Session.StepGraph).
+func (s *Session) StepGraph() (bool, error) { return s.text.StepGraph() }
+
 // Close frees the KV cache.
 func (s *Session) Close() { s.text.Close() }
 
