@@ -16,6 +16,9 @@ const (
 	PurposeWorkspace = "cublas-workspace" // the workspace given to cuBLAS
 	PurposeKernels   = "kernels"          // vlanode's kernel module
 	PurposeScratch   = "scratch"          // the backend's own scratch buffers
+	// PurposeCached is freed blocks the allocator keeps for the next
+	// allocation of the same size (see allocator).
+	PurposeCached = "cached"
 )
 
 // Allocation granularity, as accounted. cuMemAlloc aligns every block to
@@ -69,16 +72,34 @@ type account struct {
 // within the budget, per purpose. Its methods are safe for concurrent use;
 // the driver calls happen on whatever goroutine calls alloc and free (the
 // backend's CUDA thread).
+//
+// A freed block stays on the device, counted under PurposeCached, and the
+// next allocation of the same size takes it: cuMemFree waits for the whole
+// device, so freeing an inference's per-step tensors while a layering
+// executor's copies are in flight stalled the host until they landed (the
+// copy stream then idled at every decode step). Work queued before the
+// free and the new owner's work share the backend's stream, so the reuse
+// is ordered; memory other streams write (DFB slots) is freed only after
+// those streams are synchronized. When an allocation would pass the budget,
+// the cached blocks go back to the driver first, so they never cost an
+// allocation the budget allows.
 type allocator struct {
 	mem    deviceMemory
 	budget int64 // as configured; 0 = unlimited
 	limit  int64 // the bytes allowed: the budget, or the device's memory
 
 	mu       sync.Mutex
-	inUse    int64
+	inUse    int64 // live and cached bytes, as accounted
 	peak     int64
 	accounts map[string]*account
 	blocks   map[*block]struct{}
+	cache    map[int64][]cachedBlock // by bytes asked for
+}
+
+// cachedBlock is device memory of a freed block, kept for reuse.
+type cachedBlock struct {
+	ptr         driver.DevicePtr
+	bytes, cost int64
 }
 
 // newAllocator makes an allocator over mem. budget 0 means the device's
@@ -98,6 +119,7 @@ func newAllocator(mem deviceMemory, budget, deviceTotal int64) (*allocator, erro
 		mem: mem, budget: budget, limit: limit,
 		accounts: map[string]*account{},
 		blocks:   map[*block]struct{}{},
+		cache:    map[int64][]cachedBlock{},
 	}, nil
 }
 
@@ -159,8 +181,31 @@ func (a *allocator) alloc(purpose string, bytes int64) (*block, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	b := &block{bytes: bytes, cost: accountedSize(bytes), purpose: purpose, live: true}
+	if l := a.cache[bytes]; bytes > 0 && len(l) > 0 {
+		// A new block over cached memory: a tensor of the old block still
+		// sees it freed.
+		c := l[len(l)-1]
+		a.cache[bytes] = l[:len(l)-1]
+		a.release(PurposeCached, c.cost)
+		a.accounts[PurposeCached].blocks--
+		if err := a.reserve(purpose, c.cost); err != nil {
+			return nil, err // cannot happen: the same bytes were just released
+		}
+		b.ptr = c.ptr
+		a.blocks[b] = struct{}{}
+		a.accounts[purpose].blocks++
+		return b, nil
+	}
 	if err := a.reserve(purpose, b.cost); err != nil {
-		return nil, err
+		if a.accounts[PurposeCached] == nil || a.accounts[PurposeCached].bytes == 0 {
+			return nil, err
+		}
+		if ferr := a.flush(); ferr != nil {
+			return nil, errors.Join(err, ferr)
+		}
+		if err := a.reserve(purpose, b.cost); err != nil {
+			return nil, err
+		}
 	}
 	if bytes > 0 {
 		p, err := a.mem.MemAlloc(bytes)
@@ -175,8 +220,18 @@ func (a *allocator) alloc(purpose string, bytes int64) (*block, error) {
 	return b, nil
 }
 
-// free releases a block. Freeing a dead block is an error.
+// free releases a block into the cache. Freeing a dead block is an
+// error.
 func (a *allocator) free(b *block) error {
+	return a.release1(b, true)
+}
+
+// freeNow releases a block's memory to the driver at once (cuMemFree).
+func (a *allocator) freeNow(b *block) error {
+	return a.release1(b, false)
+}
+
+func (a *allocator) release1(b *block, keep bool) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, ok := a.blocks[b]; !ok || !b.live {
@@ -189,10 +244,33 @@ func (a *allocator) free(b *block) error {
 	if b.bytes == 0 {
 		return nil
 	}
+	if keep {
+		if err := a.reserve(PurposeCached, b.cost); err == nil { // the bytes just released
+			a.accounts[PurposeCached].blocks++
+			a.cache[b.bytes] = append(a.cache[b.bytes], cachedBlock{ptr: b.ptr, bytes: b.bytes, cost: b.cost})
+			return nil
+		}
+	}
 	if err := a.mem.MemFree(b.ptr); err != nil {
 		return fmt.Errorf("cuda: freeing %s of %q: %w", formatBytes(b.bytes), b.purpose, err)
 	}
 	return nil
+}
+
+// flush returns the cached blocks to the driver. Call with mu held.
+func (a *allocator) flush() error {
+	var errs []error
+	for n, l := range a.cache {
+		for _, c := range l {
+			if err := a.mem.MemFree(c.ptr); err != nil {
+				errs = append(errs, fmt.Errorf("cuda: freeing %s of cached memory: %w", formatBytes(c.bytes), err))
+			}
+			a.release(PurposeCached, c.cost)
+			a.accounts[PurposeCached].blocks--
+		}
+		delete(a.cache, n)
+	}
+	return errors.Join(errs...)
 }
 
 // freeAll releases every live block (at Close).
@@ -205,9 +283,11 @@ func (a *allocator) freeAll() error {
 	a.mu.Unlock()
 	var errs []error
 	for _, b := range blocks {
-		errs = append(errs, a.free(b))
+		errs = append(errs, a.freeNow(b))
 	}
-	return errors.Join(errs...)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return errors.Join(append(errs, a.flush())...)
 }
 
 // charge counts bytes for purpose that the device gave up outside the

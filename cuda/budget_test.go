@@ -87,7 +87,8 @@ func TestAllocatorAccounting(t *testing.T) {
 	}
 	a.uncharge(PurposeCUBLAS, 5*mib)
 	r = a.report()
-	if r.InUse != 1024 || r.Peak != 1024+9*mib || r.Bytes("kv-cache") != 0 || len(mem.live) != 1 {
+	// The freed block stays on the device, cached.
+	if r.InUse != 1024+4*mib || r.Peak != 1024+9*mib || r.Bytes("kv-cache") != 0 || r.Bytes(PurposeCached) != 4*mib || len(mem.live) != 2 {
 		t.Errorf("report after freeing:\n%v", r)
 	}
 	for _, p := range r.Purposes {
@@ -103,6 +104,56 @@ func TestAllocatorAccounting(t *testing.T) {
 	}
 	if x.live || len(mem.live) != 0 || a.report().InUse != 0 {
 		t.Errorf("freeAll left %d blocks, %d bytes", len(mem.live), a.report().InUse)
+	}
+}
+
+// TestAllocatorCache: a freed block serves the next allocation of its
+// size without the driver, as a new block (the old one stays freed);
+// freeNow bypasses the cache; an allocation the cache would push over the
+// budget first returns the cached blocks to the driver.
+func TestAllocatorCache(t *testing.T) {
+	mem := newFakeMemory()
+	a, err := newAllocator(mem, 10*mib, 100*mib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := a.alloc("activations", 3*mib) // costs 4 MiB
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.free(x); err != nil {
+		t.Fatal(err)
+	}
+	calls := mem.calls
+	y, err := a.alloc("scratch", 3*mib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if y.ptr != x.ptr || mem.calls != calls || y == x || x.live || !y.live {
+		t.Errorf("reuse: ptr %#x of %#x, %d driver calls, old block live %v", y.ptr, x.ptr, mem.calls-calls, x.live)
+	}
+	if r := a.report(); r.InUse != 4*mib || r.Bytes("scratch") != 4*mib || r.Bytes(PurposeCached) != 0 {
+		t.Errorf("after reuse:\n%v", r)
+	}
+	if err := a.free(y); err != nil {
+		t.Fatal(err)
+	}
+	// 8 MiB more fit the budget only without the 4 cached.
+	z, err := a.alloc("weights", 7*mib)
+	if err != nil {
+		t.Fatalf("allocation the cache was in the way of: %v", err)
+	}
+	if r := a.report(); r.InUse != 8*mib || r.Bytes(PurposeCached) != 0 || len(mem.live) != 1 {
+		t.Errorf("after the flush:\n%v", r)
+	}
+	if _, err := a.alloc("kv-cache", 3*mib); !errors.Is(err, ErrOverBudget) {
+		t.Errorf("over the budget with nothing cached: %v", err)
+	}
+	if err := a.freeNow(z); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.report(); r.InUse != 0 || len(mem.live) != 0 {
+		t.Errorf("freeNow kept memory:\n%v", r)
 	}
 }
 

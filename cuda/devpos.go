@@ -16,11 +16,11 @@ import (
 // UploadI32 copies int32 values into an I32 tensor through the staging
 // buffer, in order with the queued ops (see Upload).
 func (b *Backend) UploadI32(dst backend.Tensor, src []int32) error {
-	d, err := b.dstArg("upload", "dst", dst)
+	d, err := b.arg("upload", "dst", dst)
 	if err != nil {
 		return err
 	}
-	if d.dt != tensor.I32 || int64(len(src)) != d.elements() {
+	if d.readOnly || d.dt != tensor.I32 || int64(len(src)) != d.elements() {
 		return fmt.Errorf("cuda: upload: %d int32 values into %v", len(src), d)
 	}
 	if len(src) == 0 {
@@ -50,9 +50,12 @@ func (b *Backend) UploadI32(dst backend.Tensor, src []int32) error {
 // return an error): check the position where it is set.
 func (b *Backend) CopyRowsAt(dst, src, pos backend.Tensor) error {
 	const op = "copy rows"
-	d, err := b.dstArg(op, "dst", dst)
+	d, err := b.arg(op, "dst", dst)
 	if err != nil {
 		return err
+	}
+	if d.readOnly {
+		return fmt.Errorf("cuda: %s: dst %v is a read-only weight", op, d)
 	}
 	s, err := b.f32Arg(op, "src", src)
 	if err != nil {

@@ -173,7 +173,7 @@ func (d *DFBDevice) FreeSlot(s layering.Slot) error {
 		if err != nil {
 			return err
 		}
-		return g.mem.free(blk)
+		return g.mem.freeNow(blk) // the copy stream wrote it: no reuse by the compute stream's tensors
 	})
 }
 
@@ -287,7 +287,7 @@ func (d *DFBDevice) Close() error {
 		}
 		for _, blk := range d.slots {
 			if blk.live {
-				errs = append(errs, g.mem.free(blk))
+				errs = append(errs, g.mem.freeNow(blk))
 			}
 		}
 		for b, p := range d.pinned {

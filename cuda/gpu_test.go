@@ -285,7 +285,7 @@ func TestGPUErrors(t *testing.T) {
 		"shape":         b.MatMul(alloc(t, b, 4, 7), x, w, nil),
 		"overlap":       b.MatMul(x, x, w, nil),
 		"upload size":   b.Upload(x, make([]float32, 3)),
-		"alloc dtype":   func() error { _, err := b.Alloc("x", tensor.I32, 3); return err }(),
+		"alloc dtype":   func() error { _, err := b.Alloc("x", tensor.I64, 3); return err }(),
 		"weight bytes":  func() error { _, err := b.Weight("x", tensor.F32, []int{3}, make([]byte, 4)); return err }(),
 	} {
 		if err == nil {
