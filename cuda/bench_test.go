@@ -52,28 +52,18 @@ func BenchmarkGPUMatMul(b *testing.B) {
 		name    string
 		M, N, K int
 		cublas  bool // through cuBLAS even where the GEMV kernel applies
-		nosplit bool // one cuBLAS GEMM even where splitK splits
 	}{
-		{"gemv_bf16_1x4096x12288", 1, 12288, 4096, false, false},
-		{"gemv_bf16_1x4096x12288_cublas", 1, 12288, 4096, true, false},
-		{"gemv_bf16_1x12288x4096", 1, 4096, 12288, false, false},
-		{"matmul_bf16_4x4096x12288", 4, 12288, 4096, false, false},
-		{"gemm_bf16_3030x4096x12288", 3030, 12288, 4096, false, false},
-		// The action expert's projections (64 tokens): split over K, and not.
-		{"gemm_bf16_64x2048x2048", 64, 2048, 2048, false, false},
-		{"gemm_bf16_64x2048x2048_nosplit", 64, 2048, 2048, false, true},
-		{"gemm_bf16_64x1024x2048", 64, 1024, 2048, false, false},
-		{"gemm_bf16_64x1024x2048_nosplit", 64, 1024, 2048, false, true},
-		{"gemm_bf16_64x8256x2048", 64, 8256, 2048, false, false},
-		{"gemm_bf16_64x8256x2048_nosplit", 64, 8256, 2048, false, true},
-		{"gemm_bf16_64x2048x8256", 64, 2048, 8256, false, false},
-		{"gemm_bf16_64x2048x8256_nosplit", 64, 2048, 8256, false, true},
+		{"gemv_bf16_1x4096x12288", 1, 12288, 4096, false},
+		{"gemv_bf16_1x4096x12288_cublas", 1, 12288, 4096, true},
+		{"gemv_bf16_1x12288x4096", 1, 4096, 12288, false},
+		{"matmul_bf16_4x4096x12288", 4, 12288, 4096, false},
+		{"gemm_bf16_3030x4096x12288", 3030, 12288, 4096, false},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			if err := be.run(func(g *gpu) error { g.noGEMV, g.noSplitK = c.cublas, c.nosplit; return nil }); err != nil {
+			if err := be.run(func(g *gpu) error { g.noGEMV = c.cublas; return nil }); err != nil {
 				b.Fatal(err)
 			}
-			defer be.run(func(g *gpu) error { g.noGEMV, g.noSplitK = false, false; return nil })
+			defer be.run(func(g *gpu) error { g.noGEMV = false; return nil })
 			wBytes := float64(c.N) * float64(c.K) * 2
 			n := rotation(wBytes)
 			ws := make([]backend.Tensor, n)

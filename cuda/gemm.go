@@ -110,9 +110,6 @@ func (g *gpu) matmul(d, x, w, bias *Tensor, M, N, K int) error {
 			return err
 		}
 	}
-	if splits := splitK(M, N, K); splits > 1 && w.dt != tensor.F32 && !g.noSplitK {
-		return g.matmulSplitK(d, xp, w, wType, bias, M, N, K, splits)
-	}
 	s := rowMajorXWt(M, N, K)
 	gemm := &driver.Gemm{
 		TransA: s.transA, TransB: s.transB, M: s.m, N: s.n, K: s.k,
@@ -129,73 +126,6 @@ func (g *gpu) matmul(d, x, w, bias *Tensor, M, N, K int) error {
 		return fmt.Errorf("cuda: matmul %d×%d×%d %v: %w", M, N, K, w.dt, err)
 	}
 	return g.addBias(d, bias, M, N)
-}
-
-// Split-K: a product of few rows and few outputs (the action expert's 64
-// tokens through 2048-wide projections) gives cuBLAS too few output tiles
-// to fill the GPU (16 tiles for 64×2048 on 132 SMs: 12.7 µs for 8 MB of
-// weights). Splitting K into independent products, one strided-batched
-// call, and summing their float32 partials in a fixed order (so the bits
-// depend on the shape alone, never on the budget or the run) gives every
-// SM a share.
-const (
-	splitKTile     = 128 // the output tile side assumed for counting tiles
-	splitKTarget   = 256 // CTAs to aim for (two waves of a 132-SM GPU)
-	splitKMinChunk = 256 // the shortest K chunk
-	splitKMax      = 16
-)
-
-// splitK is the number of K chunks for dst[M,N] = x[M,K]·wᵀ: 1 (none)
-// unless the product has few output tiles and a K that splits into equal
-// chunks of at least splitKMinChunk, multiples of 8 (16-byte aligned bf16
-// operands).
-func splitK(M, N, K int) int {
-	tiles := ((N + splitKTile - 1) / splitKTile) * ((M + splitKTile - 1) / splitKTile)
-	best := 1
-	for s := 2; s <= splitKMax && tiles*s <= splitKTarget; s *= 2 {
-		if K%s == 0 && K/s >= splitKMinChunk && (K/s)%8 == 0 {
-			best = s
-		}
-	}
-	return best
-}
-
-// matmulSplitK queues the split product: splits GEMMs of K/splits into
-// float32 partials, then their sum (and the bias) into d.
-func (g *gpu) matmulSplitK(d *Tensor, xp driver.DevicePtr, w *Tensor, wType driver.DataType, bias *Tensor, M, N, K, splits int) error {
-	n := int64(M) * int64(N)
-	part, err := g.scratch(&g.kSplitScratch, int64(splits)*n*4)
-	if err != nil {
-		return fmt.Errorf("cuda: matmul: %w", err)
-	}
-	kc := K / splits
-	s := rowMajorXWt(M, N, kc)
-	s.lda, s.ldb = K, K
-	batch := &driver.Batch{
-		Gemm: driver.Gemm{
-			TransA: s.transA, TransB: s.transB, M: s.m, N: s.n, K: s.k,
-			Alpha: 1, Beta: 0,
-			A: w.ptr, AType: wType, LDA: s.lda,
-			B: xp, BType: wType, LDB: s.ldb,
-			C: part, CType: driver.R32F, LDC: s.ldc,
-			Compute: driver.Compute32F, Algo: driver.GemmDefault,
-		},
-		StrideA: int64(kc), StrideB: int64(kc), StrideC: n, Count: splits,
-	}
-	err = g.traced(func() string { return fmt.Sprintf("gemm %d×%d×%d %v split %d", M, N, K, w.dt, splits) }, func() error {
-		return g.blas.GemmStridedBatchedEx(g.handle, batch)
-	})
-	if err != nil {
-		return fmt.Errorf("cuda: matmul %d×%d×%d %v split %d: %w", M, N, K, w.dt, splits, err)
-	}
-	g.args.Reset()
-	g.args.Ptr(d.ptr).Ptr(part).I32(int32(splits)).U64(uint64(n)).U64(uint64(N))
-	if bias != nil {
-		g.args.Ptr(bias.ptr).I32(dtypeCode(bias.dt))
-	} else {
-		g.args.Ptr(0).I32(0)
-	}
-	return g.elementwise("matmul split-k sum", g.k.splitKSum, n)
 }
 
 // addBias adds bias [N] (nil: none) to every row of d [M, N].

@@ -33,14 +33,13 @@ type gpu struct {
 	module driver.Module
 	k      kernelSet
 
-	mem           *allocator
-	workspace     *block // cuBLAS's workspace
-	xScratch      *block // MatMul's activations in the weight's type
-	idsDev        *block // Embedding's ids
-	attnScratch   *block // split attention's partial results
-	kSplitScratch *block // split-K matmuls' partial products
-	kvScratch     *block // bf16 copies of K and V for the pipelined flash kernels
-	stage         staging
+	mem         *allocator
+	workspace   *block // cuBLAS's workspace
+	xScratch    *block // MatMul's activations in the weight's type
+	idsDev      *block // Embedding's ids
+	attnScratch *block // split attention's partial results
+	kvScratch   *block // bf16 copies of K and V for the pipelined flash kernels
+	stage       staging
 
 	info  DeviceInfo
 	kinfo KernelInfo
@@ -50,7 +49,6 @@ type gpu struct {
 
 	exactAttention bool                // WithExactAttention
 	noGEMV         bool                // benchmarks: every MatMul through cuBLAS
-	noSplitK       bool                // benchmarks: no split-K products
 	flashInPlace   bool                // tests and benchmarks: the flash kernels that read float K and V
 	capture        *capture            // the capture in progress, nil when none
 	graphs         map[*Graph]struct{} // graphs not yet closed

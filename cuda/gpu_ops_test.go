@@ -19,8 +19,7 @@ func TestGPUMatMul(t *testing.T) {
 	r := rand.New(rand.NewPCG(2, 2))
 	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 		// M == 1 with K % 8 == 0 takes the GEMV kernel for F16 and BF16.
-		// 128×512×1024, 64×256×4096 and 64×300×1024 are split over K (splitK).
-		for _, sh := range [][3]int{{1, 64, 128}, {37, 96, 160}, {128, 512, 1024}, {3, 5, 1}, {1, 1001, 520}, {4, 77, 2048}, {1, 40, 4104}, {64, 256, 4096}, {64, 300, 1024}} {
+		for _, sh := range [][3]int{{1, 64, 128}, {37, 96, 160}, {128, 512, 1024}, {3, 5, 1}, {1, 1001, 520}, {4, 77, 2048}, {1, 40, 4104}} {
 			for _, withBias := range []bool{false, true} {
 				M, N, K := sh[0], sh[1], sh[2]
 				t.Run(fmt.Sprintf("%v/%dx%dx%d/bias=%v", dt, M, N, K, withBias), func(t *testing.T) {

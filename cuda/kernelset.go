@@ -10,7 +10,6 @@ import (
 type kernelSet struct {
 	f32ToBF16, f32ToF16, addBias driver.Function // convert.cu
 	rowsAtBF16, rowsAtF32        driver.Function // convert.cu
-	splitKSum                    driver.Function // convert.cu
 	add, silu, siluMul, gelu     driver.Function // elementwise.cu
 	rmsNorm, layerNorm           driver.Function // norm.cu
 	rmsNormRows, layerNormRows   driver.Function // norm.cu, a warp per row
@@ -41,7 +40,6 @@ func (k *kernelSet) entries() []kernelEntry {
 		{&k.f32ToF16, "vla_f32_to_f16"},
 		{&k.rowsAtBF16, "vla_rows_at_bf16"},
 		{&k.rowsAtF32, "vla_rows_at_f32"},
-		{&k.splitKSum, "vla_splitk_sum"},
 		{&k.addBias, "vla_add_bias"},
 		{&k.add, "vla_add"},
 		{&k.silu, "vla_silu"},

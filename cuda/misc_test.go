@@ -111,25 +111,3 @@ func TestAvailableWithoutGPU(t *testing.T) {
 		t.Errorf("New() without CUDA: %v; want the same reason as Available: %v", nerr, err)
 	}
 }
-
-// TestSplitK: products with few output tiles split K into equal chunks of
-// at least 256, multiples of 8; others, and the decode GEMVs, do not.
-func TestSplitK(t *testing.T) {
-	for _, c := range []struct{ M, N, K, want int }{
-		{64, 2048, 2048, 8},   // the expert's q and o: 16 tiles
-		{64, 1024, 2048, 8},   // its k and v
-		{64, 8256, 2048, 2},   // gate and up: 65 tiles
-		{64, 2048, 8256, 8},   // down: chunks of 1032
-		{64, 256, 4096, 16},   // capped at 16
-		{64, 300, 1024, 4},    // 1024/8 = 128 is too short
-		{64, 300, 1000, 1},    // 500 is no multiple of 8
-		{3042, 4096, 4096, 1}, // prefill: enough tiles
-		{11520, 1152, 1152, 1},
-		{64, 2048, 100, 1},  // K too short
-		{64, 2048, 1040, 2}, // 1040/4 = 260 is no multiple of 8
-	} {
-		if got := splitK(c.M, c.N, c.K); got != c.want {
-			t.Errorf("splitK(%d, %d, %d) = %d, want %d", c.M, c.N, c.K, got, c.want)
-		}
-	}
-}

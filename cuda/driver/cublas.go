@@ -43,7 +43,7 @@ const hintBLAS = "cuBLAS of the CUDA 13 (or 12) toolkit is not installed or not 
 type BLAS struct {
 	lib *Library
 	f   struct {
-		create, destroy, setStream, setWorkspace, gemmEx, gemmBatched, getProperty,
+		create, destroy, setStream, setWorkspace, gemmEx, getProperty,
 		getStatusName unsafe.Pointer // optional
 	}
 }
@@ -62,7 +62,6 @@ func OpenBLAS() (*BLAS, error) {
 		sym(&f.setStream, "cublasSetStream_v2"),
 		sym(&f.setWorkspace, "cublasSetWorkspace_v2"),
 		sym(&f.gemmEx, "cublasGemmEx"),
-		sym(&f.gemmBatched, "cublasGemmStridedBatchedEx"),
 		sym(&f.getProperty, "cublasGetProperty"),
 	})
 	if err != nil {
@@ -147,26 +146,6 @@ type Gemm struct {
 	LDC            int
 	Compute        ComputeType
 	Algo           int
-}
-
-// Batch is a strided batch of Gemms (cublasGemmStridedBatchedEx): product
-// i reads A + i·StrideA, B + i·StrideB and writes C + i·StrideC (strides
-// in elements).
-type Batch struct {
-	Gemm
-	StrideA, StrideB, StrideC int64
-	Count                     int
-}
-
-// GemmStridedBatchedEx queues the batch on h's stream.
-func (b *BLAS) GemmStridedBatchedEx(h BLASHandle, g *Batch) error {
-	st := C.vla_cublasGemmStridedBatchedEx(b.f.gemmBatched, C.uintptr_t(h), C.int(g.TransA), C.int(g.TransB),
-		C.int(g.M), C.int(g.N), C.int(g.K), C.float(g.Alpha),
-		C.vla_dptr(g.A), C.int(g.AType), C.int(g.LDA), C.longlong(g.StrideA),
-		C.vla_dptr(g.B), C.int(g.BType), C.int(g.LDB), C.longlong(g.StrideB), C.float(g.Beta),
-		C.vla_dptr(g.C), C.int(g.CType), C.int(g.LDC), C.longlong(g.StrideC), C.int(g.Count),
-		C.int(g.Compute), C.int(g.Algo))
-	return b.check("cublasGemmStridedBatchedEx", st)
 }
 
 // GemmEx queues g on h's stream.

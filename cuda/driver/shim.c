@@ -219,18 +219,6 @@ vla_status vla_cublasGemmEx(void *fn, uintptr_t h, int transa, int transb, int m
 	                    algo);
 }
 
-vla_status vla_cublasGemmStridedBatchedEx(void *fn, uintptr_t h, int transa, int transb, int m, int n, int k,
-                                          float alpha, vla_dptr a, int atype, int lda, long long sa, vla_dptr b,
-                                          int btype, int ldb, long long sb, float beta, vla_dptr c, int ctype,
-                                          int ldc, long long sc, int batch, int compute, int algo) {
-	typedef vla_status (*gemm_t)(H, int, int, int, int, int, const void *, const void *, int, int, long long,
-	                             const void *, int, int, long long, const void *, void *, int, int, long long, int,
-	                             int, int);
-	return ((gemm_t)fn)((H)h, transa, transb, m, n, k, &alpha, (const void *)(uintptr_t)a, atype, lda, sa,
-	                    (const void *)(uintptr_t)b, btype, ldb, sb, &beta, (void *)(uintptr_t)c, ctype, ldc, sc,
-	                    batch, compute, algo);
-}
-
 // ---- libnvrtc ----
 
 vla_status vla_nvrtcVersion(void *fn, int *major, int *minor) {

@@ -98,10 +98,6 @@ const char *vla_cublasGetStatusName(void *fn, vla_status s);
 vla_status vla_cublasGemmEx(void *fn, uintptr_t h, int transa, int transb, int m, int n, int k,
                             float alpha, vla_dptr a, int atype, int lda, vla_dptr b, int btype, int ldb,
                             float beta, vla_dptr c, int ctype, int ldc, int compute, int algo);
-vla_status vla_cublasGemmStridedBatchedEx(void *fn, uintptr_t h, int transa, int transb, int m, int n, int k,
-                                          float alpha, vla_dptr a, int atype, int lda, long long sa, vla_dptr b,
-                                          int btype, int ldb, long long sb, float beta, vla_dptr c, int ctype,
-                                          int ldc, long long sc, int batch, int compute, int algo);
 
 // libnvrtc.
 vla_status vla_nvrtcVersion(void *fn, int *major, int *minor);

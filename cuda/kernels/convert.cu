@@ -27,19 +27,6 @@ extern "C" __global__ void vla_f32_to_f16(u16 *__restrict__ y, const float *__re
 	VLA_FOR(i, n) y[i] = vla_f32_to_f16(x[i]);
 }
 
-// vla_splitk_sum adds the splits partial products of a split-K matmul,
-// part [splits][n], in order, and the bias [cols] (null: none), into y [n]
-// of rows of cols: the same bits however the GPU schedules it.
-extern "C" __global__ void vla_splitk_sum(float *__restrict__ y, const float *__restrict__ part, int splits, u64 n,
-                                          u64 cols, const void *__restrict__ bias, int bdt) {
-	VLA_FOR(i, n) {
-		float s = part[i];
-		for (int z = 1; z < splits; z++) s = __fadd_rn(s, part[(u64)z * n + i]);
-		if (bias) s = __fadd_rn(s, vla_load(bias, bdt, i % cols));
-		y[i] = s;
-	}
-}
-
 // vla_add_bias adds bias [cols] (of type bdt) to every row of y [rows, cols].
 extern "C" __global__ void vla_add_bias(float *__restrict__ y, const void *__restrict__ bias, int bdt, u64 rows,
                                         u64 cols) {
