@@ -58,6 +58,11 @@ func BenchmarkGPUMatMul(b *testing.B) {
 		{"gemv_bf16_1x12288x4096", 1, 4096, 12288, false},
 		{"matmul_bf16_4x4096x12288", 4, 12288, 4096, false},
 		{"gemm_bf16_3030x4096x12288", 3030, 12288, 4096, false},
+		// The action expert's projections (64 tokens; bench/results/cuda-kernels.md).
+		{"gemm_bf16_64x2048x2048", 64, 2048, 2048, false},
+		{"gemm_bf16_64x1024x2048", 64, 1024, 2048, false},
+		{"gemm_bf16_64x8256x2048", 64, 8256, 2048, false},
+		{"gemm_bf16_64x2048x8256", 64, 2048, 8256, false},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			if err := be.run(func(g *gpu) error { g.noGEMV = c.cublas; return nil }); err != nil {
