@@ -83,7 +83,33 @@ func NewPlan(arch *Arch, w Workload, p *Profile, budget int64) (*Plan, error) {
 		return nil, err
 	}
 	plan.Model, plan.Workload = arch.Name, w
+	plan.applyGraphs(p)
 	return plan, nil
+}
+
+// applyGraphs carries the profile's graph speed-up to the stages that run
+// with every unit resident: the preload times, and the prediction of a
+// plan that streams nothing (whose decode and Euler steps the model
+// replays from captured graphs; a layering executor computes unit by
+// unit, as the units were timed). Each of the two stages scales by the
+// ratio of its measured time with graphs to its time op by op; vision and
+// prefill run the same way in both (their two times differ by noise).
+func (plan *Plan) applyGraphs(p *Profile) {
+	for s, g := range p.GraphStageMs {
+		op := p.StageMs[s]
+		if g <= 0 || op <= 0 || (s != StageDecode && s != StageDiffusion) {
+			continue
+		}
+		f := g / op
+		if ms, ok := plan.PreloadMs[s]; ok {
+			plan.PreloadMs[s] = ms * f
+			plan.PreloadTotalMs += ms*f - ms
+		}
+		if ms, ok := plan.PredictedMs[s]; ok && plan.SlotBytes == 0 {
+			plan.PredictedMs[s] = ms * f
+			plan.TotalMs += ms*f - ms
+		}
+	}
 }
 
 // planItems places items under budget after the fixed costs; promoteRoom

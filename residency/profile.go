@@ -24,8 +24,13 @@ type Profile struct {
 	Fixed    FixedCosts   `json:"fixed"`
 	Units    []UnitTiming `json:"units"`
 	// StageMs, when set, are the measured stage times (every unit
-	// resident) that the units' times add up to, per stage.
+	// resident, computed op by op) that the units' times add up to, per
+	// stage.
 	StageMs map[Stage]float64 `json:"stage_ms,omitempty"`
+	// GraphStageMs, when set, are the same stages' times with the decode
+	// and Euler steps replayed from captured graphs, as a model runs when
+	// its plan streams nothing (Plan.applyGraphs).
+	GraphStageMs map[Stage]float64 `json:"graph_stage_ms,omitempty"`
 }
 
 // Roofline is the fallback model: a unit takes max(bytes/MemGBps,
@@ -124,6 +129,11 @@ func (p *Profile) Validate() error {
 	f := p.Fixed
 	if f.ContextBytes < 0 || f.CUBLASBytes < 0 || f.WorkspaceBytes < 0 || f.KernelBytes < 0 {
 		bad("fixed costs must not be negative: %+v", f)
+	}
+	for st, ms := range p.GraphStageMs {
+		if !(ms > 0) || math.IsInf(ms, 0) {
+			bad("graph_stage_ms[%s] must be positive, got %g", st, ms)
+		}
 	}
 	for i, u := range p.Units {
 		if u.Module == "" || u.Stage == "" || u.Rows <= 0 || u.WeightBytes < 0 || u.FLOPs < 0 || !(u.Ms > 0) {

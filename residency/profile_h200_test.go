@@ -24,9 +24,60 @@ func TestDefaultProfileIsMeasured(t *testing.T) {
 	assert.Empty(t, plan.Roofline, "every module is profiled")
 	assert.Zero(t, plan.Timing["roofline"])
 	require.Len(t, p.StageMs, 4)
+	require.Len(t, p.GraphStageMs, 4)
 	for s, want := range p.StageMs {
 		// Unit times are rounded to 10 ns: 111 units over up to 21 passes.
+		// Nothing streamed: decode and diffusion run as timed with graphs.
+		if s == StageDecode || s == StageDiffusion {
+			want = p.GraphStageMs[s]
+		}
 		assert.InDelta(t, want, plan.PredictedMs[s], 0.05, s)
 	}
 	assert.InDelta(t, plan.PreloadTotalMs, plan.TotalMs, 1e-6)
+
+	// Without the graph times, the units add up to the op-by-op stages.
+	op := *p
+	op.GraphStageMs = nil
+	plan, err = NewPlan(alpamayo10B(t), StandardWorkload(), &op, 0)
+	require.NoError(t, err)
+	for s, want := range p.StageMs {
+		assert.InDelta(t, want, plan.PredictedMs[s], 0.05, s)
+	}
+}
+
+// TestGraphStageTimes: the graph speed-up applies to a plan that streams
+// nothing and to every plan's preload times, not to a streaming plan's
+// prediction (the executor computes unit by unit, as the units were
+// timed).
+func TestGraphStageTimes(t *testing.T) {
+	p := defaultProfile(t)
+	op := *p
+	op.GraphStageMs = nil
+	for _, budget := range []int64{0, 8e9} {
+		with, err := NewPlan(alpamayo10B(t), StandardWorkload(), p, budget)
+		require.NoError(t, err)
+		without, err := NewPlan(alpamayo10B(t), StandardWorkload(), &op, budget)
+		require.NoError(t, err)
+		for _, s := range []Stage{StageDecode, StageDiffusion} {
+			f := p.GraphStageMs[s] / p.StageMs[s]
+			assert.InDelta(t, without.PreloadMs[s]*f, with.PreloadMs[s], 1e-9, "%s preload at %d", s, budget)
+			want := without.PredictedMs[s]
+			if budget == 0 {
+				want *= f
+			}
+			assert.InDelta(t, want, with.PredictedMs[s], 1e-9, "%s at %d", s, budget)
+		}
+		sum := 0.0
+		for _, ms := range with.PredictedMs {
+			sum += ms
+		}
+		assert.InDelta(t, sum, with.TotalMs, 1e-9)
+		assert.GreaterOrEqual(t, with.TotalMs, with.PreloadTotalMs-1e-9, "no plan predicts less than preload")
+		for _, s := range []Stage{StageVision, StagePrefill} {
+			assert.Equal(t, without.PredictedMs[s], with.PredictedMs[s], "%s runs no graph", s)
+		}
+	}
+	bad := *p
+	bad.GraphStageMs = map[Stage]float64{StageDecode: -1}
+	assert.ErrorContains(t, bad.Validate(), "graph_stage_ms[decode]")
 }

@@ -41,7 +41,7 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := cuda.Available(); err != nil {
 		return fmt.Errorf("profile measures a GPU: %w", err)
 	}
-	p := &residency.Profile{StageMs: map[residency.Stage]float64{}}
+	p := &residency.Profile{StageMs: map[residency.Stage]float64{}, GraphStageMs: map[residency.Stage]float64{}}
 	var err error
 	fmt.Fprintln(stderr, "vlanode profile: pinned host-to-device bandwidth…")
 	if p.H2DGBps, err = measureH2D(386 << 20); err != nil {
@@ -170,12 +170,17 @@ func profileUnits(ctx context.Context, p *residency.Profile, dir, vlm string, ru
 		stage  residency.Stage
 	}
 	exe := map[key][]float64{}        // per turn, ms
-	stageMs := map[string][]float64{} // per run
-	// A warm-up, then runs timed as a user runs them (stage times), then
-	// runs with an event pair around every compute (the units' shares).
-	for i := range 2*runs + 1 {
-		profiled := i > runs
+	stageMs := map[string][]float64{} // per run, op by op
+	graphMs := map[string][]float64{} // per run, decode and Euler steps from graphs
+	// A warm-up, then runs timed as a user runs them: op by op (the stage
+	// times the units add up to), then with graphs (what a plan that
+	// streams nothing runs); then runs with an event pair around every
+	// compute (the units' shares).
+	defer bm.model.SetGraphs(true)
+	for i := range 3*runs + 1 {
+		opByOp, graphs, profiled := i >= 1 && i <= runs, i > runs && i <= 2*runs, i > 2*runs
 		bm.model.SetProfiling(profiled)
+		bm.model.SetGraphs(!opByOp)
 		res, err := bm.model.Infer(ctx, req)
 		if err != nil {
 			return err
@@ -183,9 +188,16 @@ func profileUnits(ctx context.Context, p *residency.Profile, dir, vlm string, ru
 		switch {
 		case i == 0:
 			continue // warm-up
-		case !profiled:
+		case opByOp, graphs:
+			into := stageMs
+			if graphs {
+				into = graphMs
+				if !res.DecodeGraph || !res.DiffusionGraph {
+					return fmt.Errorf("profile: the decode and Euler steps did not replay graphs (%s)", res.GraphError)
+				}
+			}
 			for s, d := range map[string]time.Duration{"vision": res.Timing.Vision, "prefill": res.Timing.Prefill, "decode": res.Timing.Decode, "diffusion": res.Timing.Diffusion} {
-				stageMs[s] = append(stageMs[s], float64(d)/1e6)
+				into[s] = append(into[s], float64(d)/1e6)
 			}
 			continue
 		}
@@ -230,6 +242,9 @@ func profileUnits(ctx context.Context, p *residency.Profile, dir, vlm string, ru
 	for _, s := range residency.Stages() {
 		if ms, ok := stageMs[string(s)]; ok {
 			p.StageMs[s] = round3(median(ms))
+		}
+		if ms, ok := graphMs[string(s)]; ok {
+			p.GraphStageMs[s] = round3(median(ms))
 		}
 	}
 	// What a stage spends outside its units' computes (the host's share:
@@ -277,9 +292,10 @@ func profileUnits(ctx context.Context, p *residency.Profile, dir, vlm string, ru
 	}
 	p.Source = fmt.Sprintf("vlanode profile, %s: pinned H2D copies of 386 MiB; GEMV 1×4096×12288 and GEMM 3030×4096×12288 bf16 through the "+
 		"backend's MatMul (median of 20); fixed: what a fresh CUDA backend charges (context, cuBLAS handle, workspace, kernel module); units: "+
-		"%s (standard workload, every unit resident, after a warm-up): stage_ms is the median of %d inferences timed as served; each module's "+
+		"%s (standard workload, every unit resident, after a warm-up): stage_ms is the median of %d inferences timed as served, op by op, "+
+		"graph_stage_ms of %d more with the decode and Euler steps replayed from CUDA graphs; each module's "+
 		"median compute per stage comes from %d more inferences with events around every unit; the rest of each stage's time "+
-		"(gathering embedding rows, uploads, logits, sampling) is the embedding's work in prefill and decode and the first unit's in vision and diffusion", time.Now().UTC().Format("2006-01-02"), dir, runs, runs)
+		"(gathering embedding rows, uploads, logits, sampling) is the embedding's work in prefill and decode and the first unit's in vision and diffusion", time.Now().UTC().Format("2006-01-02"), dir, runs, runs, runs)
 	return nil
 }
 

@@ -298,6 +298,12 @@ func headUnits(blocks []*qwen3.HeadBlock) []*models.Unit {
 	return out
 }
 
+// SetGraphs lets the decode and Euler steps replay captured graphs where
+// the backend can (the default), or runs them op by op.
+func (m *Model) SetGraphs(on bool) {
+	m.VLM.Text.NoGraphs, m.Expert.NoGraphs = !on, !on
+}
+
 // SetProfiling turns the executor's per-unit timing on or off for the next
 // inferences (Result.Layers.Turns); it does nothing without Layering.
 func (m *Model) SetProfiling(on bool) {
