@@ -20,7 +20,16 @@
 // Capture records a sequence of ops into a CUDA graph and Graph.Launch
 // replays it with one launch call: a decode step of a few hundred kernels
 // then costs the GPU's time, not the host's launch time. See Capture for
-// what a capture refuses.
+// what a capture refuses. CaptureGraph serves model code (backend.Capturer);
+// UploadI32, CopyRowsAt and AttentionAt (backend.DevicePos) read a decode
+// step's position from device memory, so that one graph serves every step
+// with the bits of the op-by-op path.
+//
+// # Tracing
+//
+// StartTrace and StopTrace time every kernel, GEMM, copy and upload queued
+// in between with a pair of events, summed by kernel and grid or GEMM
+// shape (WriteOpTimes): a developer's view of where the GPU time goes.
 //
 // # Memory
 //
@@ -33,7 +42,12 @@
 // Blocks are counted as the device gives them up (256-byte granules, 2 MiB
 // pages from 1 MiB on). An allocation over the budget fails with a
 // *BudgetError naming the purpose, the request and the budget, before the
-// GPU is asked. Usage reports the accounts and their peaks.
+// GPU is asked. Usage reports the accounts and their peaks. A freed block
+// stays on the device ("cached") for the next allocation of its size, and
+// the cache goes back to the driver when an allocation would otherwise pass
+// the budget: cuMemFree waits for the whole device, which stalled the host
+// behind a layering executor's copies (DFB slots, which another stream
+// writes, are freed at once).
 //
 // Uploads, downloads and token ids pass through one pinned staging buffer
 // with an event, so transfers are asynchronous DMA in stream order. Weight
