@@ -27,19 +27,9 @@ func (b *Backend) UploadI32(dst backend.Tensor, src []int32) error {
 		return nil
 	}
 	return b.run(func(g *gpu) error {
-		if err := g.inCapture("upload"); err != nil {
-			return err
-		}
-		n := d.bytes()
-		buf, err := g.stage.take(g.drv, n)
-		if err != nil {
-			return fmt.Errorf("cuda: upload: %w", err)
-		}
-		copy(unsafe.Slice((*int32)(unsafe.Pointer(&buf[0])), len(src)), src)
-		if err := g.drv.CopyHtoDAsync(d.ptr, unsafe.Pointer(&buf[0]), n, g.stream); err != nil {
-			return fmt.Errorf("cuda: upload: %w", err)
-		}
-		return g.stage.queued(g.drv, g.stream)
+		return g.uploadStaged(d, func(buf []byte) {
+			copy(unsafe.Slice((*int32)(unsafe.Pointer(&buf[0])), len(src)), src)
+		})
 	})
 }
 

@@ -24,23 +24,31 @@ func (b *Backend) Upload(dst backend.Tensor, src []float32) error {
 		return nil
 	}
 	return b.run(func(g *gpu) error {
-		if err := g.inCapture("upload"); err != nil {
-			return err
-		}
-		n := d.bytes()
-		buf, err := g.stage.take(g.drv, n)
-		if err != nil {
-			return fmt.Errorf("cuda: upload: %w", err)
-		}
-		parallelCopy(unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), len(src)), src)
-		err = g.traced(func() string { return "upload (staged)" }, func() error {
-			return g.drv.CopyHtoDAsync(d.ptr, unsafe.Pointer(&buf[0]), n, g.stream)
+		return g.uploadStaged(d, func(buf []byte) {
+			parallelCopy(unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), len(src)), src)
 		})
-		if err != nil {
-			return fmt.Errorf("cuda: upload: %w", err)
-		}
-		return g.stage.queued(g.drv, g.stream)
 	})
+}
+
+// uploadStaged fills the staging buffer with d's bytes and queues their
+// copy into d.
+func (g *gpu) uploadStaged(d *Tensor, fill func(buf []byte)) error {
+	if err := g.inCapture("upload"); err != nil {
+		return err
+	}
+	n := d.bytes()
+	buf, err := g.stage.take(g.drv, n)
+	if err != nil {
+		return fmt.Errorf("cuda: upload: %w", err)
+	}
+	fill(buf)
+	err = g.traced(func() string { return "upload (staged)" }, func() error {
+		return g.drv.CopyHtoDAsync(d.ptr, unsafe.Pointer(&buf[0]), n, g.stream)
+	})
+	if err != nil {
+		return fmt.Errorf("cuda: upload: %w", err)
+	}
+	return g.stage.queued(g.drv, g.stream)
 }
 
 // Download waits for the queued work and copies an F32 tensor to the host.
