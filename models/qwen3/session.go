@@ -246,12 +246,14 @@ func (s *Session) graphStep(ctx context.Context, x backend.Tensor, cos, sin []fl
 	g := s.graph
 	if g == nil {
 		g = &stepGraph{}
+		s.graph = g // Close frees what was allocated
 		if g.x, err = m.be.Alloc("activations", tensor.F32, 1, m.Config.HiddenSize); err == nil {
 			g.pos, err = m.be.Alloc("activations", tensor.I32, 1)
 		}
-		s.graph = g // Close frees what was allocated
 		if err != nil {
-			return true, fmt.Errorf("qwen3: decode step graph: %w", err)
+			// A graph is an optimization: without its memory, op by op.
+			g.err = fmt.Errorf("qwen3: decode step graph: %w", err)
+			return false, nil
 		}
 	}
 	if err := sc.SetRope(m.be, cos, sin); err != nil {
@@ -282,7 +284,14 @@ func (s *Session) graphStep(ctx context.Context, x backend.Tensor, cos, sin []fl
 		err = g.g.Launch()
 	case !g.ran:
 		g.ran = true
-		err = layers()
+		if err = layers(); err != nil && ctx.Err() == nil {
+			// The device-position ops refused this step (a cache longer
+			// than the decode kernel splits): op by op from now on. The
+			// step is redone from x, which is untouched, and rewrites the
+			// cache rows it wrote.
+			g.err = err
+			return false, nil
+		}
 	default:
 		gr, cerr := cp.CaptureGraph(layers)
 		if cerr != nil {
