@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"vlanode/backend"
+	"vlanode/backend/replay"
 	"vlanode/cpu"
 	"vlanode/models/alpamayo"
 	"vlanode/models/qwen3vl"
@@ -108,6 +110,42 @@ func TestInferTiny(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, res.ReasoningIDs, again.ReasoningIDs)
 	assert.Equal(t, res.XYZ, again.XYZ)
+}
+
+// TestInferGraphsTiny runs the tiny model on the cpu backend wrapped with
+// host-side graphs (backend/replay): the decode and Euler steps go
+// through their graphs (captured once each, replayed after), and
+// reasoning, actions and trajectory are the bits of the plain cpu run.
+func TestInferGraphsTiny(t *testing.T) {
+	dir := tinyCheckpoint(t)
+	host, err := cpu.New()
+	require.NoError(t, err)
+	defer host.Close()
+	req := request(4)
+	req.MaxReasoningTokens = 8
+	infer := func(be backend.Backend) *alpamayo.Result {
+		m, err := alpamayo.Load(be, dir, alpamayo.LoadOptions{})
+		require.NoError(t, err)
+		defer m.Close()
+		res, err := m.Infer(context.Background(), req)
+		require.NoError(t, err)
+		return res
+	}
+	want := infer(host)
+	assert.False(t, want.DecodeGraph || want.DiffusionGraph, "the cpu backend captures nothing")
+	r := replay.New(host)
+	got := infer(r)
+	require.Empty(t, got.GraphError)
+	require.True(t, got.DecodeGraph, "decode steps through a graph")
+	require.True(t, got.DiffusionGraph, "Euler steps through a graph")
+	decodes := got.CachedTokens - got.PromptTokens
+	require.Positive(t, decodes)
+	assert.Equal(t, 2, r.Captures, "one decode step graph, one Euler step graph")
+	assert.Equal(t, (decodes-1)+(10-1), r.Launches, "every step after the first launches its graph")
+	assert.Equal(t, want.ReasoningIDs, got.ReasoningIDs)
+	assert.Equal(t, want.Normalized, got.Normalized)
+	assert.Equal(t, want.XYZ, got.XYZ)
+	assert.Equal(t, want.Rot, got.Rot)
 }
 
 func TestInferRejectsBadRequests(t *testing.T) {
