@@ -138,35 +138,14 @@ func TestCUDAStepGraph(t *testing.T) {
 			_, ids, _ := loadCase(t, dir)
 			m := loadOn(t, be, dir)
 			const steps = 6
-			decode := func(noGraphs bool) ([][]float32, bool) {
-				m.NoGraphs = noGraphs
-				s, err := m.NewSession(len(ids) + steps)
-				require.NoError(t, err)
-				defer s.Close()
-				logits, err := s.Forward(context.Background(), ids, false)
-				require.NoError(t, err)
-				var all [][]float32
-				for range steps {
-					next := sample.Greedy(logits)
-					logits, err = s.Forward(context.Background(), []int32{int32(next)}, false)
-					require.NoError(t, err)
-					all = append(all, logits)
-				}
-				graphed, gerr := s.StepGraph()
-				require.NoError(t, gerr, "capturing the decode step")
-				return all, graphed
-			}
-			graph, graphed := decode(false)
+			m.NoGraphs = false
+			graph, graphed, gerr := greedySteps(t, m, ids, steps)
+			require.NoError(t, gerr, "capturing the decode step")
 			require.True(t, graphed, "decode steps did not replay a graph")
-			plain, graphedPlain := decode(true)
+			m.NoGraphs = true
+			plain, graphedPlain, _ := greedySteps(t, m, ids, steps)
 			require.False(t, graphedPlain)
-			for i := range graph {
-				for j := range graph[i] {
-					if math.Float32bits(graph[i][j]) != math.Float32bits(plain[i][j]) {
-						t.Fatalf("step %d, logit %d: graph %v, op by op %v", i, j, graph[i][j], plain[i][j])
-					}
-				}
-			}
+			sameBits(t, plain, graph)
 		})
 	}
 }

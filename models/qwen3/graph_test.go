@@ -16,6 +16,38 @@ import (
 	"vlanode/sample"
 )
 
+// greedySteps prefills ids and decodes steps greedy tokens one at a time,
+// returning each step's logits and the session's StepGraph.
+func greedySteps(t *testing.T, m *qwen3.Model, ids []int32, steps int) ([][]float32, bool, error) {
+	t.Helper()
+	s, err := m.NewSession(len(ids) + steps)
+	require.NoError(t, err)
+	defer s.Close()
+	logits, err := s.Forward(context.Background(), ids, false)
+	require.NoError(t, err)
+	var all [][]float32
+	for range steps {
+		logits, err = s.Forward(context.Background(), []int32{int32(sample.Greedy(logits))}, false)
+		require.NoError(t, err)
+		all = append(all, logits)
+	}
+	graphed, gerr := s.StepGraph()
+	return all, graphed, gerr
+}
+
+// sameBits fails unless got holds want's logits bit for bit.
+func sameBits(t *testing.T, want, got [][]float32) {
+	t.Helper()
+	require.Len(t, got, len(want))
+	for i := range want {
+		for j := range want[i] {
+			if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
+				t.Fatalf("step %d, logit %d: %v, want %v (op by op)", i, j, got[i][j], want[i][j])
+			}
+		}
+	}
+}
+
 // TestStepGraphLogic decodes through the step graph on the replaying
 // backend and op by op: the same logits at every step; the first step
 // runs op by op, the second is captured, every later one launches it.
@@ -36,33 +68,11 @@ func TestStepGraphLogic(t *testing.T) {
 		m, err := qwen3.Load(be, dir, ck)
 		require.NoError(t, err)
 		defer m.Close()
-		s, err := m.NewSession(len(ids) + steps)
-		require.NoError(t, err)
-		defer s.Close()
-		logits, err := s.Forward(context.Background(), ids, false)
-		require.NoError(t, err)
-		var all [][]float32
-		for range steps {
-			logits, err = s.Forward(context.Background(), []int32{int32(sample.Greedy(logits))}, false)
-			require.NoError(t, err)
-			all = append(all, logits)
-		}
-		graphed, gerr := s.StepGraph()
-		return all, graphed, gerr
+		return greedySteps(t, m, ids, steps)
 	}
 	want, graphed, _ := decode(host)
 	require.False(t, graphed, "the cpu backend captures nothing")
-
-	same := func(got [][]float32) {
-		t.Helper()
-		for i := range want {
-			for j := range want[i] {
-				if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
-					t.Fatalf("step %d, logit %d: %v, op by op %v", i, j, got[i][j], want[i][j])
-				}
-			}
-		}
-	}
+	same := func(got [][]float32) { t.Helper(); sameBits(t, want, got) }
 	r := replay.New(host)
 	got, graphed, gerr := decode(r)
 	require.NoError(t, gerr)
