@@ -113,7 +113,7 @@ func TestAllocatorAccounting(t *testing.T) {
 // budget first returns the cached blocks to the driver.
 func TestAllocatorCache(t *testing.T) {
 	mem := newFakeMemory()
-	a, err := newAllocator(mem, 10*mib, 100*mib)
+	a, err := newAllocator(mem, 16*mib, 100*mib) // the cache holds 4 MiB
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,12 +138,12 @@ func TestAllocatorCache(t *testing.T) {
 	if err := a.free(y); err != nil {
 		t.Fatal(err)
 	}
-	// 8 MiB more fit the budget only without the 4 cached.
-	z, err := a.alloc("weights", 7*mib)
+	// 14 MiB more fit the budget only without the 4 cached.
+	z, err := a.alloc("weights", 13*mib)
 	if err != nil {
 		t.Fatalf("allocation the cache was in the way of: %v", err)
 	}
-	if r := a.report(); r.InUse != 8*mib || r.Bytes(PurposeCached) != 0 || len(mem.live) != 1 {
+	if r := a.report(); r.InUse != 14*mib || r.Bytes(PurposeCached) != 0 || len(mem.live) != 1 {
 		t.Errorf("after the flush:\n%v", r)
 	}
 	if _, err := a.alloc("kv-cache", 3*mib); !errors.Is(err, ErrOverBudget) {
@@ -154,6 +154,47 @@ func TestAllocatorCache(t *testing.T) {
 	}
 	if r := a.report(); r.InUse != 0 || len(mem.live) != 0 {
 		t.Errorf("freeNow kept memory:\n%v", r)
+	}
+}
+
+// TestAllocatorCacheCap: the cache holds a quarter of the limit at most;
+// a block larger than that goes straight back, and one that would pass it
+// empties the cache first.
+func TestAllocatorCacheCap(t *testing.T) {
+	if got := cacheCap(100 * gib); got != cacheCapMax {
+		t.Errorf("cacheCap(100 GiB) = %d, want %d", got, int64(cacheCapMax))
+	}
+	mem := newFakeMemory()
+	a, err := newAllocator(mem, 16*mib, 100*mib) // cap 4 MiB
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, err := a.alloc("weights", 5*mib) // costs 6 MiB
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.free(big); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.report(); r.InUse != 0 || len(mem.live) != 0 {
+		t.Errorf("a block over the cap was cached:\n%v", r)
+	}
+	x, _ := a.alloc("activations", 3*mib) // 4 MiB each
+	y, _ := a.alloc("activations", 3*mib+1)
+	if err := a.free(x); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.report(); r.Bytes(PurposeCached) != 4*mib {
+		t.Errorf("after caching x:\n%v", r)
+	}
+	if err := a.free(y); err != nil { // 4 + 4 MiB would pass the cap: x goes back first
+		t.Fatal(err)
+	}
+	if r := a.report(); r.Bytes(PurposeCached) != 4*mib || len(mem.live) != 1 || r.InUse != 4*mib {
+		t.Errorf("after caching y:\n%v", r)
+	}
+	if err := a.freeAll(); err != nil || len(mem.live) != 0 {
+		t.Errorf("freeAll: %v, %d blocks left", err, len(mem.live))
 	}
 }
 

@@ -43,9 +43,9 @@
 // pages from 1 MiB on). An allocation over the budget fails with a
 // *BudgetError naming the purpose, the request and the budget, before the
 // GPU is asked. Usage reports the accounts and their peaks. A freed block
-// stays on the device ("cached") for the next allocation of its size, and
-// the cache goes back to the driver when an allocation would otherwise pass
-// the budget: cuMemFree waits for the whole device, which stalled the host
+// stays on the device ("cached", a quarter of the limit and 4 GiB at most)
+// for the next allocation of its size, and the cache goes back to the
+// driver when an allocation would otherwise pass the budget: cuMemFree waits for the whole device, which stalled the host
 // behind a layering executor's copies (DFB slots, which another stream
 // writes, are freed at once).
 //
