@@ -44,7 +44,7 @@ type Expert struct {
 	// graph replays the Euler steps of the sample in progress, where the
 	// backend can; lastGraphed and lastGraphErr are the last sample's
 	// (StepGraph).
-	graph        *stepGraph
+	graph        *models.StepGraph
 	lastGraphed  bool
 	lastGraphErr error
 
@@ -285,8 +285,10 @@ func (e *Expert) forward(ctx context.Context, p *Prefix, x []float32, t float32,
 		return err
 	}
 	step := func() error { return e.compute(ctx, p, out) }
-	if g := e.graph; g != nil && out && g.usable(be, e.Exec) {
-		return g.run(be, step)
+	if g := e.graph; g != nil && out && g.Usable(be, e.Exec) {
+		if done, err := g.Run(ctx, be, step); done || err != nil {
+			return err
+		}
 	}
 	return step()
 }

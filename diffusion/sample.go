@@ -49,13 +49,13 @@ func (e *Expert) Sample(ctx context.Context, prefixes []Prefix, opt SampleOption
 }
 
 // integrate runs one sample's Euler steps, replaying them from a graph
-// where the backend can (see stepGraph).
+// where the backend can (see models.StepGraph).
 func (e *Expert) integrate(ctx context.Context, flow Flow, x []float32, p Prefix) error {
 	if !e.NoGraphs {
-		e.graph = &stepGraph{}
+		e.graph = &models.StepGraph{}
 		defer func() {
-			e.lastGraphed, e.lastGraphErr = e.graph.g != nil, e.graph.err
-			_ = e.graph.close()
+			e.lastGraphed, e.lastGraphErr = e.graph.Captured(), e.graph.Err()
+			_ = e.graph.Close()
 			e.graph = nil
 		}()
 	}

@@ -33,9 +33,7 @@ type Session struct {
 // The results are those of the op-by-op path, bit for bit.
 type stepGraph struct {
 	x, pos backend.Tensor // the step's hidden state [1, hidden], its position (I32)
-	g      backend.Graph
-	ran    bool  // a step ran op by op
-	err    error // why the capture failed: op by op from then on
+	models.StepGraph
 }
 
 // LayerHook runs after decoder layer i with the residual stream x
@@ -119,15 +117,13 @@ func (s *Session) StepGraph() (bool, error) {
 	if s.graph == nil {
 		return false, nil
 	}
-	return s.graph.g != nil, s.graph.err
+	return s.graph.Captured(), s.graph.Err()
 }
 
 // Close frees the KV cache.
 func (s *Session) Close() {
 	if g := s.graph; g != nil {
-		if g.g != nil {
-			_ = g.g.Close()
-		}
+		_ = g.Close()
 		for _, t := range []backend.Tensor{g.x, g.pos} {
 			if t != nil {
 				s.m.be.Free(t)
@@ -231,9 +227,12 @@ func (s *Session) ForwardEmbedded(ctx context.Context, x backend.Tensor, cos, si
 // whether it did (false: the backend or the runner cannot; run op by op).
 func (s *Session) graphStep(ctx context.Context, x backend.Tensor, cos, sin []float32) (bool, error) {
 	m := s.m
-	cp, ok := m.be.(backend.Capturer)
-	dp, ok2 := m.be.(backend.DevicePos)
-	if !ok || !ok2 || m.NoGraphs || !models.Direct(m.Exec) || (s.graph != nil && s.graph.err != nil) {
+	dp, ok := m.be.(backend.DevicePos)
+	state := &models.StepGraph{} // before the first step: a fresh graph's
+	if s.graph != nil {
+		state = &s.graph.StepGraph
+	}
+	if !ok || m.NoGraphs || !state.Usable(m.be, m.Exec) {
 		return false, nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -252,7 +251,7 @@ func (s *Session) graphStep(ctx context.Context, x backend.Tensor, cos, sin []fl
 		}
 		if err != nil {
 			// A graph is an optimization: without its memory, op by op.
-			g.err = fmt.Errorf("qwen3: decode step graph: %w", err)
+			g.Fail(fmt.Errorf("qwen3: decode step graph: %w", err))
 			return false, nil
 		}
 	}
@@ -279,31 +278,12 @@ func (s *Session) graphStep(ctx context.Context, x backend.Tensor, cos, sin []fl
 		}
 		return nil
 	}
-	switch {
-	case g.g != nil:
-		err = g.g.Launch()
-	case !g.ran:
-		g.ran = true
-		if err = layers(); err != nil && ctx.Err() == nil {
-			// The device-position ops refused this step (a cache longer
-			// than the decode kernel splits): op by op from now on. The
-			// step is redone from x, which is untouched, and rewrites the
-			// cache rows it wrote.
-			g.err = err
-			return false, nil
-		}
-	default:
-		gr, cerr := cp.CaptureGraph(layers)
-		if cerr != nil {
-			g.err = cerr
-			err = layers()
-			break
-		}
-		g.g = gr
-		err = gr.Launch()
-	}
-	if err != nil {
-		return true, err
+	// When the device-position ops refuse the first step (a cache longer
+	// than the decode kernel splits), Run says so and the step is redone
+	// op by op from x, which is untouched, rewriting the cache rows it
+	// wrote.
+	if done, err := g.Run(ctx, m.be, layers); !done || err != nil {
+		return done, err
 	}
 	if err := m.be.Copy(x, g.x); err != nil {
 		return true, err
