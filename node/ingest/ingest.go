@@ -25,6 +25,7 @@
 package ingest
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -134,7 +135,7 @@ func (s *Store) Add(f *msgs.Frame, now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := dropStale(s.rings[ci], now.Add(-s.cfg.StaleAfter))
-	i, found := slices.BinarySearchFunc(r, f.StampNs, func(e entry, st int64) int { return cmpInt64(e.frame.StampNs, st) })
+	i, found := slices.BinarySearchFunc(r, f.StampNs, func(e entry, st int64) int { return cmp.Compare(e.frame.StampNs, st) })
 	if found {
 		r[i] = entry{*f, now}
 	} else {
@@ -210,7 +211,7 @@ func dropStale(r []entry, cutoff time.Time) []entry {
 // nearest returns the index of the entry of r (non-empty, sorted by stamp)
 // whose stamp is nearest target, the later one on a tie.
 func nearest(r []entry, target int64) int {
-	i, _ := slices.BinarySearchFunc(r, target, func(e entry, t int64) int { return cmpInt64(e.frame.StampNs, t) })
+	i, _ := slices.BinarySearchFunc(r, target, func(e entry, t int64) int { return cmp.Compare(e.frame.StampNs, t) })
 	switch {
 	case i == len(r):
 		return i - 1
@@ -220,16 +221,6 @@ func nearest(r []entry, target int64) int {
 		return i - 1
 	}
 	return i
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func absInt64(x int64) int64 {

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/csv"
 	"errors"
@@ -95,7 +96,7 @@ func OpenFolder(dir string, cfg FolderConfig) (*Folder, error) {
 	}
 	slices.SortStableFunc(f.frames, func(a, b frameFile) int {
 		if a.stamp != b.stamp {
-			return cmpInt64(a.stamp, b.stamp)
+			return cmp.Compare(a.stamp, b.stamp)
 		}
 		return order[a.camera] - order[b.camera]
 	})
@@ -140,7 +141,7 @@ func cameraFiles(dir, cam string) ([]frameFile, error) {
 		}
 		out = append(out, frameFile{camera: cam, stamp: stamp, path: filepath.Join(dir, cam, name), enc: enc})
 	}
-	slices.SortFunc(out, func(a, b frameFile) int { return cmpInt64(a.stamp, b.stamp) })
+	slices.SortFunc(out, func(a, b frameFile) int { return cmp.Compare(a.stamp, b.stamp) })
 	for i := 1; i < len(out); i++ {
 		if out[i].stamp == out[i-1].stamp {
 			return nil, fmt.Errorf("replay: camera %s has two frames stamped %d", cam, out[i].stamp)
@@ -182,7 +183,7 @@ func readEgo(path string) ([]WorldPose, error) {
 		}
 		out = append(out, p)
 	}
-	slices.SortStableFunc(out, func(a, b WorldPose) int { return cmpInt64(a.StampNs, b.StampNs) })
+	slices.SortStableFunc(out, func(a, b WorldPose) int { return cmp.Compare(a.StampNs, b.StampNs) })
 	return out, nil
 }
 
@@ -281,7 +282,7 @@ func (f *Folder) egoHistory(t int64) ([]msgs.EgoPose, bool) {
 	world := make([]WorldPose, n)
 	for i := range n {
 		target := t - int64(n-1-i)*int64(period)
-		j, found := slices.BinarySearchFunc(f.ego, target, func(p WorldPose, t int64) int { return cmpInt64(p.StampNs, t) })
+		j, found := slices.BinarySearchFunc(f.ego, target, func(p WorldPose, t int64) int { return cmp.Compare(p.StampNs, t) })
 		if !found {
 			j-- // the latest pose before target
 		}
@@ -313,14 +314,4 @@ func ToEgoFrame(world []WorldPose) []msgs.EgoPose {
 		}
 	}
 	return out
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
