@@ -190,20 +190,26 @@ func (g *gpu) attnFlash(a attnCall) error {
 		}
 	}
 	kernel, name := g.k.flashPipe[idx], "attention flash"
+	hdp := flashHeadDims[idx]
 	kp, vp := a.k.ptr, a.v.ptr
-	if g.flashInPlace && a.k.dt == tensor.F32 {
+	hs, rs := uint64(a.o.HeadDim), a.o.KVHeads*a.o.HeadDim // a bf16 cache in place
+	switch {
+	case g.flashInPlace && a.k.dt == tensor.F32:
 		kernel, name = g.k.flash[idx], "attention flash (in place)"
-	} else {
+	case a.k.dt == tensor.BF16 && a.o.HeadDim == hdp && kp%16 == 0 && vp%16 == 0:
+		// The pipelined kernel copies its tiles from the cache's rows.
+	default:
 		var err error
-		if kp, vp, err = g.kvBF16(a, flashHeadDims[idx]); err != nil {
+		if kp, vp, err = g.kvBF16(a, hdp); err != nil {
 			return err
 		}
+		hs, rs = uint64(a.o.NKV)*uint64(hdp), hdp
 	}
 	g.args.Reset()
 	g.args.Ptr(a.d.ptr).Ptr(po).Ptr(pml).Ptr(a.q.ptr).Ptr(kp).Ptr(vp).
 		I32(int32(a.o.Heads)).I32(int32(a.o.KVHeads)).I32(int32(a.o.HeadDim)).I32(int32(a.tq)).I32(int32(a.o.NKV)).
 		F32(float32(float64(a.o.Scale)*log2e)).I32(a.causal()).I32(int32(a.o.QPos0)).
-		I32(int32(a.o.MaskFrom)).I32(int32(a.o.MaskTo)).Struct(a.segs, 4)
+		I32(int32(a.o.MaskFrom)).I32(int32(a.o.MaskTo)).Struct(a.segs, 4).U64(hs).I32(int32(rs))
 	grid := driver.Dim3{uint32(tiles), uint32(a.o.Heads), uint32(nsplit)}
 	if err := g.launch(fmt.Sprintf("%s %d", name, flashHeadDims[idx]), kernel, grid, block1D(flashThreads), 0); err != nil {
 		return err

@@ -48,51 +48,61 @@ func blasType(dt tensor.DType) (driver.DataType, error) {
 // and rounds x as it reads it; larger products go to cuBLAS, after a
 // kernel that rounds x into a scratch buffer. dst must not overlap x.
 func (b *Backend) MatMul(dst, x, w, bias backend.Tensor) error {
+	a, err := b.matmulArgs(dst, x, w, bias)
+	if err != nil || a.M == 0 || a.N == 0 {
+		return err
+	}
+	return b.run(func(g *gpu) error { return g.matmul(a.d, a.x, a.w, a.bias, a.M, a.N, a.K) })
+}
+
+// matmulOperands are MatMul's checked operands.
+type matmulOperands struct {
+	d, x, w, bias *Tensor
+	M, N, K       int
+}
+
+// matmulArgs checks MatMul's operands.
+func (b *Backend) matmulArgs(dst, x, w, bias backend.Tensor) (matmulOperands, error) {
 	const op = "matmul"
-	d, err := b.dstArg(op, "dst", dst)
-	if err != nil {
-		return err
+	var a matmulOperands
+	var err error
+	if a.d, err = b.dstArg(op, "dst", dst); err != nil {
+		return a, err
 	}
-	xt, err := b.f32Arg(op, "x", x)
-	if err != nil {
-		return err
+	if a.x, err = b.f32Arg(op, "x", x); err != nil {
+		return a, err
 	}
-	wt, err := b.floatArg(op, "w", w)
-	if err != nil {
-		return err
+	if a.w, err = b.floatArg(op, "w", w); err != nil {
+		return a, err
 	}
-	bt, err := b.optArg(op, "bias", bias)
-	if err != nil {
-		return err
+	if a.bias, err = b.optArg(op, "bias", bias); err != nil {
+		return a, err
 	}
-	if len(wt.shape) != 2 {
-		return fmt.Errorf("cuda: matmul: w %v must be [N, K]", wt)
+	if len(a.w.shape) != 2 {
+		return a, fmt.Errorf("cuda: matmul: w %v must be [N, K]", a.w)
 	}
-	N, K := wt.shape[0], wt.shape[1]
-	M, xk := backend.Matrix(xt)
-	dm, dn := backend.Matrix(d)
+	N, K := a.w.shape[0], a.w.shape[1]
+	M, xk := backend.Matrix(a.x)
+	dm, dn := backend.Matrix(a.d)
 	if xk != K || dm != M || dn != N {
-		return fmt.Errorf("cuda: matmul: dst %v = x %v · wᵀ for w %v", d, xt, wt)
+		return a, fmt.Errorf("cuda: matmul: dst %v = x %v · wᵀ for w %v", a.d, a.x, a.w)
 	}
-	if bt != nil && bt.elements() != int64(N) {
-		return fmt.Errorf("cuda: matmul: bias %v for %d outputs", bt, N)
+	if a.bias != nil && a.bias.elements() != int64(N) {
+		return a, fmt.Errorf("cuda: matmul: bias %v for %d outputs", a.bias, N)
 	}
-	if d.overlaps(xt) {
-		return fmt.Errorf("cuda: matmul: dst %v overlaps x", d)
+	if a.d.overlaps(a.x) {
+		return a, fmt.Errorf("cuda: matmul: dst %v overlaps x", a.d)
 	}
 	if M > math.MaxInt32 || N > math.MaxInt32 || K > math.MaxInt32 {
-		return fmt.Errorf("cuda: matmul: %d×%d×%d is too large for cuBLAS", M, N, K)
+		return a, fmt.Errorf("cuda: matmul: %d×%d×%d is too large for cuBLAS", M, N, K)
 	}
-	if M == 0 || N == 0 {
-		return nil
-	}
-	return b.run(func(g *gpu) error { return g.matmul(d, xt, wt, bt, M, N, K) })
+	a.M, a.N, a.K = M, N, K
+	return a, nil
 }
 
 // matmul queues the conversion of x, the GEMM and the bias.
 func (g *gpu) matmul(d, x, w, bias *Tensor, M, N, K int) error {
-	wType, err := blasType(w.dt)
-	if err != nil {
+	if _, err := blasType(w.dt); err != nil {
 		return err
 	}
 	if K == 0 { // an empty sum: cuBLAS may leave C untouched
@@ -106,9 +116,20 @@ func (g *gpu) matmul(d, x, w, bias *Tensor, M, N, K int) error {
 	}
 	xp := x.ptr
 	if w.dt != tensor.F32 {
+		var err error
 		if xp, err = g.convertX(x, w.dt); err != nil {
 			return err
 		}
+	}
+	return g.gemm(d, xp, w, bias, M, N, K)
+}
+
+// gemm queues the cuBLAS product dst = xp·wᵀ + bias, xp being x in w's
+// type (x itself for an F32 weight).
+func (g *gpu) gemm(d *Tensor, xp driver.DevicePtr, w, bias *Tensor, M, N, K int) error {
+	wType, err := blasType(w.dt)
+	if err != nil {
+		return err
 	}
 	s := rowMajorXWt(M, N, K)
 	gemm := &driver.Gemm{

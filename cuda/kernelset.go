@@ -17,6 +17,11 @@ type kernelSet struct {
 
 	// gemv.cu: [0] bf16, [1] f16 weights; [m-1] for m rows of x.
 	gemv [2][gemvMaxM]driver.Function
+	// gemv.cu: three projections of one row, and gate·up with SiLU
+	// ([0] bf16, [1] f16 weights).
+	gemv3, gemvSwiGLU [2]driver.Function
+	// fused.cu.
+	addRMSNorm, qkNormRope driver.Function
 	// flash.cu, by padded head dim (flashHeadDims): loading tiles through
 	// registers, and pipelined over bf16 copies of K and V.
 	flash, flashPipe       [len(flashHeadDims)]driver.Function
@@ -60,6 +65,12 @@ func (k *kernelSet) entries() []kernelEntry {
 		{&k.spin, "vla_spin"},
 		{&k.kvToBF16, "vla_kv_to_bf16"},
 		{&k.kvBF16ToBF16, "vla_kv_bf16_to_bf16"},
+		{&k.gemv3[0], "vla_gemv3_bf16"},
+		{&k.gemv3[1], "vla_gemv3_f16"},
+		{&k.gemvSwiGLU[0], "vla_gemv_swiglu_bf16"},
+		{&k.gemvSwiGLU[1], "vla_gemv_swiglu_f16"},
+		{&k.addRMSNorm, "vla_add_rmsnorm"},
+		{&k.qkNormRope, "vla_qk_norm_rope"},
 	}
 	for t, name := range []string{"bf16", "f16"} {
 		for m := 1; m <= gemvMaxM; m++ {

@@ -145,3 +145,53 @@ __device__ __forceinline__ void vla_cp_async_commit() { asm volatile("cp.async.c
 // vla_cp_async_wait_all waits for this thread's copies; a __syncthreads
 // after it makes every thread's copies visible to the block.
 __device__ __forceinline__ void vla_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// The block norms (norm.cu, fused.cu) read a thread's elements i, i+blockDim, ... in
+// batches of VLA_NORM_U, every load of a batch issued before the first
+// is used (one memory round trip a batch, not one an element), and sum
+// them in that order.
+#define VLA_NORM_U 8
+
+// vla_norm_sumsq returns the thread's sum of squares of row xr of n, in
+// double; with ADD it first sets xr[i] += dr[i] and squares the sum.
+template <bool ADD>
+__device__ __forceinline__ double vla_norm_sumsq(float *xr, const float *dr, int n) {
+	const int bd = blockDim.x;
+	double ss = 0.0;
+	int i = threadIdx.x;
+	for (; i + (VLA_NORM_U - 1) * bd < n; i += VLA_NORM_U * bd) {
+		float v[VLA_NORM_U];
+#pragma unroll
+		for (int u = 0; u < VLA_NORM_U; u++) v[u] = ADD ? xr[i + u * bd] + dr[i + u * bd] : xr[i + u * bd];
+#pragma unroll
+		for (int u = 0; u < VLA_NORM_U; u++) {
+			if (ADD) xr[i + u * bd] = v[u];
+			ss += (double)v[u] * (double)v[u];
+		}
+	}
+	for (; i < n; i += bd) {
+		const float v = ADD ? xr[i] + dr[i] : xr[i];
+		if (ADD) xr[i] = v;
+		ss += (double)v * (double)v;
+	}
+	return ss;
+}
+
+// vla_norm_scale writes yr[i] = w[i] · (xr[i] · s) for the thread's
+// elements (yr may be xr).
+__device__ __forceinline__ void vla_norm_scale(float *yr, const float *xr, const void *__restrict__ w, int wdt, int n,
+                                               float s) {
+	const int bd = blockDim.x;
+	int i = threadIdx.x;
+	for (; i + (VLA_NORM_U - 1) * bd < n; i += VLA_NORM_U * bd) {
+		float v[VLA_NORM_U], wv[VLA_NORM_U];
+#pragma unroll
+		for (int u = 0; u < VLA_NORM_U; u++) {
+			v[u] = xr[i + u * bd];
+			wv[u] = vla_load(w, wdt, i + u * bd);
+		}
+#pragma unroll
+		for (int u = 0; u < VLA_NORM_U; u++) yr[i + u * bd] = __fmul_rn(wv[u], __fmul_rn(v[u], s));
+	}
+	for (; i < n; i += bd) yr[i] = __fmul_rn(vla_load(w, wdt, i), __fmul_rn(xr[i], s));
+}

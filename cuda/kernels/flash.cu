@@ -179,30 +179,34 @@ __device__ __forceinline__ void vla_fa_pv(const u16 *vs, const float (&s)[VLA_FA
 }
 
 // vla_fa_issue starts the asynchronous copy of rows [j0, j0+64) of one KV
-// head's bf16 rows src [nkv][HDP] into dst [64][HDP+8]; rows from khi on
-// are zero-filled, not read. Commit and wait with vla_cp_async_*.
-template <int HDP> __device__ __forceinline__ void vla_fa_issue(u16 *dst, const u16 *__restrict__ src, int j0, int khi) {
+// head's bf16 rows of HDP (row j at src + j·rs) into dst [64][HDP+8]; rows
+// from khi on are zero-filled, not read. Commit and wait with
+// vla_cp_async_*.
+template <int HDP>
+__device__ __forceinline__ void vla_fa_issue(u16 *dst, const u16 *__restrict__ src, int j0, int khi, int rs) {
 	constexpr int C8 = HDP / 8, LD = HDP + 8;
 #pragma unroll
 	for (int e = threadIdx.x; e < VLA_FA_BK * C8; e += VLA_FA_THREADS) {
 		const int r = e / C8, c = (e % C8) * 8;
 		const bool ok = j0 + r < khi;
-		vla_cp_async16(dst + r * LD + c, src + (u64)(ok ? j0 + r : 0) * HDP + c, ok);
+		vla_cp_async16(dst + r * LD + c, src + (u64)(ok ? j0 + r : 0) * rs + c, ok);
 	}
 }
 
 // vla_flash is the kernel body. PIPE = false: k and v are the float K and
 // V, each tile rounded to bf16 through registers, then computed (load and
-// compute in turn). PIPE = true: k and v are bf16 copies [kvheads][nkv][HDP]
-// made by vla_kv_to_bf16, and tiles arrive by cp.async while the previous
-// step computes: V of tile t during S of tile t, K of tile t+1 during P·V
-// of tile t.
+// compute in turn). PIPE = true: k and v are bf16, head h's row j at
+// k + h·hs + j·rs — copies [kvheads][nkv][HDP] made by vla_kv_to_bf16 (hs
+// = nkv·HDP, rs = HDP), or bf16 caches [nkv][kvheads·HDP] read in place (hs
+// = HDP, rs = kvheads·HDP) — and tiles arrive by cp.async while the
+// previous step computes: V of tile t during S of tile t, K of tile t+1
+// during P·V of tile t.
 template <int HDP, bool PIPE>
 __device__ __forceinline__ void vla_flash(float *__restrict__ out, float *__restrict__ part_o,
                                           float *__restrict__ part_ml, const float *__restrict__ q,
                                           const void *__restrict__ kp, const void *__restrict__ vp, int heads,
                                           int kvheads, int hd, int tq, int nkv, float sl2, int causal, int qpos0,
-                                          int mask_from, int mask_to, const vla_segments &segs) {
+                                          int mask_from, int mask_to, const vla_segments &segs, u64 hs, int rs) {
 	constexpr int LD = HDP + 8; // shared row stride in bf16: conflict-free fragment loads
 	constexpr int KS = HDP / 16; // k-steps of Q·Kᵀ
 	constexpr int ND = HDP / 8;  // n-tiles of O
@@ -222,7 +226,7 @@ __device__ __forceinline__ void vla_flash(float *__restrict__ out, float *__rest
 	const int tt0 = (int)((long long)ntiles * split / nsplit), tt1 = (int)((long long)ntiles * (split + 1) / nsplit);
 	const bool hasmask = mask_to > mask_from;
 
-	const u16 *kb = (const u16 *)kp + (u64)kvh * nkv * HDP, *vb = (const u16 *)vp + (u64)kvh * nkv * HDP;
+	const u16 *kb = (const u16 *)kp + kvh * hs, *vb = (const u16 *)vp + kvh * hs;
 	// tile t is not hidden by the mask as a whole (the same for every thread)
 	auto live = [&](int t) {
 		const int j0 = T.klo + t * VLA_FA_BK;
@@ -231,7 +235,7 @@ __device__ __forceinline__ void vla_flash(float *__restrict__ out, float *__rest
 	int tt = tt0;
 	if (PIPE) {
 		while (tt < tt1 && !live(tt)) tt++;
-		if (tt < tt1) vla_fa_issue<HDP>(ks, kb, T.klo + tt * VLA_FA_BK, khi); // the first K tile, during Q's load
+		if (tt < tt1) vla_fa_issue<HDP>(ks, kb, T.klo + tt * VLA_FA_BK, khi, rs); // the first K tile, during Q's load
 		vla_cp_async_commit();
 	}
 
@@ -280,14 +284,14 @@ __device__ __forceinline__ void vla_flash(float *__restrict__ out, float *__rest
 			const int j0 = T.klo + tt * VLA_FA_BK;
 			vla_cp_async_wait_all();
 			__syncthreads(); // K(tt) is in; every warp is done with vs (Q, or V of the last tile)
-			vla_fa_issue<HDP>(vs, vb, j0, khi);
+			vla_fa_issue<HDP>(vs, vb, j0, khi, rs);
 			vla_cp_async_commit();
 			float p[VLA_FA_BK / 8][4];
 			vla_fa_scores<HDP>(ks, qf, p, o, mrow, lrow, sl2, j0, khi, hia, hib, causal, qpos0, T.q0, mask_from,
 			                   mask_to);
 			vla_cp_async_wait_all();
 			__syncthreads(); // V(tt) is in; every warp is done with ks
-			if (nxt < tt1) vla_fa_issue<HDP>(ks, kb, T.klo + nxt * VLA_FA_BK, khi);
+			if (nxt < tt1) vla_fa_issue<HDP>(ks, kb, T.klo + nxt * VLA_FA_BK, khi, rs);
 			vla_cp_async_commit();
 			vla_fa_pv<HDP>(vs, p, o);
 			tt = nxt;
@@ -342,9 +346,9 @@ __device__ __forceinline__ void vla_flash(float *__restrict__ out, float *__rest
 	    name(float *__restrict__ out, float *__restrict__ part_o, float *__restrict__ part_ml,                      \
 	         const float *__restrict__ q, const void *__restrict__ k, const void *__restrict__ v, int heads,          \
 	         int kvheads, int hd, int tq, int nkv, float sl2, int causal, int qpos0, int mask_from, int mask_to,      \
-	         vla_segments segs) {                                                                                    \
+	         vla_segments segs, u64 hs, int rs) {                                                                    \
 		vla_flash<HDP, PIPE>(out, part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0,        \
-		                     mask_from, mask_to, segs);                                                              \
+		                     mask_from, mask_to, segs, hs, rs);                                                      \
 	}
 
 VLA_FLASH_KERNEL(vla_flash_80, 80, false)

@@ -74,16 +74,12 @@ __device__ __forceinline__ void vla_gemv_chunk(uint4 wc, const float *__restrict
 	}
 }
 
+// vla_gemv_dot adds row wr of w times each row of x into acc (lane's
+// share), then sums acc over the warp: every lane gets the dot products.
 template <int M, bool F16>
-__device__ __forceinline__ void vla_gemv(float *__restrict__ y, const float *__restrict__ x,
-                                         const uint4 *__restrict__ w, const void *__restrict__ bias, int bdt, int N,
-                                         int K) {
-	const int lane = threadIdx.x & 31;
-	const int n = blockIdx.x * (VLA_GEMV_THREADS / 32) + (threadIdx.x >> 5);
-	if (n >= N) return;
+__device__ __forceinline__ void vla_gemv_dot(const float *__restrict__ x, const uint4 *__restrict__ wr, int K, int lane,
+                                             float *acc) {
 	const int kc = K >> 3;
-	const uint4 *__restrict__ wr = w + (u64)n * kc;
-	float acc[M];
 #pragma unroll
 	for (int m = 0; m < M; m++) acc[m] = 0.0f;
 	int c = lane;
@@ -97,11 +93,27 @@ __device__ __forceinline__ void vla_gemv(float *__restrict__ y, const float *__r
 	for (; c < kc; c += 32) vla_gemv_chunk<M, F16>(vla_ld_stream(wr + c), x, K, c, acc);
 #pragma unroll
 	for (int m = 0; m < M; m++) acc[m] = vla_warp_sum(acc[m]);
-	if (lane == 0) {
-		const float b = bias != 0 ? vla_load(bias, bdt, n) : 0.0f;
+}
+
+// vla_gemv_store writes output column n of each row of x, plus its bias.
+template <int M>
+__device__ __forceinline__ void vla_gemv_store(float *__restrict__ y, const float *acc, const void *__restrict__ bias,
+                                               int bdt, int N, int n) {
+	const float b = bias != 0 ? vla_load(bias, bdt, n) : 0.0f;
 #pragma unroll
-		for (int m = 0; m < M; m++) y[(u64)m * N + n] = bias != 0 ? acc[m] + b : acc[m];
-	}
+	for (int m = 0; m < M; m++) y[(u64)m * N + n] = bias != 0 ? acc[m] + b : acc[m];
+}
+
+template <int M, bool F16>
+__device__ __forceinline__ void vla_gemv(float *__restrict__ y, const float *__restrict__ x,
+                                         const uint4 *__restrict__ w, const void *__restrict__ bias, int bdt, int N,
+                                         int K) {
+	const int lane = threadIdx.x & 31;
+	const int n = blockIdx.x * (VLA_GEMV_THREADS / 32) + (threadIdx.x >> 5);
+	if (n >= N) return;
+	float acc[M];
+	vla_gemv_dot<M, F16>(x, w + (u64)n * (K >> 3), K, lane, acc);
+	if (lane == 0) vla_gemv_store<M>(y, acc, bias, bdt, N, n);
 }
 
 #define VLA_GEMV_KERNEL(name, M, F16)                                                                              \
@@ -113,3 +125,61 @@ __device__ __forceinline__ void vla_gemv(float *__restrict__ y, const float *__r
 
 VLA_GEMV_KERNEL(vla_gemv_bf16_1, 1, false)
 VLA_GEMV_KERNEL(vla_gemv_f16_1, 1, true)
+
+// Up to three projections of one row of x in one launch (backend.Fused's
+// MatMuls: q, k and v): warps [0, N0) take w0's columns, the next N1 w1's,
+// the next N2 w2's, each exactly as vla_gemv computes it.
+struct vla_gemv3_args {
+	float *y[3];
+	const uint4 *w[3];
+	const void *bias[3];
+	int bdt[3];
+	int n[3];
+};
+
+template <bool F16> __device__ __forceinline__ void vla_gemv3(const vla_gemv3_args &a, const float *__restrict__ x, int K) {
+	const int lane = threadIdx.x & 31;
+	int n = blockIdx.x * (VLA_GEMV_THREADS / 32) + (threadIdx.x >> 5);
+	int j = 0;
+	while (j < 3 && n >= a.n[j]) n -= a.n[j++];
+	if (j == 3) return;
+	float acc[1];
+	vla_gemv_dot<1, F16>(x, a.w[j] + (u64)n * (K >> 3), K, lane, acc);
+	if (lane == 0) vla_gemv_store<1>(a.y[j], acc, a.bias[j], a.bdt[j], a.n[j], n);
+}
+
+extern "C" __global__ void __launch_bounds__(VLA_GEMV_THREADS)
+    vla_gemv3_bf16(vla_gemv3_args a, const float *__restrict__ x, int K) {
+	vla_gemv3<false>(a, x, K);
+}
+extern "C" __global__ void __launch_bounds__(VLA_GEMV_THREADS)
+    vla_gemv3_f16(vla_gemv3_args a, const float *__restrict__ x, int K) {
+	vla_gemv3<true>(a, x, K);
+}
+
+// y = silu(x·wgᵀ) · (x·wuᵀ) for one row of x (backend.Fused's SwiGLU): a
+// warp takes column n of both weights, each dot product as vla_gemv
+// computes it and the product as vla_silu_mul does.
+template <bool F16>
+__device__ __forceinline__ void vla_gemv_swiglu(float *__restrict__ y, const float *__restrict__ x,
+                                                const uint4 *__restrict__ wg, const uint4 *__restrict__ wu, int N,
+                                                int K) {
+	const int lane = threadIdx.x & 31;
+	const int n = blockIdx.x * (VLA_GEMV_THREADS / 32) + (threadIdx.x >> 5);
+	if (n >= N) return;
+	float g[1], u[1];
+	vla_gemv_dot<1, F16>(x, wg + (u64)n * (K >> 3), K, lane, g);
+	vla_gemv_dot<1, F16>(x, wu + (u64)n * (K >> 3), K, lane, u);
+	if (lane == 0) y[n] = vla_silu1(g[0]) * u[0];
+}
+
+extern "C" __global__ void __launch_bounds__(VLA_GEMV_THREADS)
+    vla_gemv_swiglu_bf16(float *__restrict__ y, const float *__restrict__ x, const uint4 *__restrict__ wg,
+                         const uint4 *__restrict__ wu, int N, int K) {
+	vla_gemv_swiglu<false>(y, x, wg, wu, N, K);
+}
+extern "C" __global__ void __launch_bounds__(VLA_GEMV_THREADS)
+    vla_gemv_swiglu_f16(float *__restrict__ y, const float *__restrict__ x, const uint4 *__restrict__ wg,
+                        const uint4 *__restrict__ wu, int N, int K) {
+	vla_gemv_swiglu<true>(y, x, wg, wu, N, K);
+}

@@ -10,12 +10,11 @@ extern "C" __global__ void vla_rmsnorm(float *y, const float *x, const void *__r
 	__shared__ double sh[32];
 	const float *xr = x + (u64)blockIdx.x * n;
 	float *yr = y + (u64)blockIdx.x * n;
-	double ss = 0.0;
-	for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * (double)xr[i];
+	double ss = vla_norm_sumsq<false>((float *)xr, 0, n);
 	ss = vla_block_sum_d(ss, sh);
 	const float ms = (float)(ss / (double)n);
 	const float s = (float)(1.0 / sqrt((double)(ms + eps)));
-	for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = __fmul_rn(vla_load(w, wdt, i), __fmul_rn(xr[i], s));
+	vla_norm_scale(yr, xr, w, wdt, n, s);
 }
 
 // y = (x - mean) · rsqrt(var + eps) · w + b, with the biased variance.

@@ -107,13 +107,13 @@ func (l *Layer) Attend(be backend.Backend, x backend.Tensor, kc, vc backend.Tens
 		run  func() error
 	}{
 		{"input norm", func() error { return be.RMSNorm(s.h, x, l.InputNorm, eps) }},
-		{"q", func() error { return be.MatMul(s.q, s.h, l.Q, l.QBias) }},
-		{"k", func() error { return be.MatMul(s.k, s.h, l.K, l.KBias) }},
-		{"v", func() error { return be.MatMul(s.v, s.h, l.V, l.VBias) }},
-		{"q norm", func() error { return be.RMSNorm(s.q, s.q, l.QNorm, eps) }},
-		{"k norm", func() error { return be.RMSNorm(s.k, s.k, l.KNorm, eps) }},
-		{"q rope", func() error { return be.Rope(s.q, s.cos, s.sin, c.HeadDim) }},
-		{"k rope", func() error { return be.Rope(s.k, s.cos, s.sin, c.HeadDim) }},
+		{"q, k, v", func() error {
+			return backend.MatMuls(be, []backend.Tensor{s.q, s.k, s.v}, s.h,
+				[]backend.Tensor{l.Q, l.K, l.V}, []backend.Tensor{l.QBias, l.KBias, l.VBias})
+		}},
+		{"q, k norms and rope", func() error {
+			return backend.QKNormRope(be, s.q, s.k, l.QNorm, l.KNorm, s.cos, s.sin, c.HeadDim, eps)
+		}},
 		{"k to cache", func() error { return copyRows(be, kc, sp, s.k) }},
 		{"v to cache", func() error { return copyRows(be, vc, sp, s.v) }},
 		{"attention", func() error {
@@ -135,11 +135,8 @@ func (l *Layer) Attend(be backend.Backend, x backend.Tensor, kc, vc backend.Tens
 			return be.Attention(s.attn, s.q, kc, vc, o)
 		}},
 		{"o", func() error { return be.MatMul(s.h, s.attn, l.O, l.OBias) }},
-		{"attention residual", func() error { return be.Add(x, x, s.h) }},
-		{"post norm", func() error { return be.RMSNorm(s.h, x, l.PostNorm, eps) }},
-		{"gate", func() error { return be.MatMul(s.gate, s.h, l.Gate, nil) }},
-		{"up", func() error { return be.MatMul(s.up, s.h, l.Up, nil) }},
-		{"silu·up", func() error { return be.SiLUMul(s.gate, s.gate, s.up) }},
+		{"attention residual and post norm", func() error { return backend.AddRMSNorm(be, s.h, x, s.h, l.PostNorm, eps) }},
+		{"gate, up, silu·up", func() error { return backend.SwiGLU(be, s.gate, s.up, s.h, l.Gate, l.Up) }},
 		{"down", func() error { return be.MatMul(s.h, s.gate, l.Down, nil) }},
 		{"mlp residual", func() error { return be.Add(x, x, s.h) }},
 	}

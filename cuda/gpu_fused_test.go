@@ -1,0 +1,148 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"vlanode/backend"
+	"vlanode/tensor"
+)
+
+// The fused ops against the sequences they replace, on the GPU: the same
+// bits (the ops themselves are checked against references in
+// gpu_ops_test.go). Shapes cover the fused kernels (the 10B model's
+// decode step and the expert's 64 tokens) and the fallbacks.
+
+// sameBits fails unless got and want are equal bit for bit.
+func sameBits(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s: element %d is %g, the sequence gives %g", what, i, got[i], want[i])
+		}
+	}
+}
+
+func TestGPUFusedAddRMSNorm(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(7, 1))
+	for _, sh := range [][2]int{{1, 4096}, {64, 2048}, {3, 512}} {
+		rows, n := sh[0], sh[1]
+		t.Run(fmt.Sprintf("%dx%d", rows, n), func(t *testing.T) {
+			xv, dv := randVals(r, rows*n, 1), randVals(r, rows*n, 1)
+			w, _ := weight(t, b, tensor.BF16, randVals(r, n, 1), n)
+			// The sequence.
+			x1, d1, y1 := upload(t, b, xv, rows, n), upload(t, b, dv, rows, n), alloc(t, b, rows, n)
+			if err := b.Add(x1, x1, d1); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.RMSNorm(y1, x1, w, 1e-6); err != nil {
+				t.Fatal(err)
+			}
+			// Fused, the result over d (as a decoder layer calls it).
+			x2, d2 := upload(t, b, xv, rows, n), upload(t, b, dv, rows, n)
+			if err := b.AddRMSNorm(d2, x2, d2, w, 1e-6); err != nil {
+				t.Fatal(err)
+			}
+			sameBits(t, "x", download(t, b, x2), download(t, b, x1))
+			sameBits(t, "dst", download(t, b, d2), download(t, b, y1))
+		})
+	}
+	x, w := alloc(t, b, 2, 4096), alloc(t, b, 4096)
+	if err := b.AddRMSNorm(x, x, alloc(t, b, 2, 4096), w, 1e-6); err == nil {
+		t.Fatal("dst = x: no error")
+	}
+}
+
+func TestGPUFusedQKNormRope(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(7, 2))
+	for _, c := range []struct{ rows, qh, kh, hd int }{{1, 32, 8, 128}, {64, 16, 8, 128}, {5, 4, 2, 16}, {3, 2, 1, 72}} {
+		t.Run(fmt.Sprintf("%dx%d/%d/%d", c.rows, c.qh, c.kh, c.hd), func(t *testing.T) {
+			qv, kv := randVals(r, c.rows*c.qh*c.hd, 1), randVals(r, c.rows*c.kh*c.hd, 1)
+			cs, sn := randVals(r, c.rows*c.hd/2, 1), randVals(r, c.rows*c.hd/2, 1)
+			qw, _ := weight(t, b, tensor.BF16, randVals(r, c.hd, 1), c.hd)
+			kw, _ := weight(t, b, tensor.F32, randVals(r, c.hd, 1), c.hd)
+			cos, sin := upload(t, b, cs, c.rows, c.hd/2), upload(t, b, sn, c.rows, c.hd/2)
+			q1, k1 := upload(t, b, qv, c.rows, c.qh*c.hd), upload(t, b, kv, c.rows, c.kh*c.hd)
+			q2, k2 := upload(t, b, qv, c.rows, c.qh*c.hd), upload(t, b, kv, c.rows, c.kh*c.hd)
+			for _, err := range []error{
+				b.RMSNorm(q1, q1, qw, 1e-6), b.RMSNorm(k1, k1, kw, 1e-6),
+				b.Rope(q1, cos, sin, c.hd), b.Rope(k1, cos, sin, c.hd),
+				b.QKNormRope(q2, k2, qw, kw, cos, sin, c.hd, 1e-6),
+			} {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			sameBits(t, "q", download(t, b, q2), download(t, b, q1))
+			sameBits(t, "k", download(t, b, k2), download(t, b, k1))
+		})
+	}
+}
+
+func TestGPUFusedMatMuls(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(7, 3))
+	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
+		for _, M := range []int{1, 4} {
+			t.Run(fmt.Sprintf("%v/M=%d", dt, M), func(t *testing.T) {
+				const K = 512
+				ns := []int{256, 64, 72}
+				x := upload(t, b, randVals(r, M*K, 1), M, K)
+				var ws, biases, seq, fused []backend.Tensor
+				for i, n := range ns {
+					w, _ := weight(t, b, dt, randVals(r, n*K, 0.1), n, K)
+					ws = append(ws, w)
+					var bias backend.Tensor
+					if i != 1 {
+						bias, _ = weight(t, b, tensor.BF16, randVals(r, n, 1), n)
+					}
+					biases = append(biases, bias)
+					seq, fused = append(seq, alloc(t, b, M, n)), append(fused, alloc(t, b, M, n))
+				}
+				for i := range ns {
+					if err := b.MatMul(seq[i], x, ws[i], biases[i]); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := b.MatMuls(fused, x, ws, biases); err != nil {
+					t.Fatal(err)
+				}
+				for i := range ns {
+					sameBits(t, fmt.Sprintf("projection %d", i), download(t, b, fused[i]), download(t, b, seq[i]))
+				}
+			})
+		}
+	}
+}
+
+func TestGPUFusedSwiGLU(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(7, 4))
+	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
+		for _, M := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%v/M=%d", dt, M), func(t *testing.T) {
+				const K, N = 1024, 1000
+				x := upload(t, b, randVals(r, M*K, 1), M, K)
+				wg, _ := weight(t, b, dt, randVals(r, N*K, 0.05), N, K)
+				wu, _ := weight(t, b, dt, randVals(r, N*K, 0.05), N, K)
+				g1, u1, g2, u2 := alloc(t, b, M, N), alloc(t, b, M, N), alloc(t, b, M, N), alloc(t, b, M, N)
+				for _, err := range []error{
+					b.MatMul(g1, x, wg, nil), b.MatMul(u1, x, wu, nil), b.SiLUMul(g1, g1, u1),
+					b.SwiGLU(g2, u2, x, wg, wu),
+				} {
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				sameBits(t, "silu(gate)·up", download(t, b, g2), download(t, b, g1))
+			})
+		}
+	}
+}
