@@ -17,6 +17,10 @@ type Fused interface {
 	// Rope(q, cos, sin, headDim), Rope(k, cos, sin, headDim): per-head
 	// norms and rotary embeddings of queries and keys, in place.
 	QKNormRope(q, k, qw, kw, cos, sin Tensor, headDim int, eps float32) error
+	// QKNormRopeCache is QKNormRope, then the rows of k and v copied into
+	// the caches kc and vc from row at on (see CopyRows): a decoder
+	// layer's keys and values stored for attention.
+	QKNormRopeCache(q, k, v, qw, kw, cos, sin Tensor, headDim int, eps float32, kc, vc Tensor, at CacheAt) error
 	// MatMuls is MatMul(dsts[i], x, ws[i], biases[i]) for every i: several
 	// projections of one input (biases may be nil, or hold nil entries).
 	MatMuls(dsts []Tensor, x Tensor, ws, biases []Tensor) error
@@ -24,6 +28,12 @@ type Fused interface {
 	// SiLUMul(gate, gate, up): the result is in gate, and up is scratch
 	// that a fused kernel may leave untouched.
 	SwiGLU(gate, up, x, wg, wu Tensor) error
+	// MatMulGELU is MatMul(dst, x, w, bias) then GELU(dst, dst, tanh).
+	MatMulGELU(dst, x, w, bias Tensor, tanh bool) error
+	// MatMulResidual is MatMul(h, a, w, bias) then Add(x, x, h): a
+	// projection added to the residual stream x; h is scratch, left
+	// holding a·wᵀ with or without the bias.
+	MatMulResidual(x, h, a, w, bias Tensor) error
 }
 
 // AddRMSNorm runs Fused.AddRMSNorm on be, or its sequence.
@@ -52,6 +62,46 @@ func QKNormRope(be Backend, q, k, qw, kw, cos, sin Tensor, headDim int, eps floa
 		return err
 	}
 	return be.Rope(k, cos, sin, headDim)
+}
+
+// CacheAt is where rows go in a KV cache: from row Pos on, or, when PosAt
+// is not nil, from the row that the one-element I32 tensor PosAt holds
+// (DevicePos, for a step captured once and replayed).
+type CacheAt struct {
+	Pos   int
+	PosAt Tensor
+}
+
+// CopyRows copies src's rows into cache at at: CopyRowsAt for a device
+// position, else Copy into Rows(cache, at.Pos, rows).
+func CopyRows(be Backend, cache Tensor, at CacheAt, src Tensor) error {
+	if at.PosAt != nil {
+		dp, ok := be.(DevicePos)
+		if !ok {
+			return fmt.Errorf("backend %s has no device positions", be.Name())
+		}
+		return dp.CopyRowsAt(cache, src, at.PosAt)
+	}
+	rows, _ := Matrix(src)
+	dst, err := be.Rows(cache, at.Pos, rows)
+	if err != nil {
+		return err
+	}
+	return be.Copy(dst, src)
+}
+
+// QKNormRopeCache runs Fused.QKNormRopeCache on be, or its sequence.
+func QKNormRopeCache(be Backend, q, k, v, qw, kw, cos, sin Tensor, headDim int, eps float32, kc, vc Tensor, at CacheAt) error {
+	if f, ok := be.(Fused); ok {
+		return f.QKNormRopeCache(q, k, v, qw, kw, cos, sin, headDim, eps, kc, vc, at)
+	}
+	if err := QKNormRope(be, q, k, qw, kw, cos, sin, headDim, eps); err != nil {
+		return err
+	}
+	if err := CopyRows(be, kc, at, k); err != nil {
+		return err
+	}
+	return CopyRows(be, vc, at, v)
 }
 
 // MatMuls runs Fused.MatMuls on be, or one MatMul after another.
@@ -91,6 +141,28 @@ func SwiGLU(be Backend, gate, up, x, wg, wu Tensor) error {
 		return err
 	}
 	return be.SiLUMul(gate, gate, up)
+}
+
+// MatMulGELU runs Fused.MatMulGELU on be, or its sequence.
+func MatMulGELU(be Backend, dst, x, w, bias Tensor, tanh bool) error {
+	if f, ok := be.(Fused); ok {
+		return f.MatMulGELU(dst, x, w, bias, tanh)
+	}
+	if err := be.MatMul(dst, x, w, bias); err != nil {
+		return err
+	}
+	return be.GELU(dst, dst, tanh)
+}
+
+// MatMulResidual runs Fused.MatMulResidual on be, or its sequence.
+func MatMulResidual(be Backend, x, h, a, w, bias Tensor) error {
+	if f, ok := be.(Fused); ok {
+		return f.MatMulResidual(x, h, a, w, bias)
+	}
+	if err := be.MatMul(h, a, w, bias); err != nil {
+		return err
+	}
+	return be.Add(x, x, h)
 }
 
 // errMatMuls reports MatMuls' operand lists of different lengths.

@@ -49,66 +49,142 @@ func (b *Backend) AddRMSNorm(dst, x, d, w backend.Tensor, eps float32) error {
 	})
 }
 
+// qkOperands are QKNormRope's checked operands.
+type qkOperands struct {
+	q, k, qw, kw, cos, sin *Tensor
+	rows, qh, kh, hd       int
+}
+
+// qkArgs checks QKNormRope's operands for the fused kernel: ok is false
+// (with no error) where the ops one by one must run, whose own checks
+// then name what is wrong.
+func (b *Backend) qkArgs(op string, q, k, qw, kw, cos, sin backend.Tensor, headDim int) (a qkOperands, ok bool, err error) {
+	if a.q, err = b.dstArg(op, "q", q); err != nil {
+		return a, false, err
+	}
+	if a.k, err = b.dstArg(op, "k", k); err != nil {
+		return a, false, err
+	}
+	if a.qw, err = b.floatArg(op, "q weight", qw); err != nil {
+		return a, false, err
+	}
+	if a.kw, err = b.floatArg(op, "k weight", kw); err != nil {
+		return a, false, err
+	}
+	if a.cos, err = b.f32Arg(op, "cos", cos); err != nil {
+		return a, false, err
+	}
+	if a.sin, err = b.f32Arg(op, "sin", sin); err != nil {
+		return a, false, err
+	}
+	qr, qc := backend.Matrix(a.q)
+	kr, kc := backend.Matrix(a.k)
+	half := headDim / 2
+	cr, cc := backend.Matrix(a.cos)
+	sr, sc := backend.Matrix(a.sin)
+	if headDim <= 0 || headDim%2 != 0 || headDim > warpRowMax || qr != kr || qc%headDim != 0 || kc%headDim != 0 ||
+		a.qw.elements() != int64(headDim) || a.kw.elements() != int64(headDim) ||
+		cr != qr || cc != half || sr != qr || sc != half ||
+		a.q.overlaps(a.k) || a.q.overlaps(a.cos) || a.q.overlaps(a.sin) || a.k.overlaps(a.cos) || a.k.overlaps(a.sin) {
+		return a, false, nil
+	}
+	a.rows, a.qh, a.kh, a.hd = qr, qc/headDim, kc/headDim, headDim
+	return a, true, nil
+}
+
 // QKNormRope is the per-head RMSNorm of q with qw and of k with kw, then
 // Rope of both, in place: one kernel, a warp per head of a row.
 func (b *Backend) QKNormRope(q, k, qw, kw, cos, sin backend.Tensor, headDim int, eps float32) error {
-	const op = "qk norm+rope"
-	seq := func() error {
-		if err := b.RMSNorm(q, q, qw, eps); err != nil {
-			return err
-		}
-		if err := b.RMSNorm(k, k, kw, eps); err != nil {
-			return err
-		}
-		if err := b.Rope(q, cos, sin, headDim); err != nil {
-			return err
-		}
-		return b.Rope(k, cos, sin, headDim)
-	}
-	qt, err := b.dstArg(op, "q", q)
+	a, ok, err := b.qkArgs("qk norm+rope", q, k, qw, kw, cos, sin, headDim)
 	if err != nil {
 		return err
 	}
-	kt, err := b.dstArg(op, "k", k)
-	if err != nil {
-		return err
+	if !ok {
+		return b.qkSequence(q, k, qw, kw, cos, sin, headDim, eps)
 	}
-	qwt, err := b.floatArg(op, "q weight", qw)
-	if err != nil {
-		return err
-	}
-	kwt, err := b.floatArg(op, "k weight", kw)
-	if err != nil {
-		return err
-	}
-	ct, err := b.f32Arg(op, "cos", cos)
-	if err != nil {
-		return err
-	}
-	st, err := b.f32Arg(op, "sin", sin)
-	if err != nil {
-		return err
-	}
-	qr, qc := backend.Matrix(qt)
-	kr, kc := backend.Matrix(kt)
-	half := headDim / 2
-	cr, cc := backend.Matrix(ct)
-	sr, sc := backend.Matrix(st)
-	if headDim <= 0 || headDim%2 != 0 || headDim > warpRowMax || qr != kr || qc%headDim != 0 || kc%headDim != 0 ||
-		qwt.elements() != int64(headDim) || kwt.elements() != int64(headDim) ||
-		cr != qr || cc != half || sr != qr || sc != half ||
-		qt.overlaps(kt) || qt.overlaps(ct) || qt.overlaps(st) || kt.overlaps(ct) || kt.overlaps(st) {
-		return seq() // the ops' own checks name what is wrong
-	}
-	rows, qh, kh := int64(qr), qc/headDim, kc/headDim
-	if rows == 0 {
+	if a.rows == 0 {
 		return nil
 	}
 	return b.run(func(g *gpu) error {
 		g.args.Reset()
-		g.args.Ptr(qt.ptr).Ptr(kt.ptr).Ptr(qwt.ptr).I32(dtypeCode(qwt.dt)).Ptr(kwt.ptr).I32(dtypeCode(kwt.dt)).
-			Ptr(ct.ptr).Ptr(st.ptr).U64(uint64(rows)).I32(int32(qh)).I32(int32(kh)).I32(int32(headDim)).F32(eps)
-		return g.launch(op, g.k.qkNormRope, warpRowsGrid(rows*int64(qh+kh)), block1D(threadsPerBlock), 0)
+		g.args.Ptr(a.q.ptr).Ptr(a.k.ptr).Ptr(a.qw.ptr).I32(dtypeCode(a.qw.dt)).Ptr(a.kw.ptr).I32(dtypeCode(a.kw.dt)).
+			Ptr(a.cos.ptr).Ptr(a.sin.ptr).U64(uint64(a.rows)).I32(int32(a.qh)).I32(int32(a.kh)).I32(int32(a.hd)).F32(eps)
+		return g.launch("qk norm+rope", g.k.qkNormRope, warpRowsGrid(int64(a.rows)*int64(a.qh+a.kh)), block1D(threadsPerBlock), 0)
+	})
+}
+
+// qkSequence is QKNormRope op by op.
+func (b *Backend) qkSequence(q, k, qw, kw, cos, sin backend.Tensor, headDim int, eps float32) error {
+	if err := b.RMSNorm(q, q, qw, eps); err != nil {
+		return err
+	}
+	if err := b.RMSNorm(k, k, kw, eps); err != nil {
+		return err
+	}
+	if err := b.Rope(q, cos, sin, headDim); err != nil {
+		return err
+	}
+	return b.Rope(k, cos, sin, headDim)
+}
+
+// QKNormRopeCache is QKNormRope, then k's and v's rows stored into the
+// caches kc and vc at at: one kernel, whose extra warps copy v.
+func (b *Backend) QKNormRopeCache(q, k, v, qw, kw, cos, sin backend.Tensor, headDim int, eps float32, kc, vc backend.Tensor, at backend.CacheAt) error {
+	const op = "qk norm+rope+cache"
+	a, ok, err := b.qkArgs(op, q, k, qw, kw, cos, sin, headDim)
+	if err != nil {
+		return err
+	}
+	vt, err := b.f32Arg(op, "v", v)
+	if err != nil {
+		return err
+	}
+	kct, err := b.arg(op, "k cache", kc)
+	if err != nil {
+		return err
+	}
+	vct, err := b.arg(op, "v cache", vc)
+	if err != nil {
+		return err
+	}
+	var pos *Tensor
+	if at.PosAt != nil {
+		if pos, err = b.posArg(op, at.PosAt); err != nil {
+			return err
+		}
+	}
+	if ok {
+		crows, ccols := backend.Matrix(kct)
+		vrows, vcols := backend.Matrix(vct)
+		vr, vcc := backend.Matrix(vt)
+		ok = !kct.readOnly && !vct.readOnly && kct.dt == vct.dt && (kct.dt == tensor.BF16 || kct.dt == tensor.F32) &&
+			ccols == a.kh*a.hd && vcols == ccols && vrows == crows && vr == a.rows && vcc == ccols &&
+			!kct.overlaps(vct) && !kct.overlaps(a.k) && !kct.overlaps(vt) && !vct.overlaps(vt) && !vct.overlaps(a.k) &&
+			!vt.overlaps(a.q) && !vt.overlaps(a.k) && (pos != nil || at.Pos >= 0 && at.Pos+a.rows <= crows)
+	}
+	if !ok {
+		if err := b.qkSequence(q, k, qw, kw, cos, sin, headDim, eps); err != nil {
+			return err
+		}
+		if err := backend.CopyRows(b, kc, at, k); err != nil {
+			return err
+		}
+		return backend.CopyRows(b, vc, at, v)
+	}
+	if a.rows == 0 {
+		return nil
+	}
+	crows, _ := backend.Matrix(kct)
+	var pp driver.DevicePtr
+	if pos != nil {
+		pp = pos.ptr
+	}
+	return b.run(func(g *gpu) error {
+		g.args.Reset()
+		g.args.Ptr(a.q.ptr).Ptr(a.k.ptr).Ptr(vt.ptr).Ptr(a.qw.ptr).I32(dtypeCode(a.qw.dt)).Ptr(a.kw.ptr).I32(dtypeCode(a.kw.dt)).
+			Ptr(a.cos.ptr).Ptr(a.sin.ptr).U64(uint64(a.rows)).I32(int32(a.qh)).I32(int32(a.kh)).I32(int32(a.hd)).F32(eps).
+			Ptr(kct.ptr).Ptr(vct.ptr).I32(dtypeCode(kct.dt)).U64(uint64(max(at.Pos, 0))).Ptr(pp).U64(uint64(crows))
+		return g.launch(op, g.k.qkNormRopeCache, warpRowsGrid(int64(a.rows)*int64(a.qh+2*a.kh)), block1D(threadsPerBlock), 0)
 	})
 }
 
@@ -281,4 +357,73 @@ func (g *gpu) siluMul(gate, up *Tensor) error {
 	g.args.Reset()
 	g.args.Ptr(gate.ptr).Ptr(gate.ptr).Ptr(up.ptr).U64(uint64(gate.elements()))
 	return g.elementwise("silumul", g.k.siluMul, vecItems(gate, gate, up))
+}
+
+// MatMulGELU computes dst = gelu(x·wᵀ + bias): for products that go to
+// cuBLAS, the bias and the GELU in one pass over dst after the GEMM;
+// otherwise MatMul then GELU.
+func (b *Backend) MatMulGELU(dst, x, w, bias backend.Tensor, tanh bool) error {
+	a, err := b.matmulArgs(dst, x, w, bias)
+	if err != nil || a.M == 0 || a.N == 0 {
+		return err
+	}
+	if a.K == 0 || useGEMV(a.x, a.w, a.M, a.K) {
+		if err := b.MatMul(dst, x, w, bias); err != nil {
+			return err
+		}
+		return b.GELU(dst, dst, tanh)
+	}
+	act := int32(1)
+	if tanh {
+		act = 2
+	}
+	return b.run(func(g *gpu) error {
+		if err := g.matmul(a.d, a.x, a.w, nil, a.M, a.N, a.K); err != nil {
+			return err
+		}
+		return g.biasAct("matmul bias+gelu", a.d, a.bias, a.M, a.N, act)
+	})
+}
+
+// MatMulResidual computes x += a·wᵀ + bias through h: for products that go
+// to cuBLAS, the bias and the residual sum in one pass after the GEMM (h
+// is left without the bias); otherwise MatMul then Add.
+func (b *Backend) MatMulResidual(x, h, a, w, bias backend.Tensor) error {
+	m, err := b.matmulArgs(h, a, w, bias)
+	if err != nil {
+		return err
+	}
+	xt, in, err := b.elementwiseArgs("matmul+residual", x, []string{"h"}, h)
+	if err != nil {
+		return err
+	}
+	if xt.overlaps(in[0]) || xt.overlaps(m.x) {
+		return fmt.Errorf("cuda: matmul+residual: x %v overlaps h or a", xt)
+	}
+	if m.M == 0 || m.N == 0 {
+		return nil
+	}
+	if m.K == 0 || useGEMV(m.x, m.w, m.M, m.K) {
+		if err := b.MatMul(h, a, w, bias); err != nil {
+			return err
+		}
+		return b.Add(x, x, h)
+	}
+	return b.run(func(g *gpu) error {
+		if err := g.matmul(m.d, m.x, m.w, nil, m.M, m.N, m.K); err != nil {
+			return err
+		}
+		var bp driver.DevicePtr
+		bdt := int32(0)
+		if m.bias != nil {
+			bp, bdt = m.bias.ptr, dtypeCode(m.bias.dt)
+		}
+		g.args.Reset()
+		g.args.Ptr(xt.ptr).Ptr(m.d.ptr).Ptr(bp).I32(bdt).U64(uint64(m.M)).U64(uint64(m.N))
+		n := int64(m.M) * int64(m.N)
+		if m.N%4 == 0 && xt.ptr%16 == 0 && m.d.ptr%16 == 0 {
+			n /= 4
+		}
+		return g.elementwise("matmul bias+residual", g.k.biasResidual, n)
+	})
 }

@@ -154,9 +154,24 @@ func (g *gpu) addBias(d, bias *Tensor, M, N int) error {
 	if bias == nil {
 		return nil
 	}
+	return g.biasAct("matmul bias", d, bias, M, N, 0)
+}
+
+// biasAct adds bias (nil: none) to every row of d [M, N], then applies
+// act: 0 nothing, 1 the exact GELU, 2 the tanh GELU (vla_add_bias).
+func (g *gpu) biasAct(name string, d, bias *Tensor, M, N int, act int32) error {
+	var bp driver.DevicePtr
+	bdt := int32(0)
+	if bias != nil {
+		bp, bdt = bias.ptr, dtypeCode(bias.dt)
+	}
 	g.args.Reset()
-	g.args.Ptr(d.ptr).Ptr(bias.ptr).I32(dtypeCode(bias.dt)).U64(uint64(M)).U64(uint64(N))
-	return g.elementwise("matmul bias", g.k.addBias, int64(M)*int64(N))
+	g.args.Ptr(d.ptr).Ptr(bp).I32(bdt).U64(uint64(M)).U64(uint64(N)).I32(act)
+	n := int64(M) * int64(N)
+	if N%4 == 0 && d.ptr%16 == 0 {
+		n /= 4
+	}
+	return g.elementwise(name, g.k.addBias, n)
 }
 
 // convertX rounds x to dt (F16 or BF16) into the scratch buffer.

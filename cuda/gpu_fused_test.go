@@ -146,3 +146,133 @@ func TestGPUFusedSwiGLU(t *testing.T) {
 		}
 	}
 }
+
+func TestGPUFusedMatMulGELUAndResidual(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(7, 5))
+	for _, sh := range [][3]int{{37, 96, 160}, {64, 1152, 256}, {5, 7, 24}, {1, 64, 128}} {
+		M, N, K := sh[0], sh[1], sh[2]
+		for _, withBias := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%dx%dx%d/bias=%v", M, N, K, withBias), func(t *testing.T) {
+				xv := randVals(r, M*K, 1)
+				x := upload(t, b, xv, M, K)
+				w, _ := weight(t, b, tensor.BF16, randVals(r, N*K, 0.2), N, K)
+				var bias backend.Tensor
+				if withBias {
+					bias, _ = weight(t, b, tensor.BF16, randVals(r, N, 1), N)
+				}
+				for _, tanh := range []bool{false, true} {
+					y1, y2 := alloc(t, b, M, N), alloc(t, b, M, N)
+					for _, err := range []error{
+						b.MatMul(y1, x, w, bias), b.GELU(y1, y1, tanh),
+						b.MatMulGELU(y2, x, w, bias, tanh),
+					} {
+						if err != nil {
+							t.Fatal(err)
+						}
+					}
+					sameBits(t, fmt.Sprintf("gelu(x·wᵀ+b), tanh %v", tanh), download(t, b, y2), download(t, b, y1))
+				}
+				rv := randVals(r, M*N, 1)
+				r1, r2 := upload(t, b, rv, M, N), upload(t, b, rv, M, N)
+				h1, h2 := alloc(t, b, M, N), alloc(t, b, M, N)
+				for _, err := range []error{
+					b.MatMul(h1, x, w, bias), b.Add(r1, r1, h1),
+					b.MatMulResidual(r2, h2, x, w, bias),
+				} {
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				sameBits(t, "x + (a·wᵀ+b)", download(t, b, r2), download(t, b, r1))
+			})
+		}
+	}
+}
+
+func TestGPUFusedQKNormRopeCache(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(7, 6))
+	for _, c := range []struct {
+		rows, qh, kh, hd, crows, at int
+		cdt                         tensor.DType
+		device                      bool
+	}{
+		{1, 32, 8, 128, 40, 17, tensor.BF16, true},
+		{1, 32, 8, 128, 40, 17, tensor.BF16, false},
+		{64, 16, 8, 128, 200, 100, tensor.BF16, false},
+		{5, 4, 2, 16, 9, 4, tensor.F32, false},
+		{3, 4, 2, 16, 9, 2, tensor.F32, true},
+	} {
+		t.Run(fmt.Sprintf("%d/%v/device=%v", c.rows, c.cdt, c.device), func(t *testing.T) {
+			kw := c.kh * c.hd
+			qv, kv, vv := randVals(r, c.rows*c.qh*c.hd, 1), randVals(r, c.rows*kw, 1), randVals(r, c.rows*kw, 1)
+			cs, sn := randVals(r, c.rows*c.hd/2, 1), randVals(r, c.rows*c.hd/2, 1)
+			qw, _ := weight(t, b, tensor.BF16, randVals(r, c.hd, 1), c.hd)
+			kwt, _ := weight(t, b, tensor.BF16, randVals(r, c.hd, 1), c.hd)
+			cos, sin := upload(t, b, cs, c.rows, c.hd/2), upload(t, b, sn, c.rows, c.hd/2)
+			at := backend.CacheAt{Pos: c.at}
+			if c.device {
+				p, err := b.Alloc("pos", tensor.I32, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Free(p)
+				if err := b.UploadI32(p, []int32{int32(c.at)}); err != nil {
+					t.Fatal(err)
+				}
+				at = backend.CacheAt{PosAt: p}
+			}
+			var outs [2][4][]float32
+			for i := range outs {
+				q, k, v := upload(t, b, qv, c.rows, c.qh*c.hd), upload(t, b, kv, c.rows, kw), upload(t, b, vv, c.rows, kw)
+				kc, err := b.Alloc("kv-cache", c.cdt, c.crows, kw)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Free(kc)
+				vc, err := b.Alloc("kv-cache", c.cdt, c.crows, kw)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Free(vc)
+				if i == 0 { // the sequence
+					err = b.QKNormRope(q, k, qw, kwt, cos, sin, c.hd, 1e-6)
+					if err == nil {
+						err = backend.CopyRows(b, kc, at, k)
+					}
+					if err == nil {
+						err = backend.CopyRows(b, vc, at, v)
+					}
+				} else {
+					err = b.QKNormRopeCache(q, k, v, qw, kwt, cos, sin, c.hd, 1e-6, kc, vc, at)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				outs[i] = [4][]float32{download(t, b, q), download(t, b, k), cacheFloats(t, b, kc), cacheFloats(t, b, vc)}
+			}
+			for j, name := range []string{"q", "k", "k cache", "v cache"} {
+				sameBits(t, name, outs[1][j], outs[0][j])
+			}
+		})
+	}
+}
+
+// cacheFloats downloads a KV cache of F32 or BF16 as floats.
+func cacheFloats(t *testing.T, b *Backend, c backend.Tensor) []float32 {
+	t.Helper()
+	if c.DType() == tensor.F32 {
+		return download(t, b, c)
+	}
+	rows, cols := backend.Matrix(c)
+	ids := make([]int32, rows)
+	for i := range ids {
+		ids[i] = int32(i)
+	}
+	f := alloc(t, b, rows, cols)
+	if err := b.Embedding(f, c, ids); err != nil { // the rows, widened to float
+		t.Fatal(err)
+	}
+	return download(t, b, f)
+}

@@ -21,7 +21,8 @@ type kernelSet struct {
 	// ([0] bf16, [1] f16 weights).
 	gemv3, gemvSwiGLU [2]driver.Function
 	// fused.cu.
-	addRMSNorm, qkNormRope driver.Function
+	addRMSNorm, qkNormRope, qkNormRopeCache driver.Function
+	biasResidual                            driver.Function // convert.cu
 	// flash.cu, by padded head dim (flashHeadDims): loading tiles through
 	// registers, and pipelined over bf16 copies of K and V.
 	flash, flashPipe       [len(flashHeadDims)]driver.Function
@@ -71,6 +72,8 @@ func (k *kernelSet) entries() []kernelEntry {
 		{&k.gemvSwiGLU[1], "vla_gemv_swiglu_f16"},
 		{&k.addRMSNorm, "vla_add_rmsnorm"},
 		{&k.qkNormRope, "vla_qk_norm_rope"},
+		{&k.qkNormRopeCache, "vla_qk_norm_rope_cache"},
+		{&k.biasResidual, "vla_bias_residual"},
 	}
 	for t, name := range []string{"bf16", "f16"} {
 		for m := 1; m <= gemvMaxM; m++ {

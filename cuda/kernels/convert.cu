@@ -27,8 +27,59 @@ extern "C" __global__ void vla_f32_to_f16(u16 *__restrict__ y, const float *__re
 	VLA_FOR(i, n) y[i] = vla_f32_to_f16(x[i]);
 }
 
-// vla_add_bias adds bias [cols] (of type bdt) to every row of y [rows, cols].
+// vla_add_bias adds bias [cols] (of type bdt) to every row of y [rows,
+// cols]; with act 1 (2) it then applies the exact (tanh) GELU, as
+// vla_gelu computes it. Four elements a thread and step when cols is a
+// multiple of 4 and y 16-byte aligned, else one: the same arithmetic.
+__device__ __forceinline__ float vla_bias_act1(float y, const void *__restrict__ bias, int bdt, u64 c, int act);
+
 extern "C" __global__ void vla_add_bias(float *__restrict__ y, const void *__restrict__ bias, int bdt, u64 rows,
-                                        u64 cols) {
-	VLA_FOR(i, rows * cols) y[i] += vla_load(bias, bdt, i % cols);
+                                        u64 cols, int act) {
+	const u64 n = rows * cols;
+	if (cols % 4 == 0 && ((u64)y & 15) == 0) {
+		const u64 c4 = cols / 4;
+		VLA_FOR(i, n / 4) {
+			const u64 c = 4 * (i % c4);
+			float4 v = ((float4 *)y)[i];
+			v.x = vla_bias_act1(v.x, bias, bdt, c, act);
+			v.y = vla_bias_act1(v.y, bias, bdt, c + 1, act);
+			v.z = vla_bias_act1(v.z, bias, bdt, c + 2, act);
+			v.w = vla_bias_act1(v.w, bias, bdt, c + 3, act);
+			((float4 *)y)[i] = v;
+		}
+		return;
+	}
+	VLA_FOR(i, n) y[i] = vla_bias_act1(y[i], bias, bdt, i % cols, act);
+}
+
+// vla_bias_residual adds h + bias (by row; a null bias is none) to the
+// residual stream x [rows, cols]: x = x + (h + b), the two sums rounded
+// as MatMul's bias and Add round them.
+extern "C" __global__ void vla_bias_residual(float *__restrict__ x, const float *__restrict__ h,
+                                             const void *__restrict__ bias, int bdt, u64 rows, u64 cols) {
+	const u64 n = rows * cols;
+	if (cols % 4 == 0 && (((u64)x | (u64)h) & 15) == 0) {
+		const u64 c4 = cols / 4;
+		VLA_FOR(i, n / 4) {
+			const u64 c = 4 * (i % c4);
+			float4 v = ((const float4 *)h)[i], r = ((float4 *)x)[i];
+			if (bias != 0) {
+				v.x += vla_load(bias, bdt, c);
+				v.y += vla_load(bias, bdt, c + 1);
+				v.z += vla_load(bias, bdt, c + 2);
+				v.w += vla_load(bias, bdt, c + 3);
+			}
+			r.x += v.x;
+			r.y += v.y;
+			r.z += v.z;
+			r.w += v.w;
+			((float4 *)x)[i] = r;
+		}
+		return;
+	}
+	VLA_FOR(i, n) {
+		float v = h[i];
+		if (bias != 0) v += vla_load(bias, bdt, i % cols);
+		x[i] += v;
+	}
 }

@@ -91,3 +91,10 @@ extern "C" __global__ void vla_gelu(float *d, const float *x, u64 n, int tanh_ap
 	}
 	VLA_FOR(i, n) d[i] = vla_gelu1(x[i], tanh_approx);
 }
+
+// vla_bias_act1 is one element of vla_add_bias (convert.cu): y + bias[c]
+// (a null bias is none), then GELU for act 1 (exact) or 2 (tanh).
+__device__ __forceinline__ float vla_bias_act1(float y, const void *__restrict__ bias, int bdt, u64 c, int act) {
+	if (bias != 0) y += vla_load(bias, bdt, c);
+	return act == 0 ? y : vla_gelu1(y, act == 2);
+}

@@ -20,18 +20,45 @@ extern "C" __global__ void vla_add_rmsnorm(float *y, float *x, const float *d, c
 	vla_norm_scale(yr, xr, w, wdt, n, s);
 }
 
+// vla_cache_store writes n floats to a KV cache row of type cdt (F32, or
+// BF16 rounded as vla_f32_to_bf16 does), lane-strided.
+__device__ __forceinline__ void vla_cache_store(void *c, int cdt, u64 off, const float *r, int n, int lane) {
+	if (cdt == VLA_BF16) {
+		u16 *d = (u16 *)c + off;
+		for (int i = lane; i < n; i += 32) d[i] = vla_f32_to_bf16(r[i]);
+	} else {
+		float *d = (float *)c + off;
+		for (int i = lane; i < n; i += 32) d[i] = r[i];
+	}
+}
+
 // Per-head RMSNorm then rotary embedding of q [rows, qh·hd] and k [rows,
 // kh·hd], in place: vla_rmsnorm_rows on each head (qw for q, kw for k),
 // then vla_rope, one warp per head of a row. cos and sin are [rows, hd/2].
-extern "C" __global__ void vla_qk_norm_rope(float *q, float *k, const void *__restrict__ qw, int qwdt,
-                                            const void *__restrict__ kw, int kwdt, const float *__restrict__ cs,
-                                            const float *__restrict__ sn, u64 rows, int qh, int kh, int hd,
-                                            float eps) {
+// With CACHE, the k heads are then also stored into kc, and kh more warps
+// a row copy v's heads into vc: rows at + t of caches of crows rows, at
+// being *pos_at when pos_at is not null (no row is stored when they would
+// pass crows, as vla_rows_at_* do).
+template <bool CACHE>
+__device__ __forceinline__ void vla_qk_norm_rope_t(float *q, float *k, const float *v, const void *__restrict__ qw,
+                                                   int qwdt, const void *__restrict__ kw, int kwdt,
+                                                   const float *__restrict__ cs, const float *__restrict__ sn,
+                                                   u64 rows, int qh, int kh, int hd, float eps, void *kc, void *vc,
+                                                   int cdt, u64 at, const int *pos_at, u64 crows) {
 	const u64 wid = (u64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-	const int lane = threadIdx.x & 31, hpr = qh + kh;
+	const int lane = threadIdx.x & 31, hpr = qh + kh + (CACHE ? kh : 0);
 	if (wid >= rows * (u64)hpr) return;
 	const u64 t = wid / hpr;
 	const int h = (int)(wid - t * hpr);
+	if (CACHE) {
+		if (pos_at) at = (u64)*pos_at;
+		if (at + rows > crows) kc = vc = 0;
+		if (h >= qh + kh) { // a head of v: only copied
+			const int hv = h - qh - kh;
+			if (vc) vla_cache_store(vc, cdt, ((at + t) * kh + hv) * hd, v + (t * kh + hv) * hd, hd, lane);
+			return;
+		}
+	}
 	float *r;
 	const void *w;
 	int wdt;
@@ -55,8 +82,28 @@ extern "C" __global__ void vla_qk_norm_rope(float *q, float *k, const void *__re
 	const float *ct = cs + t * half, *st = sn + t * half;
 	for (int i = lane; i < half; i += 32) {
 		const float c = ct[i], sv = st[i];
-		const float u = r[i], v = r[i + half];
-		r[i] = __fsub_rn(__fmul_rn(u, c), __fmul_rn(v, sv));
-		r[i + half] = __fadd_rn(__fmul_rn(v, c), __fmul_rn(u, sv));
+		const float u = r[i], v2 = r[i + half];
+		r[i] = __fsub_rn(__fmul_rn(u, c), __fmul_rn(v2, sv));
+		r[i + half] = __fadd_rn(__fmul_rn(v2, c), __fmul_rn(u, sv));
 	}
+	if (CACHE && h >= qh && kc) {
+		__syncwarp(); // the row as rotated by every lane
+		vla_cache_store(kc, cdt, ((at + t) * kh + (h - qh)) * hd, r, hd, lane);
+	}
+}
+
+extern "C" __global__ void vla_qk_norm_rope(float *q, float *k, const void *__restrict__ qw, int qwdt,
+                                            const void *__restrict__ kw, int kwdt, const float *__restrict__ cs,
+                                            const float *__restrict__ sn, u64 rows, int qh, int kh, int hd,
+                                            float eps) {
+	vla_qk_norm_rope_t<false>(q, k, 0, qw, qwdt, kw, kwdt, cs, sn, rows, qh, kh, hd, eps, 0, 0, 0, 0, 0, 0);
+}
+
+extern "C" __global__ void vla_qk_norm_rope_cache(float *q, float *k, const float *v, const void *__restrict__ qw,
+                                                  int qwdt, const void *__restrict__ kw, int kwdt,
+                                                  const float *__restrict__ cs, const float *__restrict__ sn,
+                                                  u64 rows, int qh, int kh, int hd, float eps, void *kc, void *vc,
+                                                  int cdt, u64 at, const int *pos_at, u64 crows) {
+	vla_qk_norm_rope_t<true>(q, k, v, qw, qwdt, kw, kwdt, cs, sn, rows, qh, kh, hd, eps, kc, vc, cdt, at, pos_at,
+	                         crows);
 }

@@ -111,11 +111,10 @@ func (l *Layer) Attend(be backend.Backend, x backend.Tensor, kc, vc backend.Tens
 			return backend.MatMuls(be, []backend.Tensor{s.q, s.k, s.v}, s.h,
 				[]backend.Tensor{l.Q, l.K, l.V}, []backend.Tensor{l.QBias, l.KBias, l.VBias})
 		}},
-		{"q, k norms and rope", func() error {
-			return backend.QKNormRope(be, s.q, s.k, l.QNorm, l.KNorm, s.cos, s.sin, c.HeadDim, eps)
+		{"q, k norms and rope, k and v to the cache", func() error {
+			return backend.QKNormRopeCache(be, s.q, s.k, s.v, l.QNorm, l.KNorm, s.cos, s.sin, c.HeadDim, eps,
+				kc, vc, backend.CacheAt{Pos: sp.Pos, PosAt: sp.PosAt})
 		}},
-		{"k to cache", func() error { return copyRows(be, kc, sp, s.k) }},
-		{"v to cache", func() error { return copyRows(be, vc, sp, s.v) }},
 		{"attention", func() error {
 			o := backend.AttnOpts{
 				Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim,
@@ -146,21 +145,4 @@ func (l *Layer) Attend(be backend.Backend, x backend.Tensor, kc, vc backend.Tens
 		}
 	}
 	return nil
-}
-
-// copyRows writes src's rows to the cache at the span's position.
-func copyRows(be backend.Backend, cache backend.Tensor, sp Span, src backend.Tensor) error {
-	if sp.PosAt != nil {
-		dp, ok := be.(backend.DevicePos)
-		if !ok {
-			return fmt.Errorf("backend %s has no device positions", be.Name())
-		}
-		return dp.CopyRowsAt(cache, src, sp.PosAt)
-	}
-	rows, _ := backend.Matrix(src)
-	dst, err := be.Rows(cache, sp.Pos, rows)
-	if err != nil {
-		return err
-	}
-	return be.Copy(dst, src)
 }

@@ -70,9 +70,10 @@ func (b *VisionBlock) Forward(be backend.Backend, x backend.Tensor, s *visionScr
 	hd := c.HeadDim()
 	steps := []func() error{
 		func() error { return be.LayerNorm(s.h, x, b.Norm1W, b.Norm1B, visionEps) },
-		func() error { return be.MatMul(s.q, s.h, b.q, b.qb) },
-		func() error { return be.MatMul(s.k, s.h, b.k, b.kb) },
-		func() error { return be.MatMul(s.v, s.h, b.v, b.vb) },
+		func() error {
+			return backend.MatMuls(be, []backend.Tensor{s.q, s.k, s.v}, s.h,
+				[]backend.Tensor{b.q, b.k, b.v}, []backend.Tensor{b.qb, b.kb, b.vb})
+		},
 		func() error { return be.Rope(s.q, s.cos, s.sin, hd) },
 		func() error { return be.Rope(s.k, s.cos, s.sin, hd) },
 		func() error {
@@ -81,13 +82,10 @@ func (b *VisionBlock) Forward(be backend.Backend, x backend.Tensor, s *visionScr
 				NKV: s.patches, Scale: s.scale, Segments: s.segments,
 			})
 		},
-		func() error { return be.MatMul(s.h, s.attn, b.Proj, b.ProjBias) },
-		func() error { return be.Add(x, x, s.h) },
+		func() error { return backend.MatMulResidual(be, x, s.h, s.attn, b.Proj, b.ProjBias) },
 		func() error { return be.LayerNorm(s.h, x, b.Norm2W, b.Norm2B, visionEps) },
-		func() error { return be.MatMul(s.ff, s.h, b.FC1, b.FC1Bias) },
-		func() error { return be.GELU(s.ff, s.ff, c.TanhGELU()) },
-		func() error { return be.MatMul(s.h, s.ff, b.FC2, b.FC2Bias) },
-		func() error { return be.Add(x, x, s.h) },
+		func() error { return backend.MatMulGELU(be, s.ff, s.h, b.FC1, b.FC1Bias, c.TanhGELU()) },
+		func() error { return backend.MatMulResidual(be, x, s.h, s.ff, b.FC2, b.FC2Bias) },
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {
@@ -148,8 +146,7 @@ func (m *Merger) Forward(be backend.Backend, dst, x backend.Tensor, s *visionScr
 			}
 			return be.LayerNorm(folded, xf, m.NormW, m.NormB, visionEps)
 		},
-		func() error { return be.MatMul(s.merged, folded, m.FC1, m.FC1Bias) },
-		func() error { return be.GELU(s.merged, s.merged, false) },
+		func() error { return backend.MatMulGELU(be, s.merged, folded, m.FC1, m.FC1Bias, false) },
 		func() error { return be.MatMul(dst, s.merged, m.FC2, m.FC2Bias) },
 	}
 	for _, step := range steps {
