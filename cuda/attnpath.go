@@ -134,6 +134,14 @@ func (g *gpu) attnDecode(a attnCall) error {
 	kernel := g.k.attnDecode
 	if a.k.dt == tensor.BF16 {
 		kernel = g.k.attnDecodeBF16
+		switch a.o.Heads / a.o.KVHeads { // kernels for the group size: the same bits
+		case 1:
+			kernel = g.k.attnDecodeBF16G[0]
+		case 2:
+			kernel = g.k.attnDecodeBF16G[1]
+		case 4:
+			kernel = g.k.attnDecodeBF16G[2]
+		}
 	}
 	if err := g.launch("attention decode", kernel, grid, block1D(decThreads), 0); err != nil {
 		return err

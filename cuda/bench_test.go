@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"vlanode/backend"
@@ -85,11 +86,35 @@ func BenchmarkGPUMatMul(b *testing.B) {
 				bytes: wBytes + 4*float64(c.M)*float64(c.K+c.N),
 				flops: 2 * float64(c.M) * float64(c.N) * float64(c.K),
 			}
-			med := gpuBench(b, be, w, func() error {
+			mm := func() error {
 				i++
 				return be.MatMul(dst, x, ws[i%n], nil)
-			})
+			}
+			med := gpuBench(b, be, w, mm)
 			b.ReportMetric(wBytes/med.Seconds()/1e12, "weight-TB/s")
+			// The product's own kernel apart from MatMul's rounding of x
+			// (which cuBLAS needs in bf16): one traced batch, each kernel
+			// between two events.
+			if err := be.StartTrace(); err != nil {
+				b.Fatal(err)
+			}
+			for range 20 {
+				if err := mm(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ops, err := be.StopTrace()
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, o := range ops {
+				if strings.HasPrefix(o.Op, "gemm ") || strings.HasPrefix(o.Op, "matmul gemv") {
+					us := o.Ms * 1e3 / float64(o.Count)
+					b.ReportMetric(us, "kernel-us")
+					b.ReportMetric(w.flops/us/1e6, "kernel-TFLOP/s")
+					b.ReportMetric(wBytes/us/1e6, "kernel-weight-TB/s")
+				}
+			}
 		})
 	}
 }

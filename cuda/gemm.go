@@ -187,7 +187,17 @@ func (g *gpu) convertX(x *Tensor, dt tensor.DType) (driver.DevicePtr, error) {
 	}
 	g.args.Reset()
 	g.args.Ptr(p).Ptr(x.ptr).U64(uint64(n))
-	return p, g.elementwise("matmul convert", f, n)
+	return p, g.elementwise("matmul convert", f, convertItems(n, x.ptr, p))
+}
+
+// convertItems is the work items of vla_f32_to_bf16 or vla_f32_to_f16
+// (convert.cu) for n floats at x into y: groups of 4 where the kernel
+// takes them so, else elements.
+func convertItems(n int64, x, y driver.DevicePtr) int64 {
+	if n%4 == 0 && x%16 == 0 && y%8 == 0 {
+		return n / 4
+	}
+	return n
 }
 
 // scratchMin is the smallest scratch buffer.

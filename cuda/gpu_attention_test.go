@@ -277,6 +277,10 @@ func TestGPUAttentionBF16KV(t *testing.T) {
 	}{
 		{"decode", 1, 3000, 2999, 32, 8, 128, true, 0, 0},
 		{"decode masked", 1, 777, 776, 32, 8, 128, true, 100, 300},
+		{"decode 2 heads a kv head", 1, 1000, 999, 16, 8, 128, true, 0, 0},
+		{"decode 1 head a kv head", 1, 500, 499, 8, 8, 128, true, 0, 0},
+		{"decode head dim 64", 1, 333, 332, 8, 2, 64, true, 0, 0},
+		{"decode 8 heads a kv head", 1, 300, 299, 16, 2, 128, true, 0, 0},
 		{"prefill flash", 300, 300, 0, 32, 8, 128, true, 0, 0},
 		{"expert flash", 64, 2000, 1936, 32, 8, 128, false, 1900, 1936},
 		{"head dim 64", 70, 500, 430, 8, 2, 64, true, 0, 0},

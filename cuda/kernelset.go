@@ -29,6 +29,7 @@ type kernelSet struct {
 	kvToBF16, kvBF16ToBF16 driver.Function
 	// decode.cu: float or bf16 K and V.
 	attnDecode, attnDecodeBF16, attnCombine driver.Function
+	attnDecodeBF16G                         [3]driver.Function // for 1, 2 and 4 query heads a KV head
 	// bench.cu: for benchmarks and tests.
 	fillRandom, readStream, spin driver.Function
 }
@@ -61,6 +62,9 @@ func (k *kernelSet) entries() []kernelEntry {
 		{&k.attnDecode, "vla_attn_decode"},
 		{&k.attnDecodeBF16, "vla_attn_decode_bf16"},
 		{&k.attnCombine, "vla_attn_combine"},
+		{&k.attnDecodeBF16G[0], "vla_attn_decode_bf16_g1"},
+		{&k.attnDecodeBF16G[1], "vla_attn_decode_bf16_g2"},
+		{&k.attnDecodeBF16G[2], "vla_attn_decode_bf16_g4"},
 		{&k.fillRandom, "vla_fill_random"},
 		{&k.readStream, "vla_read_stream"},
 		{&k.spin, "vla_spin"},

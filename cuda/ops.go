@@ -265,7 +265,7 @@ func (b *Backend) Copy(dst, src backend.Tensor) error {
 		return b.run(func(g *gpu) error {
 			g.args.Reset()
 			g.args.Ptr(d.ptr).Ptr(s.ptr).U64(uint64(d.elements()))
-			return g.elementwise("copy to bf16", g.k.f32ToBF16, d.elements())
+			return g.elementwise("copy to bf16", g.k.f32ToBF16, convertItems(d.elements(), s.ptr, d.ptr))
 		})
 	}
 	switch {

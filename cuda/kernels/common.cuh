@@ -195,3 +195,22 @@ __device__ __forceinline__ void vla_norm_scale(float *yr, const float *xr, const
 	}
 	for (; i < n; i += bd) yr[i] = __fmul_rn(vla_load(w, wdt, i), __fmul_rn(xr[i], s));
 }
+
+// vla_ldmatrix_x4 loads four 8×8 16-bit matrices from shared memory: lanes
+// 8i..8i+7 give the addresses of the 8 rows of matrix i, and lane 4g+t
+// receives M_i[g][2t] and M_i[g][2t+1] in register i.
+__device__ __forceinline__ void vla_ldmatrix_x4(u32 *r, const void *p) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	             : "r"(vla_smem_addr(p))
+	             : "memory");
+}
+
+// vla_ldmatrix_x2 is vla_ldmatrix_x4 for two matrices (the addresses of
+// lanes 0-15 are used).
+__device__ __forceinline__ void vla_ldmatrix_x2(u32 *r, const void *p) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"
+	             : "=r"(r[0]), "=r"(r[1])
+	             : "r"(vla_smem_addr(p))
+	             : "memory");
+}

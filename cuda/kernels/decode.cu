@@ -35,18 +35,45 @@ __device__ __forceinline__ float4 vla_ld4(const u16 *p) {
 	return r;
 }
 
-template <typename T>
+// vla_dec_scatter_sum sums each of the C values of v over the warp's 32
+// lanes, as vla_warp_sum would (the same pairs in the same order: xor 16,
+// 8, 4, 2, 1), but reduce-scatter: at each step a lane keeps half of its
+// values and sends the other half, so the sums take about C shuffles, not
+// 5·C. Afterwards value k's sum is in v[0] of the lanes whose bits above
+// the last log2(C) steps' select it (see vla_attn_decode_t).
+template <int C> __device__ __forceinline__ void vla_dec_scatter_sum(float *v, int lane) {
+	int c = C;
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) {
+		if (c > 1) {
+			const bool up = lane & o;
+#pragma unroll
+			for (int i = 0; i < C / 2; i++) {
+				if (i < c / 2) {
+					const float keep = up ? v[i + c / 2] : v[i], send = up ? v[i] : v[i + c / 2];
+					v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+				}
+			}
+			c /= 2;
+		} else {
+			v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
+		}
+	}
+}
+
+template <typename T, int GT>
 __device__ __forceinline__ void vla_attn_decode_t(float *__restrict__ part_o, float *__restrict__ part_ml,
                                                   const float *__restrict__ q, const T *__restrict__ k,
                                                   const T *__restrict__ v, int heads, int kvheads, int hd, int tq,
                                                   int nkv, float sl2, int causal, int qpos0, int mask_from,
                                                   int mask_to, const vla_segments &segs, const int *pos_at) {
-	__shared__ float s[VLA_DEC_MAX_G][VLA_DEC_CHUNK];                        // scores, then weights
-	__shared__ __align__(16) float red[VLA_DEC_WARPS][VLA_DEC_MAX_G][128]; // the warps' partial P·V
+	constexpr int QG = GT > 0 ? GT : VLA_DEC_MAX_G;        // query heads held
+	__shared__ float s[QG][VLA_DEC_CHUNK];                        // scores, then weights
+	__shared__ __align__(16) float red[VLA_DEC_WARPS][QG][128]; // the warps' partial P·V
 	__shared__ float ms[VLA_DEC_MAX_G], ls[VLA_DEC_MAX_G];
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const int split = blockIdx.x, kvh = blockIdx.y, i = blockIdx.z;
-	const int G = heads / kvheads;
+	const int G = GT > 0 ? GT : heads / kvheads; // GT: the group size at compile time
 	const u64 qstride = (u64)heads * hd, kstride = (u64)kvheads * hd;
 	if (pos_at) {
 		// The queries' position comes from device memory (one graph serves
@@ -87,19 +114,39 @@ __device__ __forceinline__ void vla_attn_decode_t(float *__restrict__ part_o, fl
 		kv[u] = (vis[u] && dl) ? vla_ld4(kb + (u64)j * kstride) : zero4;
 		vv[u] = (vis[u] && dl) ? vla_ld4(vb + (u64)j * kstride) : zero4;
 	}
-	float4 qr[VLA_DEC_MAX_G];
+	float4 qr[QG];
 #pragma unroll
-	for (int r = 0; r < VLA_DEC_MAX_G; r++)
+	for (int r = 0; r < QG; r++)
 		qr[r] = (r < G && dl) ? *(const float4 *)(q + (u64)i * qstride + (u64)(kvh * G + r) * hd + lane * 4) : zero4;
 
+	if (GT > 0 && VLA_DEC_KEYS * GT <= 32) {
+		// Every lane's partial products of the 8 keys × GT heads, then
+		// their sums over the warp scattered: value u·GT + r ends in the
+		// lanes whose top bits are u·GT + r (32 / (8·GT) lanes each).
+		constexpr int C = VLA_DEC_KEYS * (GT > 0 ? GT : 1);
+		float d[C];
 #pragma unroll
-	for (int u = 0; u < VLA_DEC_KEYS; u++) {
+		for (int u = 0; u < VLA_DEC_KEYS; u++)
 #pragma unroll
-		for (int r = 0; r < VLA_DEC_MAX_G; r++) {
-			if (r < G) {
-				float d = qr[r].x * kv[u].x + qr[r].y * kv[u].y + qr[r].z * kv[u].z + qr[r].w * kv[u].w;
-				d = vla_warp_sum(d);
-				if (lane == 0) s[r][warp * VLA_DEC_KEYS + u] = vis[u] ? d * sl2 : VLA_NEG_INF;
+			for (int r = 0; r < C / VLA_DEC_KEYS; r++)
+				d[u * (C / VLA_DEC_KEYS) + r] =
+				    qr[r].x * kv[u].x + qr[r].y * kv[u].y + qr[r].z * kv[u].z + qr[r].w * kv[u].w;
+		vla_dec_scatter_sum<C>(d, lane);
+		constexpr int per = 32 / C; // lanes holding each sum
+		if (lane % per == 0) {
+			const int idx = lane / per, u = idx / (C / VLA_DEC_KEYS), r = idx % (C / VLA_DEC_KEYS);
+			s[r][warp * VLA_DEC_KEYS + u] = vis[u] ? d[0] * sl2 : VLA_NEG_INF;
+		}
+	} else {
+#pragma unroll
+		for (int u = 0; u < VLA_DEC_KEYS; u++) {
+#pragma unroll
+			for (int r = 0; r < QG; r++) {
+				if (r < G) {
+					float d = qr[r].x * kv[u].x + qr[r].y * kv[u].y + qr[r].z * kv[u].z + qr[r].w * kv[u].w;
+					d = vla_warp_sum(d);
+					if (lane == 0) s[r][warp * VLA_DEC_KEYS + u] = vis[u] ? d * sl2 : VLA_NEG_INF;
+				}
 			}
 		}
 	}
@@ -121,7 +168,7 @@ __device__ __forceinline__ void vla_attn_decode_t(float *__restrict__ part_o, fl
 	__syncthreads();
 
 #pragma unroll
-	for (int r = 0; r < VLA_DEC_MAX_G; r++) {
+	for (int r = 0; r < QG; r++) {
 		if (r < G) {
 			float4 acc = zero4;
 #pragma unroll
@@ -159,18 +206,27 @@ extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)
                     const float *__restrict__ k, const float *__restrict__ v, int heads, int kvheads, int hd, int tq,
                     int nkv, float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs,
                     const int *pos_at) {
-	vla_attn_decode_t<float>(part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0, mask_from,
-	                         mask_to, segs, pos_at);
+	vla_attn_decode_t<float, 0>(part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0, mask_from,
+	                            mask_to, segs, pos_at);
 }
 
-extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)
-    vla_attn_decode_bf16(float *__restrict__ part_o, float *__restrict__ part_ml, const float *__restrict__ q,
-                         const u16 *__restrict__ k, const u16 *__restrict__ v, int heads, int kvheads, int hd, int tq,
-                         int nkv, float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs,
-                         const int *pos_at) {
-	vla_attn_decode_t<u16>(part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0, mask_from,
-	                       mask_to, segs, pos_at);
-}
+// vla_attn_decode_bf16_gN are for G = heads/kvheads = N (checked in Go),
+// with N query heads' registers instead of VLA_DEC_MAX_G and the dot
+// products' sums scattered over the lanes; the same bits as the generic
+// kernels.
+#define VLA_DEC_BF16_KERNEL(name, GT)                                                                              \
+	extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)                                                  \
+	    name(float *__restrict__ part_o, float *__restrict__ part_ml, const float *__restrict__ q,                  \
+	         const u16 *__restrict__ k, const u16 *__restrict__ v, int heads, int kvheads, int hd, int tq, int nkv,  \
+	         float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs, const int *pos_at) {  \
+		vla_attn_decode_t<u16, GT>(part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0,     \
+		                           mask_from, mask_to, segs, pos_at);                                               \
+	}
+
+VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16, 0)
+VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16_g1, 1)
+VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16_g2, 2)
+VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16_g4, 4)
 
 // vla_attn_combine merges nsplit partial results of rows (query, head):
 // out = Σ_z 2^(m_z - M)·o_z / Σ_z 2^(m_z - M)·l_z with M = max_z m_z; a row

@@ -92,13 +92,24 @@ __device__ __forceinline__ void vla_fa_scores(const u16 *ks, const u32 (&qf)[HDP
 	const int lane = threadIdx.x & 31;
 	const int g = lane >> 2, t4 = lane & 3;
 	const bool hasmask = mask_to > mask_from;
+	// K's B fragments by ldmatrix: matrix i of lane group i = lane/8 is
+	// keys nt·8 + lane%8 × dims kk·16 + 8i (two k-steps a load).
+	const int mi = lane >> 3, r8 = lane & 7;
 #pragma unroll
 	for (int nt = 0; nt < NT; nt++) {
 		s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+		const u16 *krow = ks + (nt * 8 + r8) * LD + mi * 8;
 #pragma unroll
-		for (int kk = 0; kk < KS; kk++) {
-			const u16 *p = ks + (nt * 8 + g) * LD + kk * 16 + t4 * 2;
-			vla_mma_bf16(s[nt], qf[kk], *(const u32 *)p, *(const u32 *)(p + 8));
+		for (int kk = 0; kk < KS; kk += 2) {
+			u32 b[4];
+			if (kk + 1 < KS) {
+				vla_ldmatrix_x4(b, krow + kk * 16);
+				vla_mma_bf16(s[nt], qf[kk], b[0], b[1]);
+				vla_mma_bf16(s[nt], qf[kk + 1], b[2], b[3]);
+			} else { // an odd last k-step (HDP 80): lanes 0-15 give its rows
+				vla_ldmatrix_x2(b, krow + kk * 16);
+				vla_mma_bf16(s[nt], qf[kk], b[0], b[1]);
+			}
 		}
 	}
 
