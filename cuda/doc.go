@@ -70,4 +70,15 @@
 // float32 kernel for head dims the others do not cover (see Attention and
 // WithExactAttention). bench_test.go measures every kernel against the
 // device's copy bandwidth and GEMM rate (bench/results/cuda-kernels.md).
+//
+// # Fused ops
+//
+// Backend implements backend.Fused: the sequences a decoder layer repeats
+// in fewer kernels (kernels/fused.cu, gemv.cu, convert.cu) — q, k and v of
+// one decode row in one GEMV launch, gate·up·SiLU in one, add+RMSNorm,
+// per-head q/k norms with the rotary embedding and the KV-cache stores,
+// and after a cuBLAS product its bias with GELU or with the residual sum.
+// Each computes the bits of its sequence (the same per-thread loops and
+// roundings; TestGPUFused*), so a model gets the same answers either way;
+// shapes the fused kernels do not take run the sequence.
 package cuda

@@ -44,9 +44,9 @@ func TestAgreesWithPlan(t *testing.T) {
 	prof, err := residency.DefaultProfile()
 	require.NoError(t, err)
 	// The executor runs unit by unit, as the units were timed; the graphs
-	// a plan that streams nothing replays are the model's, not the
-	// executor's (residency.Plan.applyGraphs).
-	prof.GraphStageMs = nil
+	// and the stage times as served that a plan streaming nothing takes
+	// are the model's, not the executor's (residency.Plan.applyGraphs).
+	prof.StageMs, prof.GraphStageMs = nil, nil
 	units, err := arch.Units(w)
 	require.NoError(t, err)
 	prof.Cost(units)

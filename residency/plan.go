@@ -87,24 +87,36 @@ func NewPlan(arch *Arch, w Workload, p *Profile, budget int64) (*Plan, error) {
 	return plan, nil
 }
 
-// applyGraphs carries the profile's graph speed-up to the stages that run
-// with every unit resident: the preload times, and the prediction of a
-// plan that streams nothing (whose decode and Euler steps the model
-// replays from captured graphs; a layering executor computes unit by
-// unit, as the units were timed). Each of the two stages scales by the
-// ratio of its measured time with graphs to its time op by op; vision and
-// prefill run the same way in both (their two times differ by noise).
+// applyGraphs makes the stages that run with every unit resident — the
+// preload times, and the prediction of a plan that streams nothing — take
+// the profile's measured stage times: decode and Euler steps as timed
+// replayed from captured graphs (the model replays them when nothing
+// streams), vision and prefill as timed op by op. A layering executor
+// computes unit by unit, as the units were timed, so a streaming plan
+// keeps the sums of its unit times.
+//
+// Each stage scales by its measured time over the sum of its unit times,
+// at most 1: the units were timed with events around each (2 more
+// inferences), which can add up to more than the stage as served (a
+// profile gives the excess to no unit), never less (the stage's host share
+// fills the gap). A graph time is used where it is below the op-by-op
+// time: a replay runs the same kernels with fewer launches, so a profile
+// that timed it slower (by a few percent, from two inferences each)
+// measured noise. So a plan that streams nothing is never predicted
+// slower than one that streams a unit.
 func (plan *Plan) applyGraphs(p *Profile) {
-	for s, g := range p.GraphStageMs {
-		op := p.StageMs[s]
-		if g <= 0 || op <= 0 || (s != StageDecode && s != StageDiffusion) {
+	for _, s := range Stages() {
+		target := p.StageMs[s]
+		if g := p.GraphStageMs[s]; g > 0 && (s == StageDecode || s == StageDiffusion) {
+			target = min(g, target)
+		}
+		sum, ok := plan.PreloadMs[s]
+		if target <= 0 || !ok || sum <= 0 {
 			continue
 		}
-		f := g / op
-		if ms, ok := plan.PreloadMs[s]; ok {
-			plan.PreloadMs[s] = ms * f
-			plan.PreloadTotalMs += ms*f - ms
-		}
+		f := min(target/sum, 1)
+		plan.PreloadMs[s] = sum * f
+		plan.PreloadTotalMs += sum*f - sum
 		if ms, ok := plan.PredictedMs[s]; ok && plan.SlotBytes == 0 {
 			plan.PredictedMs[s] = ms * f
 			plan.TotalMs += ms*f - ms

@@ -105,10 +105,11 @@ func TestPlanBudgets(t *testing.T) {
 			if tc.budget == fitsAll-1 {
 				// What stays streamed (ViT blocks, whose copies hide under
 				// compute) costs under a millisecond over every unit
-				// resident computed unit by unit (without the graphs a plan
-				// that streams nothing replays).
+				// resident computed unit by unit (the sums of the unit
+				// times, without the stage times a plan that streams
+				// nothing takes).
 				op := *prof
-				op.GraphStageMs = nil
+				op.StageMs, op.GraphStageMs = nil, nil
 				q, err := NewPlan(a, StandardWorkload(), &op, tc.budget)
 				require.NoError(t, err)
 				assert.InDelta(t, q.PreloadTotalMs, p.TotalMs, 1)
