@@ -41,6 +41,12 @@ func AddRMSNorm(be Backend, dst, x, d, w Tensor, eps float32) error {
 	if f, ok := be.(Fused); ok {
 		return f.AddRMSNorm(dst, x, d, w, eps)
 	}
+	return AddRMSNormSeq(be, dst, x, d, w, eps)
+}
+
+// AddRMSNormSeq is the sequence of Fused.AddRMSNorm, op by op (what a
+// Fused backend runs for shapes its kernels do not take).
+func AddRMSNormSeq(be Backend, dst, x, d, w Tensor, eps float32) error {
 	if err := be.Add(x, x, d); err != nil {
 		return err
 	}
@@ -52,6 +58,11 @@ func QKNormRope(be Backend, q, k, qw, kw, cos, sin Tensor, headDim int, eps floa
 	if f, ok := be.(Fused); ok {
 		return f.QKNormRope(q, k, qw, kw, cos, sin, headDim, eps)
 	}
+	return QKNormRopeSeq(be, q, k, qw, kw, cos, sin, headDim, eps)
+}
+
+// QKNormRopeSeq is the sequence of Fused.QKNormRope, op by op.
+func QKNormRopeSeq(be Backend, q, k, qw, kw, cos, sin Tensor, headDim int, eps float32) error {
 	if err := be.RMSNorm(q, q, qw, eps); err != nil {
 		return err
 	}
@@ -95,7 +106,12 @@ func QKNormRopeCache(be Backend, q, k, v, qw, kw, cos, sin Tensor, headDim int, 
 	if f, ok := be.(Fused); ok {
 		return f.QKNormRopeCache(q, k, v, qw, kw, cos, sin, headDim, eps, kc, vc, at)
 	}
-	if err := QKNormRope(be, q, k, qw, kw, cos, sin, headDim, eps); err != nil {
+	return QKNormRopeCacheSeq(be, q, k, v, qw, kw, cos, sin, headDim, eps, kc, vc, at)
+}
+
+// QKNormRopeCacheSeq is the sequence of Fused.QKNormRopeCache, op by op.
+func QKNormRopeCacheSeq(be Backend, q, k, v, qw, kw, cos, sin Tensor, headDim int, eps float32, kc, vc Tensor, at CacheAt) error {
+	if err := QKNormRopeSeq(be, q, k, qw, kw, cos, sin, headDim, eps); err != nil {
 		return err
 	}
 	if err := CopyRows(be, kc, at, k); err != nil {
@@ -112,7 +128,8 @@ func MatMuls(be Backend, dsts []Tensor, x Tensor, ws, biases []Tensor) error {
 	return MatMulsInTurn(be, dsts, x, ws, biases)
 }
 
-// MatMulsInTurn is the sequence of Fused.MatMuls, with its checks.
+// MatMulsInTurn is the sequence of Fused.MatMuls, op by op, with its
+// checks.
 func MatMulsInTurn(be Backend, dsts []Tensor, x Tensor, ws, biases []Tensor) error {
 	if len(ws) != len(dsts) || (biases != nil && len(biases) != len(dsts)) {
 		return errMatMuls(len(dsts), len(ws), len(biases))
@@ -134,6 +151,11 @@ func SwiGLU(be Backend, gate, up, x, wg, wu Tensor) error {
 	if f, ok := be.(Fused); ok {
 		return f.SwiGLU(gate, up, x, wg, wu)
 	}
+	return SwiGLUSeq(be, gate, up, x, wg, wu)
+}
+
+// SwiGLUSeq is the sequence of Fused.SwiGLU, op by op.
+func SwiGLUSeq(be Backend, gate, up, x, wg, wu Tensor) error {
 	if err := be.MatMul(gate, x, wg, nil); err != nil {
 		return err
 	}
@@ -148,6 +170,11 @@ func MatMulGELU(be Backend, dst, x, w, bias Tensor, tanh bool) error {
 	if f, ok := be.(Fused); ok {
 		return f.MatMulGELU(dst, x, w, bias, tanh)
 	}
+	return MatMulGELUSeq(be, dst, x, w, bias, tanh)
+}
+
+// MatMulGELUSeq is the sequence of Fused.MatMulGELU, op by op.
+func MatMulGELUSeq(be Backend, dst, x, w, bias Tensor, tanh bool) error {
 	if err := be.MatMul(dst, x, w, bias); err != nil {
 		return err
 	}
@@ -159,6 +186,11 @@ func MatMulResidual(be Backend, x, h, a, w, bias Tensor) error {
 	if f, ok := be.(Fused); ok {
 		return f.MatMulResidual(x, h, a, w, bias)
 	}
+	return MatMulResidualSeq(be, x, h, a, w, bias)
+}
+
+// MatMulResidualSeq is the sequence of Fused.MatMulResidual, op by op.
+func MatMulResidualSeq(be Backend, x, h, a, w, bias Tensor) error {
 	if err := be.MatMul(h, a, w, bias); err != nil {
 		return err
 	}

@@ -34,10 +34,7 @@ func (b *Backend) AddRMSNorm(dst, x, d, w backend.Tensor, eps float32) error {
 		return fmt.Errorf("cuda: %s: dst %v partly overlaps d", op, dt)
 	}
 	if n <= warpRowMax {
-		if err := b.Add(x, x, d); err != nil {
-			return err
-		}
-		return b.RMSNorm(dst, x, w, eps)
+		return backend.AddRMSNormSeq(b, dst, x, d, w, eps)
 	}
 	if rows == 0 {
 		return nil
@@ -100,7 +97,7 @@ func (b *Backend) QKNormRope(q, k, qw, kw, cos, sin backend.Tensor, headDim int,
 		return err
 	}
 	if !ok {
-		return b.qkSequence(q, k, qw, kw, cos, sin, headDim, eps)
+		return backend.QKNormRopeSeq(b, q, k, qw, kw, cos, sin, headDim, eps)
 	}
 	if a.rows == 0 {
 		return nil
@@ -111,20 +108,6 @@ func (b *Backend) QKNormRope(q, k, qw, kw, cos, sin backend.Tensor, headDim int,
 			Ptr(a.cos.ptr).Ptr(a.sin.ptr).U64(uint64(a.rows)).I32(int32(a.qh)).I32(int32(a.kh)).I32(int32(a.hd)).F32(eps)
 		return g.launch("qk norm+rope", g.k.qkNormRope, warpRowsGrid(int64(a.rows)*int64(a.qh+a.kh)), block1D(threadsPerBlock), 0)
 	})
-}
-
-// qkSequence is QKNormRope op by op.
-func (b *Backend) qkSequence(q, k, qw, kw, cos, sin backend.Tensor, headDim int, eps float32) error {
-	if err := b.RMSNorm(q, q, qw, eps); err != nil {
-		return err
-	}
-	if err := b.RMSNorm(k, k, kw, eps); err != nil {
-		return err
-	}
-	if err := b.Rope(q, cos, sin, headDim); err != nil {
-		return err
-	}
-	return b.Rope(k, cos, sin, headDim)
 }
 
 // QKNormRopeCache is QKNormRope, then k's and v's rows stored into the
@@ -163,13 +146,7 @@ func (b *Backend) QKNormRopeCache(q, k, v, qw, kw, cos, sin backend.Tensor, head
 			!vt.overlaps(a.q) && !vt.overlaps(a.k) && (pos != nil || at.Pos >= 0 && at.Pos+a.rows <= crows)
 	}
 	if !ok {
-		if err := b.qkSequence(q, k, qw, kw, cos, sin, headDim, eps); err != nil {
-			return err
-		}
-		if err := backend.CopyRows(b, kc, at, k); err != nil {
-			return err
-		}
-		return backend.CopyRows(b, vc, at, v)
+		return backend.QKNormRopeCacheSeq(b, q, k, v, qw, kw, cos, sin, headDim, eps, kc, vc, at)
 	}
 	if a.rows == 0 {
 		return nil
@@ -295,15 +272,7 @@ func (g *gpu) gemv3(ops []matmulOperands) error {
 // rounded once for both cuBLAS products; otherwise as MatMul, MatMul,
 // SiLUMul.
 func (b *Backend) SwiGLU(gate, up, x, wg, wu backend.Tensor) error {
-	seq := func() error {
-		if err := b.MatMul(gate, x, wg, nil); err != nil {
-			return err
-		}
-		if err := b.MatMul(up, x, wu, nil); err != nil {
-			return err
-		}
-		return b.SiLUMul(gate, gate, up)
-	}
+	seq := func() error { return backend.SwiGLUSeq(b, gate, up, x, wg, wu) }
 	ga, err := b.matmulArgs(gate, x, wg, nil)
 	if err != nil {
 		return err
@@ -311,6 +280,9 @@ func (b *Backend) SwiGLU(gate, up, x, wg, wu backend.Tensor) error {
 	ua, err := b.matmulArgs(up, x, wu, nil)
 	if err != nil {
 		return err
+	}
+	if ga.d.overlaps(ua.d) {
+		return fmt.Errorf("cuda: swiglu: gate %v overlaps up %v", ga.d, ua.d)
 	}
 	if ga.M == 0 || ga.N == 0 || ga.K == 0 || ga.N != ua.N || ga.w.dt != ua.w.dt || ga.w.dt == tensor.F32 {
 		return seq()
@@ -368,10 +340,7 @@ func (b *Backend) MatMulGELU(dst, x, w, bias backend.Tensor, tanh bool) error {
 		return err
 	}
 	if a.K == 0 || useGEMV(a.x, a.w, a.M, a.K) {
-		if err := b.MatMul(dst, x, w, bias); err != nil {
-			return err
-		}
-		return b.GELU(dst, dst, tanh)
+		return backend.MatMulGELUSeq(b, dst, x, w, bias, tanh)
 	}
 	act := int32(1)
 	if tanh {
@@ -404,10 +373,7 @@ func (b *Backend) MatMulResidual(x, h, a, w, bias backend.Tensor) error {
 		return nil
 	}
 	if m.K == 0 || useGEMV(m.x, m.w, m.M, m.K) {
-		if err := b.MatMul(h, a, w, bias); err != nil {
-			return err
-		}
-		return b.Add(x, x, h)
+		return backend.MatMulResidualSeq(b, x, h, a, w, bias)
 	}
 	return b.run(func(g *gpu) error {
 		if err := g.matmul(m.d, m.x, m.w, nil, m.M, m.N, m.K); err != nil {

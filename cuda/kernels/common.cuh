@@ -214,3 +214,16 @@ __device__ __forceinline__ void vla_ldmatrix_x2(u32 *r, const void *p) {
 	             : "r"(vla_smem_addr(p))
 	             : "memory");
 }
+
+// vla_rmsnorm_warp normalizes one row of n (x into y, which may be x) with
+// one warp: the per-lane double sum of squares, the warp sum, and each
+// element scaled as vla_rmsnorm does (vla_rmsnorm_rows, vla_qk_norm_rope).
+__device__ __forceinline__ void vla_rmsnorm_warp(float *yr, const float *xr, const void *__restrict__ w, int wdt, int n,
+                                                 float eps, int lane) {
+	double ss = 0.0;
+	for (int i = lane; i < n; i += 32) ss += (double)xr[i] * (double)xr[i];
+	ss = vla_warp_sum_d(ss);
+	const float ms = (float)(ss / (double)n);
+	const float s = (float)(1.0 / sqrt((double)(ms + eps)));
+	for (int i = lane; i < n; i += 32) yr[i] = __fmul_rn(vla_load(w, wdt, i), __fmul_rn(xr[i], s));
+}

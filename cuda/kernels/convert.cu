@@ -4,18 +4,30 @@
 // vla_f32_to_bf16 and vla_f32_to_f16 round n floats: four a thread and
 // step (16 bytes in, 8 out) when n is a multiple of 4 and x 16-byte and y
 // 8-byte aligned, else one; the launch grid is sized for that in Go.
-extern "C" __global__ void vla_f32_to_bf16(u16 *__restrict__ y, const float *__restrict__ x, u64 n) {
+template <bool F16> __device__ __forceinline__ u32 vla_round16(float f) {
+	return F16 ? (u32)vla_f32_to_f16(f) : (u32)vla_f32_to_bf16(f);
+}
+
+template <bool F16> __device__ __forceinline__ void vla_f32_to_16(u16 *__restrict__ y, const float *__restrict__ x, u64 n) {
 	if (n % 4 == 0 && ((u64)x & 15) == 0 && ((u64)y & 7) == 0) {
 		VLA_FOR(i, n / 4) {
 			const float4 v = ((const float4 *)x)[i];
 			uint2 o;
-			o.x = (u32)vla_f32_to_bf16(v.x) | ((u32)vla_f32_to_bf16(v.y) << 16);
-			o.y = (u32)vla_f32_to_bf16(v.z) | ((u32)vla_f32_to_bf16(v.w) << 16);
+			o.x = vla_round16<F16>(v.x) | (vla_round16<F16>(v.y) << 16);
+			o.y = vla_round16<F16>(v.z) | (vla_round16<F16>(v.w) << 16);
 			((uint2 *)y)[i] = o;
 		}
 		return;
 	}
-	VLA_FOR(i, n) y[i] = vla_f32_to_bf16(x[i]);
+	VLA_FOR(i, n) y[i] = (u16)vla_round16<F16>(x[i]);
+}
+
+extern "C" __global__ void vla_f32_to_bf16(u16 *__restrict__ y, const float *__restrict__ x, u64 n) {
+	vla_f32_to_16<false>(y, x, n);
+}
+
+extern "C" __global__ void vla_f32_to_f16(u16 *__restrict__ y, const float *__restrict__ x, u64 n) {
+	vla_f32_to_16<true>(y, x, n);
 }
 
 // vla_rows_at_bf16 and vla_rows_at_f32 copy rows × cols floats into dst
@@ -34,20 +46,6 @@ extern "C" __global__ void vla_rows_at_f32(float *__restrict__ dst, const float 
 	const u64 at = (u64)*pos;
 	if (at + rows > dst_rows) return;
 	VLA_FOR(i, rows * cols) dst[at * cols + i] = src[i];
-}
-
-extern "C" __global__ void vla_f32_to_f16(u16 *__restrict__ y, const float *__restrict__ x, u64 n) {
-	if (n % 4 == 0 && ((u64)x & 15) == 0 && ((u64)y & 7) == 0) {
-		VLA_FOR(i, n / 4) {
-			const float4 v = ((const float4 *)x)[i];
-			uint2 o;
-			o.x = (u32)vla_f32_to_f16(v.x) | ((u32)vla_f32_to_f16(v.y) << 16);
-			o.y = (u32)vla_f32_to_f16(v.z) | ((u32)vla_f32_to_f16(v.w) << 16);
-			((uint2 *)y)[i] = o;
-		}
-		return;
-	}
-	VLA_FOR(i, n) y[i] = vla_f32_to_f16(x[i]);
 }
 
 // vla_add_bias adds bias [cols] (of type bdt) to every row of y [rows,

@@ -71,12 +71,7 @@ __device__ __forceinline__ void vla_qk_norm_rope_t(float *q, float *k, const flo
 		w = kw;
 		wdt = kwdt;
 	}
-	double ss = 0.0;
-	for (int i = lane; i < hd; i += 32) ss += (double)r[i] * (double)r[i];
-	ss = vla_warp_sum_d(ss);
-	const float ms = (float)(ss / (double)hd);
-	const float s = (float)(1.0 / sqrt((double)(ms + eps)));
-	for (int i = lane; i < hd; i += 32) r[i] = __fmul_rn(vla_load(w, wdt, i), __fmul_rn(r[i], s));
+	vla_rmsnorm_warp(r, r, w, wdt, hd, eps, lane);
 	__syncwarp(); // the rotation pairs elements other lanes normalized
 	const int half = hd / 2;
 	const float *ct = cs + t * half, *st = sn + t * half;

@@ -50,14 +50,7 @@ extern "C" __global__ void vla_rmsnorm_rows(float *y, const float *x, const void
 	const u64 row = (u64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	const int lane = threadIdx.x & 31;
 	if (row >= rows) return;
-	const float *xr = x + row * n;
-	float *yr = y + row * n;
-	double ss = 0.0;
-	for (int i = lane; i < n; i += 32) ss += (double)xr[i] * (double)xr[i];
-	ss = vla_warp_sum_d(ss);
-	const float ms = (float)(ss / (double)n);
-	const float s = (float)(1.0 / sqrt((double)(ms + eps)));
-	for (int i = lane; i < n; i += 32) yr[i] = __fmul_rn(vla_load(w, wdt, i), __fmul_rn(xr[i], s));
+	vla_rmsnorm_warp(y + row * n, x + row * n, w, wdt, n, eps, lane);
 }
 
 // vla_layernorm_rows is vla_layernorm for `rows` rows of n, a warp each.
