@@ -34,6 +34,14 @@ type Fused interface {
 	// projection added to the residual stream x; h is scratch, left
 	// holding a·wᵀ with or without the bias.
 	MatMulResidual(x, h, a, w, bias Tensor) error
+	// SwiGLUDown is SwiGLU(gate, up, x, wg, wu) then MatMul(dst, gate,
+	// wd, nil): a decoder's whole MLP; gate and up are scratch that a
+	// fused kernel may leave holding anything.
+	SwiGLUDown(dst, gate, up, x, wg, wu, wd Tensor) error
+	// GELUMLP is MatMulGELU(mid, a, w1, b1, tanh) then MatMulResidual(x,
+	// h, mid, w2, b2): a vision block's MLP added to its residual stream;
+	// mid and h are scratch that a fused kernel may leave holding anything.
+	GELUMLP(x, h, mid, a, w1, b1, w2, b2 Tensor, tanh bool) error
 }
 
 // AddRMSNorm runs Fused.AddRMSNorm on be, or its sequence.
@@ -195,6 +203,38 @@ func MatMulResidualSeq(be Backend, x, h, a, w, bias Tensor) error {
 		return err
 	}
 	return be.Add(x, x, h)
+}
+
+// SwiGLUDown runs Fused.SwiGLUDown on be, or its sequence.
+func SwiGLUDown(be Backend, dst, gate, up, x, wg, wu, wd Tensor) error {
+	if f, ok := be.(Fused); ok {
+		return f.SwiGLUDown(dst, gate, up, x, wg, wu, wd)
+	}
+	return SwiGLUDownSeq(be, dst, gate, up, x, wg, wu, wd)
+}
+
+// SwiGLUDownSeq is the sequence of Fused.SwiGLUDown.
+func SwiGLUDownSeq(be Backend, dst, gate, up, x, wg, wu, wd Tensor) error {
+	if err := SwiGLU(be, gate, up, x, wg, wu); err != nil {
+		return err
+	}
+	return be.MatMul(dst, gate, wd, nil)
+}
+
+// GELUMLP runs Fused.GELUMLP on be, or its sequence.
+func GELUMLP(be Backend, x, h, mid, a, w1, b1, w2, b2 Tensor, tanh bool) error {
+	if f, ok := be.(Fused); ok {
+		return f.GELUMLP(x, h, mid, a, w1, b1, w2, b2, tanh)
+	}
+	return GELUMLPSeq(be, x, h, mid, a, w1, b1, w2, b2, tanh)
+}
+
+// GELUMLPSeq is the sequence of Fused.GELUMLP.
+func GELUMLPSeq(be Backend, x, h, mid, a, w1, b1, w2, b2 Tensor, tanh bool) error {
+	if err := MatMulGELU(be, mid, a, w1, b1, tanh); err != nil {
+		return err
+	}
+	return MatMulResidual(be, x, h, mid, w2, b2)
 }
 
 // errMatMuls reports MatMuls' operand lists of different lengths.

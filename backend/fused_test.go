@@ -65,4 +65,21 @@ func TestFusedHelpersRunSequences(t *testing.T) {
 	require.NoError(t, backend.AddRMSNorm(be, y2, a2, d, w, 1e-6))
 	require.Equal(t, get(a1), get(a2))
 	require.Equal(t, get(y1), get(y2))
+
+	// SwiGLUDown: the MLP's output against SwiGLU then MatMul.
+	wd := f32(vals(K*N, 0.4), K, N)
+	o1, o2 := f32(make([]float32, 2*K), 2, K), f32(make([]float32, 2*K), 2, K)
+	require.NoError(t, backend.SwiGLU(be, g1, u1, x, wg, wu))
+	require.NoError(t, be.MatMul(o1, g1, wd, nil))
+	require.NoError(t, backend.SwiGLUDown(be, o2, g2, u2, x, wg, wu, wd))
+	require.Equal(t, get(o1), get(o2))
+
+	// GELUMLP: the residual stream against MatMulGELU then MatMulResidual.
+	b1, b2 := f32(vals(N, 0.2), N), f32(vals(K, 0.6), K)
+	r1, r2 := f32(vals(2*K, 0.3), 2, K), f32(vals(2*K, 0.3), 2, K)
+	require.NoError(t, backend.MatMulGELU(be, g1, x, wg, b1, false))
+	require.NoError(t, backend.MatMulResidual(be, r1, o1, g1, wd, b2))
+	require.NoError(t, backend.GELUMLP(be, r2, o2, g2, x, wg, b1, wd, b2, false))
+	require.Equal(t, get(r1), get(r2))
+	require.NotEqual(t, vals(2*K, 0.3), get(r2), "the MLP added nothing")
 }

@@ -379,17 +379,151 @@ func (b *Backend) MatMulResidual(x, h, a, w, bias backend.Tensor) error {
 		if err := g.matmul(m.d, m.x, m.w, nil, m.M, m.N, m.K); err != nil {
 			return err
 		}
-		var bp driver.DevicePtr
-		bdt := int32(0)
-		if m.bias != nil {
-			bp, bdt = m.bias.ptr, dtypeCode(m.bias.dt)
+		return g.biasResidual(xt, m.d, m.bias, m.M, m.N)
+	})
+}
+
+// biasResidual queues x += h + bias (by row; nil: none) for h [M, N].
+func (g *gpu) biasResidual(x, h, bias *Tensor, M, N int) error {
+	var bp driver.DevicePtr
+	bdt := int32(0)
+	if bias != nil {
+		bp, bdt = bias.ptr, dtypeCode(bias.dt)
+	}
+	g.args.Reset()
+	g.args.Ptr(x.ptr).Ptr(h.ptr).Ptr(bp).I32(bdt).U64(uint64(M)).U64(uint64(N))
+	n := int64(M) * int64(N)
+	if N%4 == 0 && x.ptr%16 == 0 && h.ptr%16 == 0 {
+		n /= 4
+	}
+	return g.elementwise("matmul bias+residual", g.k.biasResidual, n)
+}
+
+// is16 says whether dt is a 16-bit float type (the cuBLAS products' input
+// types besides float).
+func is16(dt tensor.DType) bool { return dt == tensor.BF16 || dt == tensor.F16 }
+
+// kind16 indexes the kernels made for bf16 ([0]) and f16 ([1]).
+func kind16(dt tensor.DType) int {
+	if dt == tensor.F16 {
+		return 1
+	}
+	return 0
+}
+
+// SwiGLUDown computes dst = (silu(x·wgᵀ)·(x·wuᵀ))·wdᵀ. For more than one
+// row of x and 16-bit weights that go to cuBLAS, silu(gate)·up is written
+// straight in wd's type as the down product's input (MatMul would write it
+// as float and round it in a second pass: the same bits), leaving gate and
+// up holding the two products; otherwise SwiGLU then MatMul.
+func (b *Backend) SwiGLUDown(dst, gate, up, x, wg, wu, wd backend.Tensor) error {
+	ga, err := b.matmulArgs(gate, x, wg, nil)
+	if err != nil {
+		return err
+	}
+	ua, err := b.matmulArgs(up, x, wu, nil)
+	if err != nil {
+		return err
+	}
+	da, err := b.matmulArgs(dst, gate, wd, nil)
+	if err != nil {
+		return err
+	}
+	if ga.d.overlaps(ua.d) {
+		return fmt.Errorf("cuda: swiglu+down: gate %v overlaps up %v", ga.d, ua.d)
+	}
+	if ga.M <= gemvMaxM || ga.N == 0 || ga.K == 0 || ga.N != ua.N || ga.w.dt != ua.w.dt || !is16(ga.w.dt) ||
+		!is16(da.w.dt) || da.N == 0 || da.d.overlaps(ua.d) {
+		return backend.SwiGLUDownSeq(b, dst, gate, up, x, wg, wu, wd)
+	}
+	return b.run(func(g *gpu) error {
+		xp, err := g.convertX(ga.x, ga.w.dt)
+		if err != nil {
+			return err
+		}
+		if err := g.gemm(ga.d, xp, ga.w, nil, ga.M, ga.N, ga.K); err != nil {
+			return err
+		}
+		if err := g.gemm(ua.d, xp, ua.w, nil, ua.M, ua.N, ua.K); err != nil {
+			return err
+		}
+		// The products above are queued before the scratch is rewritten
+		// (or, to grow it, waited for).
+		n := ga.d.elements()
+		hp, err := g.scratch(&g.xScratch, n*2)
+		if err != nil {
+			return fmt.Errorf("cuda: swiglu+down: %w", err)
 		}
 		g.args.Reset()
-		g.args.Ptr(xt.ptr).Ptr(m.d.ptr).Ptr(bp).I32(bdt).U64(uint64(m.M)).U64(uint64(m.N))
-		n := int64(m.M) * int64(m.N)
-		if m.N%4 == 0 && xt.ptr%16 == 0 && m.d.ptr%16 == 0 {
-			n /= 4
+		g.args.Ptr(hp).Ptr(ga.d.ptr).Ptr(ua.d.ptr).U64(uint64(n))
+		items := n
+		if n%4 == 0 && (ga.d.ptr|ua.d.ptr)%16 == 0 && hp%8 == 0 {
+			items = n / 4
 		}
-		return g.elementwise("matmul bias+residual", g.k.biasResidual, n)
+		if err := g.elementwise("silumul to 16 bits", g.k.siluMul16[kind16(da.w.dt)], items); err != nil {
+			return err
+		}
+		return g.gemm(da.d, hp, da.w, nil, da.M, da.N, da.K)
+	})
+}
+
+// GELUMLP computes x += gelu(a·w1ᵀ + b1)·w2ᵀ + b2. When both products go
+// to cuBLAS with a 16-bit w2, the bias and GELU of the first are written
+// straight in w2's type as the second's input (MatMulGELU then MatMul's
+// rounding: the same bits), mid holding a·w1ᵀ and h the second product;
+// otherwise MatMulGELU then MatMulResidual.
+func (b *Backend) GELUMLP(x, h, mid, a, w1, b1, w2, b2 backend.Tensor, tanh bool) error {
+	m1, err := b.matmulArgs(mid, a, w1, b1)
+	if err != nil {
+		return err
+	}
+	m2, err := b.matmulArgs(h, mid, w2, b2)
+	if err != nil {
+		return err
+	}
+	xt, in, err := b.elementwiseArgs("gelu mlp", x, []string{"h"}, h)
+	if err != nil {
+		return err
+	}
+	if xt.overlaps(in[0]) || xt.overlaps(m1.x) || xt.overlaps(m1.d) {
+		return fmt.Errorf("cuda: gelu mlp: x %v overlaps h, a or mid", xt)
+	}
+	if m1.M == 0 || m1.N == 0 || m1.K == 0 || m2.N == 0 || useGEMV(m1.x, m1.w, m1.M, m1.K) ||
+		useGEMV(m2.x, m2.w, m2.M, m2.K) || !is16(m2.w.dt) {
+		return backend.GELUMLPSeq(b, x, h, mid, a, w1, b1, w2, b2, tanh)
+	}
+	act := int32(1)
+	if tanh {
+		act = 2
+	}
+	return b.run(func(g *gpu) error {
+		if err := g.matmul(m1.d, m1.x, m1.w, nil, m1.M, m1.N, m1.K); err != nil {
+			return err
+		}
+		// The product above is queued before the scratch is rewritten (or,
+		// to grow it, waited for).
+		n := m1.d.elements()
+		p, err := g.scratch(&g.xScratch, n*2)
+		if err != nil {
+			return fmt.Errorf("cuda: gelu mlp: %w", err)
+		}
+		var bp driver.DevicePtr
+		bdt := int32(0)
+		if m1.bias != nil {
+			bp, bdt = m1.bias.ptr, dtypeCode(m1.bias.dt)
+		}
+		g.args.Reset()
+		g.args.Ptr(p).Ptr(m1.d.ptr).Ptr(bp).I32(bdt).U64(uint64(m1.M)).U64(uint64(m1.N)).I32(act)
+		items := n
+		if m1.N%4 == 0 && m1.d.ptr%16 == 0 && p%8 == 0 {
+			items = n / 4
+		}
+		if err := g.elementwise("matmul bias+gelu to 16 bits", g.k.addBias16[kind16(m2.w.dt)], items); err != nil {
+			return err
+		}
+		if err := g.gemm(m2.d, p, m2.w, nil, m2.M, m2.N, m2.K); err != nil {
+			return err
+		}
+		return g.biasResidual(xt, m2.d, m2.bias, m2.M, m2.N)
 	})
 }

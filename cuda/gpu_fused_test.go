@@ -90,9 +90,9 @@ func TestGPUFusedMatMuls(t *testing.T) {
 	b := gpuBackend(t)
 	r := rand.New(rand.NewPCG(7, 3))
 	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
-		for _, M := range []int{1, 4} {
-			t.Run(fmt.Sprintf("%v/M=%d", dt, M), func(t *testing.T) {
-				const K = 512
+		for _, c := range [][2]int{{1, 512}, {4, 512}, {64, 2048}, {64, 96}} {
+			M, K := c[0], c[1]
+			t.Run(fmt.Sprintf("%v/M=%d/K=%d", dt, M, K), func(t *testing.T) {
 				ns := []int{256, 64, 72}
 				x := upload(t, b, randVals(r, M*K, 1), M, K)
 				var ws, biases, seq, fused []backend.Tensor
@@ -126,9 +126,10 @@ func TestGPUFusedSwiGLU(t *testing.T) {
 	b := gpuBackend(t)
 	r := rand.New(rand.NewPCG(7, 4))
 	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
-		for _, M := range []int{1, 3} {
-			t.Run(fmt.Sprintf("%v/M=%d", dt, M), func(t *testing.T) {
-				const K, N = 1024, 1000
+		for _, c := range [][2]int{{1, 1024}, {3, 1024}, {64, 1024}, {64, 256}, {40, 8256}} {
+			M, K := c[0], c[1]
+			t.Run(fmt.Sprintf("%v/M=%d/K=%d", dt, M, K), func(t *testing.T) {
+				const N = 1000
 				x := upload(t, b, randVals(r, M*K, 1), M, K)
 				wg, _ := weight(t, b, dt, randVals(r, N*K, 0.05), N, K)
 				wu, _ := weight(t, b, dt, randVals(r, N*K, 0.05), N, K)
@@ -275,4 +276,74 @@ func cacheFloats(t *testing.T, b *Backend, c backend.Tensor) []float32 {
 		t.Fatal(err)
 	}
 	return download(t, b, f)
+}
+
+func TestGPUFusedSwiGLUDown(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
+		for _, M := range []int{1, 3, 64, 300} {
+			t.Run(fmt.Sprintf("%v/M=%d", dt, M), func(t *testing.T) {
+				const H, FF = 256, 1000
+				xv := randVals(r, M*H, 1)
+				wg, _ := weight(t, b, dt, randVals(r, FF*H, 0.05), FF, H)
+				wu, _ := weight(t, b, dt, randVals(r, FF*H, 0.05), FF, H)
+				wd, _ := weight(t, b, dt, randVals(r, H*FF, 0.05), H, FF)
+				// The sequence, and the fused op writing over its input as
+				// a decoder layer calls it.
+				x1, g1, u1, y1 := upload(t, b, xv, M, H), alloc(t, b, M, FF), alloc(t, b, M, FF), alloc(t, b, M, H)
+				x2, g2, u2 := upload(t, b, xv, M, H), alloc(t, b, M, FF), alloc(t, b, M, FF)
+				for _, err := range []error{
+					b.SwiGLU(g1, u1, x1, wg, wu), b.MatMul(y1, g1, wd, nil),
+					b.SwiGLUDown(x2, g2, u2, x2, wg, wu, wd),
+				} {
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				sameBits(t, "mlp", download(t, b, x2), download(t, b, y1))
+			})
+		}
+	}
+	x, g := alloc(t, b, 4, 64), alloc(t, b, 4, 128)
+	w1, _ := weight(t, b, tensor.BF16, make([]float32, 128*64), 128, 64)
+	w2, _ := weight(t, b, tensor.BF16, make([]float32, 64*128), 64, 128)
+	if err := b.SwiGLUDown(x, g, g, x, w1, w1, w2); err == nil {
+		t.Fatal("gate = up: no error")
+	}
+}
+
+func TestGPUFusedGELUMLP(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(7, 9))
+	for _, c := range []struct {
+		M, H, FF int
+		dt       tensor.DType
+		bias     bool
+	}{{1, 64, 96, tensor.BF16, true}, {37, 96, 160, tensor.BF16, true}, {200, 1152, 512, tensor.BF16, false}, {5, 24, 36, tensor.F16, true}} {
+		for _, tanh := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%dx%dx%d/%v/bias=%v/tanh=%v", c.M, c.H, c.FF, c.dt, c.bias, tanh), func(t *testing.T) {
+				av, xv := randVals(r, c.M*c.H, 1), randVals(r, c.M*c.H, 1)
+				w1, _ := weight(t, b, c.dt, randVals(r, c.FF*c.H, 0.1), c.FF, c.H)
+				w2, _ := weight(t, b, c.dt, randVals(r, c.H*c.FF, 0.1), c.H, c.FF)
+				var b1, b2 backend.Tensor
+				if c.bias {
+					b1, _ = weight(t, b, tensor.BF16, randVals(r, c.FF, 1), c.FF)
+					b2, _ = weight(t, b, tensor.BF16, randVals(r, c.H, 1), c.H)
+				}
+				// The vision block's call: a is h, its scratch.
+				x1, a1, m1 := upload(t, b, xv, c.M, c.H), upload(t, b, av, c.M, c.H), alloc(t, b, c.M, c.FF)
+				x2, a2, m2 := upload(t, b, xv, c.M, c.H), upload(t, b, av, c.M, c.H), alloc(t, b, c.M, c.FF)
+				for _, err := range []error{
+					b.MatMulGELU(m1, a1, w1, b1, tanh), b.MatMulResidual(x1, a1, m1, w2, b2),
+					b.GELUMLP(x2, a2, m2, a2, w1, b1, w2, b2, tanh),
+				} {
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				sameBits(t, "x + mlp", download(t, b, x2), download(t, b, x1))
+			})
+		}
+	}
 }

@@ -11,9 +11,12 @@ type kernelSet struct {
 	f32ToBF16, f32ToF16, addBias driver.Function // convert.cu
 	rowsAtBF16, rowsAtF32        driver.Function // convert.cu
 	add, silu, siluMul, gelu     driver.Function // elementwise.cu
-	rmsNorm, layerNorm           driver.Function // norm.cu
-	rmsNormRows, layerNormRows   driver.Function // norm.cu, a warp per row
-	rope, attention, embedding   driver.Function // rope.cu, attention.cu, embedding.cu
+	// elementwise.cu: SiLUMul and the bias with its GELU, rounded to 16
+	// bits for the next product ([0] bf16, [1] f16).
+	siluMul16, addBias16       [2]driver.Function
+	rmsNorm, layerNorm         driver.Function // norm.cu
+	rmsNormRows, layerNormRows driver.Function // norm.cu, a warp per row
+	rope, attention, embedding driver.Function // rope.cu, attention.cu, embedding.cu
 
 	// gemv.cu: [0] bf16, [1] f16 weights; [m-1] for m rows of x.
 	gemv [2][gemvMaxM]driver.Function
@@ -52,6 +55,10 @@ func (k *kernelSet) entries() []kernelEntry {
 		{&k.silu, "vla_silu"},
 		{&k.siluMul, "vla_silu_mul"},
 		{&k.gelu, "vla_gelu"},
+		{&k.siluMul16[0], "vla_silu_mul_bf16"},
+		{&k.siluMul16[1], "vla_silu_mul_f16"},
+		{&k.addBias16[0], "vla_add_bias_bf16"},
+		{&k.addBias16[1], "vla_add_bias_f16"},
 		{&k.rmsNorm, "vla_rmsnorm"},
 		{&k.layerNorm, "vla_layernorm"},
 		{&k.rmsNormRows, "vla_rmsnorm_rows"},

@@ -135,8 +135,7 @@ func (l *Layer) Attend(be backend.Backend, x backend.Tensor, kc, vc backend.Tens
 		}},
 		{"o", func() error { return be.MatMul(s.h, s.attn, l.O, l.OBias) }},
 		{"attention residual and post norm", func() error { return backend.AddRMSNorm(be, s.h, x, s.h, l.PostNorm, eps) }},
-		{"gate, up, silu·up", func() error { return backend.SwiGLU(be, s.gate, s.up, s.h, l.Gate, l.Up) }},
-		{"down", func() error { return be.MatMul(s.h, s.gate, l.Down, nil) }},
+		{"mlp", func() error { return backend.SwiGLUDown(be, s.h, s.gate, s.up, s.h, l.Gate, l.Up, l.Down) }},
 		{"mlp residual", func() error { return be.Add(x, x, s.h) }},
 	}
 	for _, st := range steps {

@@ -84,8 +84,9 @@ func (b *VisionBlock) Forward(be backend.Backend, x backend.Tensor, s *visionScr
 		},
 		func() error { return backend.MatMulResidual(be, x, s.h, s.attn, b.Proj, b.ProjBias) },
 		func() error { return be.LayerNorm(s.h, x, b.Norm2W, b.Norm2B, visionEps) },
-		func() error { return backend.MatMulGELU(be, s.ff, s.h, b.FC1, b.FC1Bias, c.TanhGELU()) },
-		func() error { return backend.MatMulResidual(be, x, s.h, s.ff, b.FC2, b.FC2Bias) },
+		func() error {
+			return backend.GELUMLP(be, x, s.h, s.ff, s.h, b.FC1, b.FC1Bias, b.FC2, b.FC2Bias, c.TanhGELU())
+		},
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {
