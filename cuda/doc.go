@@ -77,8 +77,9 @@
 // in fewer kernels (kernels/fused.cu, gemv.cu, convert.cu) — q, k and v of
 // one decode row in one GEMV launch, gate·up·SiLU in one, add+RMSNorm,
 // per-head q/k norms with the rotary embedding and the KV-cache stores,
-// and after a cuBLAS product its bias with GELU or with the residual sum.
-// Each computes the bits of its sequence (the same per-thread loops and
+// after a cuBLAS product its bias with GELU or with the residual sum, and
+// the inner activation of a whole MLP (silu(gate)·up, or the bias and
+// GELU) written straight in the next product's 16-bit type. Each computes the bits of its sequence (the same per-thread loops and
 // roundings; TestGPUFused*), so a model gets the same answers either way;
 // shapes the fused kernels do not take run the sequence.
 package cuda
