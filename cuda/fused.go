@@ -244,11 +244,7 @@ func (g *gpu) gemv3(ops []matmulOperands) error {
 	var st [96]byte
 	cols := 0
 	for i, a := range ops {
-		var bp driver.DevicePtr
-		bdt := int32(0)
-		if a.bias != nil {
-			bp, bdt = a.bias.ptr, dtypeCode(a.bias.dt)
-		}
+		bp, bdt := biasArg(a.bias)
 		binary.LittleEndian.PutUint64(st[8*i:], uint64(a.d.ptr))
 		binary.LittleEndian.PutUint64(st[24+8*i:], uint64(a.w.ptr))
 		binary.LittleEndian.PutUint64(st[48+8*i:], uint64(bp))
@@ -256,10 +252,7 @@ func (g *gpu) gemv3(ops []matmulOperands) error {
 		binary.LittleEndian.PutUint32(st[84+4*i:], uint32(a.N))
 		cols += a.N
 	}
-	f := g.k.gemv3[0]
-	if ops[0].w.dt == tensor.F16 {
-		f = g.k.gemv3[1]
-	}
+	f := g.k.gemv3[kind16(ops[0].w.dt)]
 	g.args.Reset()
 	g.args.Struct(st[:], 8).Ptr(ops[0].x.ptr).I32(int32(ops[0].K))
 	warps := gemvThreads / 32
@@ -273,16 +266,9 @@ func (g *gpu) gemv3(ops []matmulOperands) error {
 // SiLUMul.
 func (b *Backend) SwiGLU(gate, up, x, wg, wu backend.Tensor) error {
 	seq := func() error { return backend.SwiGLUSeq(b, gate, up, x, wg, wu) }
-	ga, err := b.matmulArgs(gate, x, wg, nil)
+	ga, ua, err := b.swigluArgs("swiglu", gate, up, x, wg, wu)
 	if err != nil {
 		return err
-	}
-	ua, err := b.matmulArgs(up, x, wu, nil)
-	if err != nil {
-		return err
-	}
-	if ga.d.overlaps(ua.d) {
-		return fmt.Errorf("cuda: swiglu: gate %v overlaps up %v", ga.d, ua.d)
 	}
 	if ga.M == 0 || ga.N == 0 || ga.K == 0 || ga.N != ua.N || ga.w.dt != ua.w.dt || ga.w.dt == tensor.F32 {
 		return seq()
@@ -295,10 +281,7 @@ func (b *Backend) SwiGLU(gate, up, x, wg, wu backend.Tensor) error {
 				}
 				return g.siluMul(ga.d, ua.d)
 			}
-			f := g.k.gemvSwiGLU[0]
-			if ga.w.dt == tensor.F16 {
-				f = g.k.gemvSwiGLU[1]
-			}
+			f := g.k.gemvSwiGLU[kind16(ga.w.dt)]
 			g.args.Reset()
 			g.args.Ptr(ga.d.ptr).Ptr(ga.x.ptr).Ptr(ga.w.ptr).Ptr(ua.w.ptr).I32(int32(ga.N)).I32(int32(ga.K))
 			warps := gemvThreads / 32
@@ -310,18 +293,38 @@ func (b *Backend) SwiGLU(gate, up, x, wg, wu backend.Tensor) error {
 	}
 	// More rows: x rounded once for both cuBLAS products.
 	return b.run(func(g *gpu) error {
-		xp, err := g.convertX(ga.x, ga.w.dt)
-		if err != nil {
-			return err
-		}
-		if err := g.gemm(ga.d, xp, ga.w, nil, ga.M, ga.N, ga.K); err != nil {
-			return err
-		}
-		if err := g.gemm(ua.d, xp, ua.w, nil, ua.M, ua.N, ua.K); err != nil {
+		if err := g.gateUp(ga, ua); err != nil {
 			return err
 		}
 		return g.siluMul(ga.d, ua.d)
 	})
+}
+
+// swigluArgs checks the gate and up products of SwiGLU and SwiGLUDown.
+func (b *Backend) swigluArgs(op string, gate, up, x, wg, wu backend.Tensor) (ga, ua matmulOperands, err error) {
+	if ga, err = b.matmulArgs(gate, x, wg, nil); err != nil {
+		return ga, ua, err
+	}
+	if ua, err = b.matmulArgs(up, x, wu, nil); err != nil {
+		return ga, ua, err
+	}
+	if ga.d.overlaps(ua.d) {
+		return ga, ua, fmt.Errorf("cuda: %s: gate %v overlaps up %v", op, ga.d, ua.d)
+	}
+	return ga, ua, nil
+}
+
+// gateUp queues the cuBLAS products gate = x·wgᵀ and up = x·wuᵀ, x rounded
+// to the weights' type once.
+func (g *gpu) gateUp(ga, ua matmulOperands) error {
+	xp, err := g.convertX(ga.x, ga.w.dt)
+	if err != nil {
+		return err
+	}
+	if err := g.gemm(ga.d, xp, ga.w, nil, ga.M, ga.N, ga.K); err != nil {
+		return err
+	}
+	return g.gemm(ua.d, xp, ua.w, nil, ua.M, ua.N, ua.K)
 }
 
 // siluMul queues gate = silu(gate)·up.
@@ -385,11 +388,7 @@ func (b *Backend) MatMulResidual(x, h, a, w, bias backend.Tensor) error {
 
 // biasResidual queues x += h + bias (by row; nil: none) for h [M, N].
 func (g *gpu) biasResidual(x, h, bias *Tensor, M, N int) error {
-	var bp driver.DevicePtr
-	bdt := int32(0)
-	if bias != nil {
-		bp, bdt = bias.ptr, dtypeCode(bias.dt)
-	}
+	bp, bdt := biasArg(bias)
 	g.args.Reset()
 	g.args.Ptr(x.ptr).Ptr(h.ptr).Ptr(bp).I32(bdt).U64(uint64(M)).U64(uint64(N))
 	n := int64(M) * int64(N)
@@ -399,29 +398,13 @@ func (g *gpu) biasResidual(x, h, bias *Tensor, M, N int) error {
 	return g.elementwise("matmul bias+residual", g.k.biasResidual, n)
 }
 
-// is16 says whether dt is a 16-bit float type (the cuBLAS products' input
-// types besides float).
-func is16(dt tensor.DType) bool { return dt == tensor.BF16 || dt == tensor.F16 }
-
-// kind16 indexes the kernels made for bf16 ([0]) and f16 ([1]).
-func kind16(dt tensor.DType) int {
-	if dt == tensor.F16 {
-		return 1
-	}
-	return 0
-}
-
 // SwiGLUDown computes dst = (silu(x·wgᵀ)·(x·wuᵀ))·wdᵀ. For more than one
 // row of x and 16-bit weights that go to cuBLAS, silu(gate)·up is written
 // straight in wd's type as the down product's input (MatMul would write it
 // as float and round it in a second pass: the same bits), leaving gate and
 // up holding the two products; otherwise SwiGLU then MatMul.
 func (b *Backend) SwiGLUDown(dst, gate, up, x, wg, wu, wd backend.Tensor) error {
-	ga, err := b.matmulArgs(gate, x, wg, nil)
-	if err != nil {
-		return err
-	}
-	ua, err := b.matmulArgs(up, x, wu, nil)
+	ga, ua, err := b.swigluArgs("swiglu+down", gate, up, x, wg, wu)
 	if err != nil {
 		return err
 	}
@@ -429,22 +412,12 @@ func (b *Backend) SwiGLUDown(dst, gate, up, x, wg, wu, wd backend.Tensor) error 
 	if err != nil {
 		return err
 	}
-	if ga.d.overlaps(ua.d) {
-		return fmt.Errorf("cuda: swiglu+down: gate %v overlaps up %v", ga.d, ua.d)
-	}
 	if ga.M <= gemvMaxM || ga.N == 0 || ga.K == 0 || ga.N != ua.N || ga.w.dt != ua.w.dt || !is16(ga.w.dt) ||
 		!is16(da.w.dt) || da.N == 0 || da.d.overlaps(ua.d) {
 		return backend.SwiGLUDownSeq(b, dst, gate, up, x, wg, wu, wd)
 	}
 	return b.run(func(g *gpu) error {
-		xp, err := g.convertX(ga.x, ga.w.dt)
-		if err != nil {
-			return err
-		}
-		if err := g.gemm(ga.d, xp, ga.w, nil, ga.M, ga.N, ga.K); err != nil {
-			return err
-		}
-		if err := g.gemm(ua.d, xp, ua.w, nil, ua.M, ua.N, ua.K); err != nil {
+		if err := g.gateUp(ga, ua); err != nil {
 			return err
 		}
 		// The products above are queued before the scratch is rewritten
@@ -507,11 +480,7 @@ func (b *Backend) GELUMLP(x, h, mid, a, w1, b1, w2, b2 backend.Tensor, tanh bool
 		if err != nil {
 			return fmt.Errorf("cuda: gelu mlp: %w", err)
 		}
-		var bp driver.DevicePtr
-		bdt := int32(0)
-		if m1.bias != nil {
-			bp, bdt = m1.bias.ptr, dtypeCode(m1.bias.dt)
-		}
+		bp, bdt := biasArg(m1.bias)
 		g.args.Reset()
 		g.args.Ptr(p).Ptr(m1.d.ptr).Ptr(bp).I32(bdt).U64(uint64(m1.M)).U64(uint64(m1.N)).I32(act)
 		items := n

@@ -160,11 +160,7 @@ func (g *gpu) addBias(d, bias *Tensor, M, N int) error {
 // biasAct adds bias (nil: none) to every row of d [M, N], then applies
 // act: 0 nothing, 1 the exact GELU, 2 the tanh GELU (vla_add_bias).
 func (g *gpu) biasAct(name string, d, bias *Tensor, M, N int, act int32) error {
-	var bp driver.DevicePtr
-	bdt := int32(0)
-	if bias != nil {
-		bp, bdt = bias.ptr, dtypeCode(bias.dt)
-	}
+	bp, bdt := biasArg(bias)
 	g.args.Reset()
 	g.args.Ptr(d.ptr).Ptr(bp).I32(bdt).U64(uint64(M)).U64(uint64(N)).I32(act)
 	n := int64(M) * int64(N)
@@ -172,6 +168,27 @@ func (g *gpu) biasAct(name string, d, bias *Tensor, M, N int, act int32) error {
 		n /= 4
 	}
 	return g.elementwise(name, g.k.addBias, n)
+}
+
+// biasArg is a bias's pointer and element type code as the kernels take
+// them: 0 and 0 for none.
+func biasArg(bias *Tensor) (driver.DevicePtr, int32) {
+	if bias == nil {
+		return 0, 0
+	}
+	return bias.ptr, dtypeCode(bias.dt)
+}
+
+// is16 says whether dt is a 16-bit float type (the cuBLAS products' input
+// types besides float).
+func is16(dt tensor.DType) bool { return dt == tensor.BF16 || dt == tensor.F16 }
+
+// kind16 indexes the kernels made for bf16 ([0]) and f16 ([1]) weights.
+func kind16(dt tensor.DType) int {
+	if dt == tensor.F16 {
+		return 1
+	}
+	return 0
 }
 
 // convertX rounds x to dt (F16 or BF16) into the scratch buffer.

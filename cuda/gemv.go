@@ -26,18 +26,10 @@ func useGEMV(x, w *Tensor, M, K int) bool {
 
 // gemv queues dst[M,N] = x[M,K]·wᵀ + bias with the GEMV kernel.
 func (g *gpu) gemv(d, x, w, bias *Tensor, M, N, K int) error {
-	t := 0
-	if w.dt == tensor.F16 {
-		t = 1
-	}
-	var bp driver.DevicePtr
-	bdt := int32(0)
-	if bias != nil {
-		bp, bdt = bias.ptr, dtypeCode(bias.dt)
-	}
+	bp, bdt := biasArg(bias)
 	g.args.Reset()
 	g.args.Ptr(d.ptr).Ptr(x.ptr).Ptr(w.ptr).Ptr(bp).I32(bdt).I32(int32(N)).I32(int32(K))
 	warps := gemvThreads / 32
 	grid := driver.Dim3{uint32((N + warps - 1) / warps), 1, 1}
-	return g.launch("matmul gemv", g.k.gemv[t][M-1], grid, block1D(gemvThreads), 0)
+	return g.launch("matmul gemv", g.k.gemv[kind16(w.dt)][M-1], grid, block1D(gemvThreads), 0)
 }

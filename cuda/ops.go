@@ -94,11 +94,7 @@ func (b *Backend) LayerNorm(dst, x, w, bias backend.Tensor, eps float32) error {
 	if rows == 0 {
 		return nil
 	}
-	var bp driver.DevicePtr
-	bdt := int32(0)
-	if bt != nil {
-		bp, bdt = bt.ptr, dtypeCode(bt.dt)
-	}
+	bp, bdt := biasArg(bt)
 	return b.run(func(g *gpu) error {
 		g.args.Reset()
 		g.args.Ptr(d.ptr).Ptr(xt.ptr).Ptr(wt.ptr).I32(dtypeCode(wt.dt)).Ptr(bp).I32(bdt).I32(int32(n)).F32(eps)
