@@ -42,6 +42,14 @@ type Fused interface {
 	// h, mid, w2, b2): a vision block's MLP added to its residual stream;
 	// mid and h are scratch that a fused kernel may leave holding anything.
 	GELUMLP(x, h, mid, a, w1, b1, w2, b2 Tensor, tanh bool) error
+	// RMSNormMatMuls is RMSNorm(h, x, nw, eps) then MatMuls(dsts, h, ws,
+	// biases): a decoder layer's input norm and its q, k, v projections;
+	// h is scratch that a fused kernel may leave untouched.
+	RMSNormMatMuls(dsts []Tensor, h, x, nw Tensor, eps float32, ws, biases []Tensor) error
+	// RMSNormMLP is RMSNorm(h, x, nw, eps), SwiGLUDown(h, gate, up, h, wg,
+	// wu, wd) then Add(x, x, h): a decoder layer's whole MLP block, norm
+	// and residual included; h, gate and up are scratch.
+	RMSNormMLP(x, h, gate, up, nw Tensor, eps float32, wg, wu, wd Tensor) error
 }
 
 // AddRMSNorm runs Fused.AddRMSNorm on be, or its sequence.
@@ -235,6 +243,41 @@ func GELUMLPSeq(be Backend, x, h, mid, a, w1, b1, w2, b2 Tensor, tanh bool) erro
 		return err
 	}
 	return MatMulResidual(be, x, h, mid, w2, b2)
+}
+
+// RMSNormMatMuls runs Fused.RMSNormMatMuls on be, or its sequence.
+func RMSNormMatMuls(be Backend, dsts []Tensor, h, x, nw Tensor, eps float32, ws, biases []Tensor) error {
+	if f, ok := be.(Fused); ok {
+		return f.RMSNormMatMuls(dsts, h, x, nw, eps, ws, biases)
+	}
+	return RMSNormMatMulsSeq(be, dsts, h, x, nw, eps, ws, biases)
+}
+
+// RMSNormMatMulsSeq is the sequence of Fused.RMSNormMatMuls.
+func RMSNormMatMulsSeq(be Backend, dsts []Tensor, h, x, nw Tensor, eps float32, ws, biases []Tensor) error {
+	if err := be.RMSNorm(h, x, nw, eps); err != nil {
+		return err
+	}
+	return MatMuls(be, dsts, h, ws, biases)
+}
+
+// RMSNormMLP runs Fused.RMSNormMLP on be, or its sequence.
+func RMSNormMLP(be Backend, x, h, gate, up, nw Tensor, eps float32, wg, wu, wd Tensor) error {
+	if f, ok := be.(Fused); ok {
+		return f.RMSNormMLP(x, h, gate, up, nw, eps, wg, wu, wd)
+	}
+	return RMSNormMLPSeq(be, x, h, gate, up, nw, eps, wg, wu, wd)
+}
+
+// RMSNormMLPSeq is the sequence of Fused.RMSNormMLP.
+func RMSNormMLPSeq(be Backend, x, h, gate, up, nw Tensor, eps float32, wg, wu, wd Tensor) error {
+	if err := be.RMSNorm(h, x, nw, eps); err != nil {
+		return err
+	}
+	if err := SwiGLUDown(be, h, gate, up, h, wg, wu, wd); err != nil {
+		return err
+	}
+	return be.Add(x, x, h)
 }
 
 // errMatMuls reports MatMuls' operand lists of different lengths.

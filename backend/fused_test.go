@@ -82,4 +82,22 @@ func TestFusedHelpersRunSequences(t *testing.T) {
 	require.NoError(t, backend.GELUMLP(be, r2, o2, g2, x, wg, b1, wd, b2, false))
 	require.Equal(t, get(r1), get(r2))
 	require.NotEqual(t, vals(2*K, 0.3), get(r2), "the MLP added nothing")
+
+	// RMSNormMatMuls: the projections of the normed x.
+	require.NoError(t, be.RMSNorm(y1, x, w, 1e-6))
+	require.NoError(t, be.MatMul(g1, y1, wg, nil))
+	require.NoError(t, be.MatMul(u1, y1, wu, b1))
+	require.NoError(t, backend.RMSNormMatMuls(be, []backend.Tensor{g2, u2}, y2, x, w, 1e-6, []backend.Tensor{wg, wu}, []backend.Tensor{nil, b1}))
+	require.Equal(t, get(g1), get(g2))
+	require.Equal(t, get(u1), get(u2))
+
+	// RMSNormMLP: the residual stream against RMSNorm, SwiGLU, MatMul, Add.
+	s1, s2 := f32(vals(2*K, 0.8), 2, K), f32(vals(2*K, 0.8), 2, K)
+	require.NoError(t, be.RMSNorm(y1, s1, w, 1e-6))
+	require.NoError(t, backend.SwiGLU(be, g1, u1, y1, wg, wu))
+	require.NoError(t, be.MatMul(y1, g1, wd, nil))
+	require.NoError(t, be.Add(s1, s1, y1))
+	require.NoError(t, backend.RMSNormMLP(be, s2, y2, g2, u2, w, 1e-6, wg, wu, wd))
+	require.Equal(t, get(s1), get(s2))
+	require.NotEqual(t, vals(2*K, 0.8), get(s2), "the MLP added nothing")
 }

@@ -178,26 +178,9 @@ func (b *Backend) MatMuls(dsts []backend.Tensor, x backend.Tensor, ws, biases []
 	if len(ws) != len(dsts) || (biases != nil && len(biases) != len(dsts)) || len(dsts) < 2 {
 		return backend.MatMulsInTurn(b, dsts, x, ws, biases)
 	}
-	ops := make([]matmulOperands, len(dsts))
-	gemv, shared := len(dsts) <= gemv3Max, true
-	for i := range dsts {
-		var bias backend.Tensor
-		if biases != nil {
-			bias = biases[i]
-		}
-		a, err := b.matmulArgs(dsts[i], x, ws[i], bias)
-		if err != nil {
-			return fmt.Errorf("matmuls %d: %w", i, err)
-		}
-		for j := range i {
-			if a.d.overlaps(ops[j].d) {
-				return fmt.Errorf("cuda: matmuls: dst %d %v overlaps dst %d %v", i, a.d, j, ops[j].d)
-			}
-		}
-		sameType := a.w.dt != tensor.F32 && (i == 0 || a.w.dt == ops[0].w.dt)
-		gemv = gemv && sameType && a.M == 1 && a.K > 0 && useGEMV(a.x, a.w, a.M, a.K)
-		shared = shared && sameType && a.M > gemvMaxM && a.N > 0 && a.K > 0
-		ops[i] = a
+	ops, gemv, shared, err := b.matmulsArgs(dsts, x, ws, biases)
+	if err != nil {
+		return err
 	}
 	switch {
 	case gemv:
@@ -222,6 +205,156 @@ func (b *Backend) MatMuls(dsts []backend.Tensor, x backend.Tensor, ws, biases []
 		})
 	}
 	return backend.MatMulsInTurn(b, dsts, x, ws, biases)
+}
+
+// matmulsArgs checks MatMuls' operands (as many weights as destinations,
+// biases nil or as many) and says whether they take one GEMV launch or
+// share one rounding of x for cuBLAS.
+func (b *Backend) matmulsArgs(dsts []backend.Tensor, x backend.Tensor, ws, biases []backend.Tensor) (ops []matmulOperands, gemv, shared bool, err error) {
+	ops = make([]matmulOperands, len(dsts))
+	gemv, shared = len(dsts) <= gemv3Max, true
+	for i := range dsts {
+		var bias backend.Tensor
+		if biases != nil {
+			bias = biases[i]
+		}
+		a, err := b.matmulArgs(dsts[i], x, ws[i], bias)
+		if err != nil {
+			return nil, false, false, fmt.Errorf("matmuls %d: %w", i, err)
+		}
+		for j := range i {
+			if a.d.overlaps(ops[j].d) {
+				return nil, false, false, fmt.Errorf("cuda: matmuls: dst %d %v overlaps dst %d %v", i, a.d, j, ops[j].d)
+			}
+		}
+		sameType := a.w.dt != tensor.F32 && (i == 0 || a.w.dt == ops[0].w.dt)
+		gemv = gemv && sameType && a.M == 1 && a.K > 0 && useGEMV(a.x, a.w, a.M, a.K)
+		shared = shared && sameType && a.M > gemvMaxM && a.N > 0 && a.K > 0
+		ops[i] = a
+	}
+	return ops, gemv, shared, nil
+}
+
+// RMSNormMatMuls computes dsts[i] = RMSNorm(x)·ws[i]ᵀ + biases[i]. Where
+// MatMuls would round its input once for several cuBLAS products and
+// RMSNorm take a block per row, the norm writes that rounded input itself
+// (rmsNormTo16: the same bits, no float copy, no conversion pass; h
+// untouched); otherwise RMSNorm into h, then MatMuls.
+func (b *Backend) RMSNormMatMuls(dsts []backend.Tensor, h, x, nw backend.Tensor, eps float32, ws, biases []backend.Tensor) error {
+	seq := func() error { return backend.RMSNormMatMulsSeq(b, dsts, h, x, nw, eps, ws, biases) }
+	ht, xt, wt, rows, n, err := b.normArgs("rmsnorm+matmuls", h, x, nw)
+	if err != nil {
+		return err
+	}
+	if n <= warpRowMax || len(ws) != len(dsts) || (biases != nil && len(biases) != len(dsts)) || len(dsts) < 2 {
+		return seq()
+	}
+	ops, _, shared, err := b.matmulsArgs(dsts, h, ws, biases)
+	if err != nil {
+		return err
+	}
+	if !shared {
+		return seq()
+	}
+	for i, a := range ops {
+		if a.d.overlaps(xt) || a.d.overlaps(ht) {
+			return fmt.Errorf("cuda: rmsnorm+matmuls: dst %d %v overlaps x %v or h %v", i, a.d, xt, ht)
+		}
+	}
+	return b.run(func(g *gpu) error {
+		hp, err := g.rmsNormTo16(xt, wt, rows, n, eps, ops[0].w.dt)
+		if err != nil {
+			return err
+		}
+		for _, a := range ops {
+			if err := g.gemm(a.d, hp, a.w, a.bias, a.M, a.N, a.K); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// withX is ops with input x instead.
+func withX(ops []matmulOperands, x *Tensor) []matmulOperands {
+	out := make([]matmulOperands, len(ops))
+	for i, a := range ops {
+		a.x = x
+		out[i] = a
+	}
+	return out
+}
+
+// RMSNormMLP computes x += SwiGLUDown(RMSNorm(x)) (see backend.Fused): the
+// norm into h, then, for 16-bit weights, the down product added to x by
+// its own kernel: for one row the GEMV kernels (vla_gemv_swiglu, then
+// vla_gemv adding its columns to x), for more rows as SwiGLUDown with the
+// down GEMM accumulating into x (cuBLAS's beta = 1); otherwise the
+// sequence. Either way without an Add, in the same bits.
+func (b *Backend) RMSNormMLP(x, h, gate, up, nw backend.Tensor, eps float32, wg, wu, wd backend.Tensor) error {
+	const op = "rmsnorm+mlp"
+	ht, xt, wt, rows, n, err := b.normArgs(op, h, x, nw)
+	if err != nil {
+		return err
+	}
+	ga, ua, err := b.swigluArgs(op, gate, up, h, wg, wu)
+	if err != nil {
+		return err
+	}
+	da, err := b.matmulArgs(h, gate, wd, nil)
+	if err != nil {
+		return err
+	}
+	seq := func() error { return backend.RMSNormMLPSeq(b, x, h, gate, up, nw, eps, wg, wu, wd) }
+	if ga.M == 0 || ga.N == 0 || ga.K == 0 || ga.N != ua.N || ga.w.dt != ua.w.dt || !is16(ga.w.dt) || !is16(da.w.dt) ||
+		ht.overlaps(xt) || ga.d.overlaps(xt) || ua.d.overlaps(xt) || ga.d.overlaps(ht) || ua.d.overlaps(ht) {
+		return seq()
+	}
+	if ga.M == 1 {
+		if !useGEMV(ga.x, ga.w, 1, ga.K) || !useGEMV(ua.x, ua.w, 1, ua.K) || !useGEMV(da.x, da.w, 1, da.K) {
+			return seq()
+		}
+		return b.run(func(g *gpu) error {
+			if err := g.rmsNorm(ht, xt, wt, rows, n, eps); err != nil {
+				return err
+			}
+			if g.noGEMV { // every product through cuBLAS
+				if err := g.matmulsInTurn([]matmulOperands{ga, ua}); err != nil {
+					return err
+				}
+				if err := g.siluMul(ga.d, ua.d); err != nil {
+					return err
+				}
+				if err := g.matmul(da.d, da.x, da.w, nil, da.M, da.N, da.K); err != nil {
+					return err
+				}
+				return g.add(xt, xt, da.d)
+			}
+			if err := g.gemvSwiGLU(ga, ua); err != nil {
+				return err
+			}
+			return g.gemv(xt, da.x, da.w, nil, da.M, da.N, da.K, true)
+		})
+	}
+	return b.run(func(g *gpu) error {
+		// The norm's output as the gate and up products read it: written
+		// in their type directly where RMSNorm takes a block per row.
+		var xp driver.DevicePtr
+		var err error
+		if n > warpRowMax {
+			xp, err = g.rmsNormTo16(xt, wt, rows, n, eps, ga.w.dt)
+		} else if err = g.rmsNorm(ht, xt, wt, rows, n, eps); err == nil {
+			xp, err = g.convertX(ht, ga.w.dt)
+		}
+		if err != nil {
+			return err
+		}
+		hp, err := g.swigluTo16(xp, ga, ua, da.w.dt)
+		if err != nil {
+			return fmt.Errorf("cuda: %s: %w", op, err)
+		}
+		return g.gemmBeta(xt, hp, da.w, nil, da.M, da.N, da.K, 1)
+	})
 }
 
 // matmulsInTurn queues one matmul after another.
@@ -255,8 +388,16 @@ func (g *gpu) gemv3(ops []matmulOperands) error {
 	f := g.k.gemv3[kind16(ops[0].w.dt)]
 	g.args.Reset()
 	g.args.Struct(st[:], 8).Ptr(ops[0].x.ptr).I32(int32(ops[0].K))
-	warps := gemvThreads / 32
-	return g.launch("matmuls gemv", f, driver.Dim3{uint32((cols + warps - 1) / warps), 1, 1}, block1D(gemvThreads), 0)
+	return g.launch("matmuls gemv", f, gemvGrid(cols), block1D(gemvThreads), 0)
+}
+
+// gemvSwiGLU queues gate = silu(x·wgᵀ)·(x·wuᵀ) for one row of x in one
+// vla_gemv_swiglu launch.
+func (g *gpu) gemvSwiGLU(ga, ua matmulOperands) error {
+	f := g.k.gemvSwiGLU[kind16(ga.w.dt)]
+	g.args.Reset()
+	g.args.Ptr(ga.d.ptr).Ptr(ga.x.ptr).Ptr(ga.w.ptr).Ptr(ua.w.ptr).I32(int32(ga.N)).I32(int32(ga.K))
+	return g.launch("swiglu gemv", f, gemvGrid(ga.N), block1D(gemvThreads), 0)
 }
 
 // SwiGLU computes gate = silu(x·wgᵀ) · (x·wuᵀ). For one row of x and 16-bit
@@ -281,11 +422,7 @@ func (b *Backend) SwiGLU(gate, up, x, wg, wu backend.Tensor) error {
 				}
 				return g.siluMul(ga.d, ua.d)
 			}
-			f := g.k.gemvSwiGLU[kind16(ga.w.dt)]
-			g.args.Reset()
-			g.args.Ptr(ga.d.ptr).Ptr(ga.x.ptr).Ptr(ga.w.ptr).Ptr(ua.w.ptr).I32(int32(ga.N)).I32(int32(ga.K))
-			warps := gemvThreads / 32
-			return g.launch("swiglu gemv", f, driver.Dim3{uint32((ga.N + warps - 1) / warps), 1, 1}, block1D(gemvThreads), 0)
+			return g.gemvSwiGLU(ga, ua)
 		})
 	}
 	if ga.M <= gemvMaxM {
@@ -293,7 +430,11 @@ func (b *Backend) SwiGLU(gate, up, x, wg, wu backend.Tensor) error {
 	}
 	// More rows: x rounded once for both cuBLAS products.
 	return b.run(func(g *gpu) error {
-		if err := g.gateUp(ga, ua); err != nil {
+		xp, err := g.convertX(ga.x, ga.w.dt)
+		if err != nil {
+			return err
+		}
+		if err := g.gateUp(xp, ga, ua); err != nil {
 			return err
 		}
 		return g.siluMul(ga.d, ua.d)
@@ -314,13 +455,9 @@ func (b *Backend) swigluArgs(op string, gate, up, x, wg, wu backend.Tensor) (ga,
 	return ga, ua, nil
 }
 
-// gateUp queues the cuBLAS products gate = x·wgᵀ and up = x·wuᵀ, x rounded
-// to the weights' type once.
-func (g *gpu) gateUp(ga, ua matmulOperands) error {
-	xp, err := g.convertX(ga.x, ga.w.dt)
-	if err != nil {
-		return err
-	}
+// gateUp queues the cuBLAS products gate = x·wgᵀ and up = x·wuᵀ from xp,
+// x rounded to the weights' type once.
+func (g *gpu) gateUp(xp driver.DevicePtr, ga, ua matmulOperands) error {
 	if err := g.gemm(ga.d, xp, ga.w, nil, ga.M, ga.N, ga.K); err != nil {
 		return err
 	}
@@ -357,9 +494,12 @@ func (b *Backend) MatMulGELU(dst, x, w, bias backend.Tensor, tanh bool) error {
 	})
 }
 
-// MatMulResidual computes x += a·wᵀ + bias through h: for products that go
-// to cuBLAS, the bias and the residual sum in one pass after the GEMM (h
-// is left without the bias); otherwise MatMul then Add.
+// MatMulResidual computes x += a·wᵀ + bias through h: for one row and the
+// GEMV kernel, the kernel adds each column to x itself; for products that
+// go to cuBLAS, without a bias and with a 16-bit weight, the GEMM adds its
+// product to x (beta = 1; h untouched either way), with a bias the bias and
+// the residual sum in one pass after the GEMM (h is left without the
+// bias); otherwise MatMul then Add.
 func (b *Backend) MatMulResidual(x, h, a, w, bias backend.Tensor) error {
 	m, err := b.matmulArgs(h, a, w, bias)
 	if err != nil {
@@ -375,8 +515,29 @@ func (b *Backend) MatMulResidual(x, h, a, w, bias backend.Tensor) error {
 	if m.M == 0 || m.N == 0 {
 		return nil
 	}
-	if m.K == 0 || useGEMV(m.x, m.w, m.M, m.K) {
+	if m.K == 0 {
 		return backend.MatMulResidualSeq(b, x, h, a, w, bias)
+	}
+	if useGEMV(m.x, m.w, m.M, m.K) {
+		return b.run(func(g *gpu) error {
+			if g.noGEMV {
+				if err := g.matmul(m.d, m.x, m.w, m.bias, m.M, m.N, m.K); err != nil {
+					return err
+				}
+				return g.add(xt, xt, m.d)
+			}
+			return g.gemv(xt, m.x, m.w, m.bias, m.M, m.N, m.K, true)
+		})
+	}
+	if m.bias == nil && is16(m.w.dt) {
+		// The GEMM adds its product to x itself (cuBLAS's beta = 1).
+		return b.run(func(g *gpu) error {
+			xp, err := g.convertX(m.x, m.w.dt)
+			if err != nil {
+				return err
+			}
+			return g.gemmBeta(xt, xp, m.w, nil, m.M, m.N, m.K, 1)
+		})
 	}
 	return b.run(func(g *gpu) error {
 		if err := g.matmul(m.d, m.x, m.w, nil, m.M, m.N, m.K); err != nil {
@@ -417,27 +578,40 @@ func (b *Backend) SwiGLUDown(dst, gate, up, x, wg, wu, wd backend.Tensor) error 
 		return backend.SwiGLUDownSeq(b, dst, gate, up, x, wg, wu, wd)
 	}
 	return b.run(func(g *gpu) error {
-		if err := g.gateUp(ga, ua); err != nil {
+		xp, err := g.convertX(ga.x, ga.w.dt)
+		if err != nil {
 			return err
 		}
-		// The products above are queued before the scratch is rewritten
-		// (or, to grow it, waited for).
-		n := ga.d.elements()
-		hp, err := g.scratch(&g.xScratch, n*2)
+		hp, err := g.swigluTo16(xp, ga, ua, da.w.dt)
 		if err != nil {
 			return fmt.Errorf("cuda: swiglu+down: %w", err)
 		}
-		g.args.Reset()
-		g.args.Ptr(hp).Ptr(ga.d.ptr).Ptr(ua.d.ptr).U64(uint64(n))
-		items := n
-		if n%4 == 0 && (ga.d.ptr|ua.d.ptr)%16 == 0 && hp%8 == 0 {
-			items = n / 4
-		}
-		if err := g.elementwise("silumul to 16 bits", g.k.siluMul16[kind16(da.w.dt)], items); err != nil {
-			return err
-		}
 		return g.gemm(da.d, hp, da.w, nil, da.M, da.N, da.K)
 	})
+}
+
+// swigluTo16 queues the cuBLAS products gate and up of xp (x in their
+// type), then silu(gate)·up written in dt (a 16-bit type) into the MatMul
+// scratch, whose address it returns: the next product's input, as MatMul
+// would round it.
+func (g *gpu) swigluTo16(xp driver.DevicePtr, ga, ua matmulOperands, dt tensor.DType) (driver.DevicePtr, error) {
+	if err := g.gateUp(xp, ga, ua); err != nil {
+		return 0, err
+	}
+	// The products above are queued before the scratch is rewritten
+	// (or, to grow it, waited for).
+	n := ga.d.elements()
+	hp, err := g.scratch(&g.xScratch, n*2)
+	if err != nil {
+		return 0, err
+	}
+	g.args.Reset()
+	g.args.Ptr(hp).Ptr(ga.d.ptr).Ptr(ua.d.ptr).U64(uint64(n))
+	items := n
+	if n%4 == 0 && (ga.d.ptr|ua.d.ptr)%16 == 0 && hp%8 == 0 {
+		items = n / 4
+	}
+	return hp, g.elementwise("silumul to 16 bits", g.k.siluMul16[kind16(dt)], items)
 }
 
 // GELUMLP computes x += gelu(a·w1ᵀ + b1)·w2ᵀ + b2. When both products go

@@ -112,7 +112,7 @@ func (g *gpu) matmul(d, x, w, bias *Tensor, M, N, K int) error {
 		return g.addBias(d, bias, M, N)
 	}
 	if !g.noGEMV && useGEMV(x, w, M, K) {
-		return g.gemv(d, x, w, bias, M, N, K)
+		return g.gemv(d, x, w, bias, M, N, K, false)
 	}
 	xp := x.ptr
 	if w.dt != tensor.F32 {
@@ -127,6 +127,12 @@ func (g *gpu) matmul(d, x, w, bias *Tensor, M, N, K int) error {
 // gemm queues the cuBLAS product dst = xp·wᵀ + bias, xp being x in w's
 // type (x itself for an F32 weight).
 func (g *gpu) gemm(d *Tensor, xp driver.DevicePtr, w, bias *Tensor, M, N, K int) error {
+	return g.gemmBeta(d, xp, w, bias, M, N, K, 0)
+}
+
+// gemmBeta is gemm with dst = xp·wᵀ + beta·dst (then + bias): beta 1 adds
+// the product to what dst holds, in float as Add would.
+func (g *gpu) gemmBeta(d *Tensor, xp driver.DevicePtr, w, bias *Tensor, M, N, K int, beta float32) error {
 	wType, err := blasType(w.dt)
 	if err != nil {
 		return err
@@ -134,13 +140,18 @@ func (g *gpu) gemm(d *Tensor, xp driver.DevicePtr, w, bias *Tensor, M, N, K int)
 	s := rowMajorXWt(M, N, K)
 	gemm := &driver.Gemm{
 		TransA: s.transA, TransB: s.transB, M: s.m, N: s.n, K: s.k,
-		Alpha: 1, Beta: 0,
+		Alpha: 1, Beta: beta,
 		A: w.ptr, AType: wType, LDA: s.lda,
 		B: xp, BType: wType, LDB: s.ldb,
 		C: d.ptr, CType: driver.R32F, LDC: s.ldc,
 		Compute: driver.Compute32F, Algo: driver.GemmDefault,
 	}
-	err = g.traced(func() string { return fmt.Sprintf("gemm %d×%d×%d %v", M, N, K, w.dt) }, func() error {
+	err = g.traced(func() string {
+		if beta != 0 {
+			return fmt.Sprintf("gemm+residual %d×%d×%d %v", M, N, K, w.dt)
+		}
+		return fmt.Sprintf("gemm %d×%d×%d %v", M, N, K, w.dt)
+	}, func() error {
 		return g.blas.GemmEx(g.handle, gemm)
 	})
 	if err != nil {

@@ -24,12 +24,30 @@ func useGEMV(x, w *Tensor, M, K int) bool {
 		K%8 == 0 && w.ptr%16 == 0 && x.ptr%16 == 0
 }
 
-// gemv queues dst[M,N] = x[M,K]·wᵀ + bias with the GEMV kernel.
-func (g *gpu) gemv(d, x, w, bias *Tensor, M, N, K int) error {
+// gemv queues dst[M,N] = x[M,K]·wᵀ + bias with the GEMV kernel; with
+// accum, dst += x·wᵀ + bias (MatMulResidual's residual add, in the same
+// float steps as the product into scratch and Add).
+func (g *gpu) gemv(d, x, w, bias *Tensor, M, N, K int, accum bool) error {
 	bp, bdt := biasArg(bias)
 	g.args.Reset()
-	g.args.Ptr(d.ptr).Ptr(x.ptr).Ptr(w.ptr).Ptr(bp).I32(bdt).I32(int32(N)).I32(int32(K))
+	g.args.Ptr(d.ptr).Ptr(x.ptr).Ptr(w.ptr).Ptr(bp).I32(bdt).I32(int32(N)).I32(int32(K)).I32(boolArg(accum))
+	name := "matmul gemv"
+	if accum {
+		name = "matmul+residual gemv"
+	}
+	return g.launch(name, g.k.gemv[kind16(w.dt)][M-1], gemvGrid(N), block1D(gemvThreads), 0)
+}
+
+// gemvGrid is the grid of a GEMV kernel over n output columns, a warp each.
+func gemvGrid(n int) driver.Dim3 {
 	warps := gemvThreads / 32
-	grid := driver.Dim3{uint32((N + warps - 1) / warps), 1, 1}
-	return g.launch("matmul gemv", g.k.gemv[kind16(w.dt)][M-1], grid, block1D(gemvThreads), 0)
+	return driver.Dim3{uint32((n + warps - 1) / warps), 1, 1}
+}
+
+// boolArg is a kernel's int flag.
+func boolArg(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
 }

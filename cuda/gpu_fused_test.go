@@ -151,7 +151,7 @@ func TestGPUFusedSwiGLU(t *testing.T) {
 func TestGPUFusedMatMulGELUAndResidual(t *testing.T) {
 	b := gpuBackend(t)
 	r := rand.New(rand.NewPCG(7, 5))
-	for _, sh := range [][3]int{{37, 96, 160}, {64, 1152, 256}, {5, 7, 24}, {1, 64, 128}} {
+	for _, sh := range [][3]int{{37, 96, 160}, {64, 1152, 256}, {5, 7, 24}, {1, 64, 128}, {1, 2048, 4096}} {
 		M, N, K := sh[0], sh[1], sh[2]
 		for _, withBias := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%dx%dx%d/bias=%v", M, N, K, withBias), func(t *testing.T) {
@@ -345,5 +345,91 @@ func TestGPUFusedGELUMLP(t *testing.T) {
 				sameBits(t, "x + mlp", download(t, b, x2), download(t, b, x1))
 			})
 		}
+	}
+}
+
+// TestGPUFusedRMSNormMatMuls checks RMSNormMatMuls against RMSNorm then
+// MatMul each: the same bits where the norm writes the products' 16-bit
+// input itself (more than one row, a norm of more than 1,024) and on the
+// other paths.
+func TestGPUFusedRMSNormMatMuls(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(7, 10))
+	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
+		for _, c := range []struct{ M, H int }{{64, 2048}, {300, 4096}, {3, 2048}, {1, 2048}, {64, 512}} {
+			for _, withBias := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%v/M=%d/H=%d/bias=%v", dt, c.M, c.H, withBias), func(t *testing.T) {
+					M, H := c.M, c.H
+					ns := []int{H, 256, 256}
+					xv := randVals(r, M*H, 2)
+					nw, _ := weight(t, b, tensor.BF16, randVals(r, H, 1), H)
+					ws, biases := make([]backend.Tensor, 3), make([]backend.Tensor, 3)
+					d1, d2 := make([]backend.Tensor, 3), make([]backend.Tensor, 3)
+					for i, n := range ns {
+						ws[i], _ = weight(t, b, dt, randVals(r, n*H, 0.05), n, H)
+						if withBias {
+							biases[i], _ = weight(t, b, tensor.BF16, randVals(r, n, 1), n)
+						}
+						d1[i], d2[i] = alloc(t, b, M, n), alloc(t, b, M, n)
+					}
+					x, h1, h2 := upload(t, b, xv, M, H), alloc(t, b, M, H), alloc(t, b, M, H)
+					if err := b.RMSNorm(h1, x, nw, 1e-6); err != nil {
+						t.Fatal(err)
+					}
+					for i := range ns {
+						if err := b.MatMul(d1[i], h1, ws[i], biases[i]); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if err := b.RMSNormMatMuls(d2, h2, x, nw, 1e-6, ws, biases); err != nil {
+						t.Fatal(err)
+					}
+					for i := range ns {
+						sameBits(t, fmt.Sprintf("projection %d", i), download(t, b, d2[i]), download(t, b, d1[i]))
+					}
+					sameBits(t, "x", download(t, b, x), xv)
+				})
+			}
+		}
+	}
+}
+
+// TestGPUFusedRMSNormMLP checks RMSNormMLP against its sequence (RMSNorm,
+// SwiGLU, MatMul, Add): the same bits on the fused GEMV path and the others.
+func TestGPUFusedRMSNormMLP(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(7, 11))
+	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
+		for _, c := range []struct{ M, H, FF int }{{1, 2048, 1000}, {1, 4096, 512}, {1, 768, 1000}, {3, 2048, 1000}, {64, 2048, 512}} {
+			t.Run(fmt.Sprintf("%v/M=%d/H=%d/FF=%d", dt, c.M, c.H, c.FF), func(t *testing.T) {
+				M, H, FF := c.M, c.H, c.FF
+				xv := randVals(r, M*H, 2)
+				nw, _ := weight(t, b, tensor.BF16, randVals(r, H, 1), H)
+				wg, _ := weight(t, b, dt, randVals(r, FF*H, 0.05), FF, H)
+				wu, _ := weight(t, b, dt, randVals(r, FF*H, 0.05), FF, H)
+				wd, _ := weight(t, b, dt, randVals(r, H*FF, 0.05), H, FF)
+				x1, h1, g1, u1 := upload(t, b, xv, M, H), alloc(t, b, M, H), alloc(t, b, M, FF), alloc(t, b, M, FF)
+				x2, h2, g2, u2 := upload(t, b, xv, M, H), alloc(t, b, M, H), alloc(t, b, M, FF), alloc(t, b, M, FF)
+				for _, err := range []error{
+					b.RMSNorm(h1, x1, nw, 1e-6), b.SwiGLU(g1, u1, h1, wg, wu), b.MatMul(h1, g1, wd, nil), b.Add(x1, x1, h1),
+					b.RMSNormMLP(x2, h2, g2, u2, nw, 1e-6, wg, wu, wd),
+				} {
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				sameBits(t, "x + mlp(norm(x))", download(t, b, x2), download(t, b, x1))
+			})
+		}
+	}
+	x, h, g := alloc(t, b, 1, 2048), alloc(t, b, 1, 2048), alloc(t, b, 1, 256)
+	nw, _ := weight(t, b, tensor.BF16, make([]float32, 2048), 2048)
+	w1, _ := weight(t, b, tensor.BF16, make([]float32, 256*2048), 256, 2048)
+	w2, _ := weight(t, b, tensor.BF16, make([]float32, 2048*256), 2048, 256)
+	if err := b.RMSNormMLP(x, h, g, g, nw, 1e-6, w1, w1, w2); err == nil {
+		t.Fatal("gate = up: no error")
+	}
+	if err := b.RMSNormMLP(x, h, g, alloc(t, b, 1, 256), alloc(t, b, 1, 1000), 1e-6, w1, w1, w2); err == nil {
+		t.Fatal("a norm weight of the wrong size: no error")
 	}
 }

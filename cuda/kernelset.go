@@ -14,9 +14,10 @@ type kernelSet struct {
 	// elementwise.cu: SiLUMul and the bias with its GELU, rounded to 16
 	// bits for the next product ([0] bf16, [1] f16).
 	siluMul16, addBias16       [2]driver.Function
-	rmsNorm, layerNorm         driver.Function // norm.cu
-	rmsNormRows, layerNormRows driver.Function // norm.cu, a warp per row
-	rope, attention, embedding driver.Function // rope.cu, attention.cu, embedding.cu
+	rmsNorm, layerNorm         driver.Function    // norm.cu
+	rmsNorm16                  [2]driver.Function // norm.cu, written in bf16 [0] or f16 [1]
+	rmsNormRows, layerNormRows driver.Function    // norm.cu, a warp per row
+	rope, attention, embedding driver.Function    // rope.cu, attention.cu, embedding.cu
 
 	// gemv.cu: [0] bf16, [1] f16 weights; [m-1] for m rows of x.
 	gemv [2][gemvMaxM]driver.Function
@@ -60,6 +61,8 @@ func (k *kernelSet) entries() []kernelEntry {
 		{&k.addBias16[0], "vla_add_bias_bf16"},
 		{&k.addBias16[1], "vla_add_bias_f16"},
 		{&k.rmsNorm, "vla_rmsnorm"},
+		{&k.rmsNorm16[0], "vla_rmsnorm_bf16"},
+		{&k.rmsNorm16[1], "vla_rmsnorm_f16"},
 		{&k.layerNorm, "vla_layernorm"},
 		{&k.rmsNormRows, "vla_rmsnorm_rows"},
 		{&k.layerNormRows, "vla_layernorm_rows"},

@@ -64,15 +64,33 @@ func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 	if err != nil || rows == 0 {
 		return err
 	}
-	return b.run(func(g *gpu) error {
-		g.args.Reset()
-		g.args.Ptr(d.ptr).Ptr(xt.ptr).Ptr(wt.ptr).I32(dtypeCode(wt.dt)).I32(int32(n)).F32(eps)
-		if n <= warpRowMax {
-			g.args.U64(uint64(rows))
-			return g.launch("rmsnorm", g.k.rmsNormRows, warpRowsGrid(rows), block1D(threadsPerBlock), 0)
-		}
-		return g.launch("rmsnorm", g.k.rmsNorm, driver.Dim3{uint32(rows), 1, 1}, block1D(rowThreads(int(n))), 0)
-	})
+	return b.run(func(g *gpu) error { return g.rmsNorm(d, xt, wt, rows, n, eps) })
+}
+
+// rmsNormTo16 queues RMSNorm of rows of n > warpRowMax (a block per row,
+// as rmsNorm) with the result rounded to dt, a 16-bit type, into the
+// MatMul scratch, whose address it returns: a cuBLAS product's input, the
+// bits that rmsNorm then the product's rounding of x would give.
+func (g *gpu) rmsNormTo16(xt, wt *Tensor, rows, n int64, eps float32, dt tensor.DType) (driver.DevicePtr, error) {
+	p, err := g.scratch(&g.xScratch, rows*n*2)
+	if err != nil {
+		return 0, fmt.Errorf("cuda: rmsnorm: %w", err)
+	}
+	g.args.Reset()
+	g.args.Ptr(p).Ptr(xt.ptr).Ptr(wt.ptr).I32(dtypeCode(wt.dt)).I32(int32(n)).F32(eps)
+	return p, g.launch("rmsnorm to 16 bits", g.k.rmsNorm16[kind16(dt)], driver.Dim3{uint32(rows), 1, 1}, block1D(rowThreads(int(n))), 0)
+}
+
+// rmsNorm queues RMSNorm of rows of n: a warp per row up to warpRowMax,
+// else a block.
+func (g *gpu) rmsNorm(d, xt, wt *Tensor, rows, n int64, eps float32) error {
+	g.args.Reset()
+	g.args.Ptr(d.ptr).Ptr(xt.ptr).Ptr(wt.ptr).I32(dtypeCode(wt.dt)).I32(int32(n)).F32(eps)
+	if n <= warpRowMax {
+		g.args.U64(uint64(rows))
+		return g.launch("rmsnorm", g.k.rmsNormRows, warpRowsGrid(rows), block1D(threadsPerBlock), 0)
+	}
+	return g.launch("rmsnorm", g.k.rmsNorm, driver.Dim3{uint32(rows), 1, 1}, block1D(rowThreads(int(n))), 0)
 }
 
 // LayerNorm normalizes each row of x over its last n = len(w) elements:
@@ -237,11 +255,14 @@ func (b *Backend) Add(dst, x, y backend.Tensor) error {
 	if err != nil || d.elements() == 0 {
 		return err
 	}
-	return b.run(func(g *gpu) error {
-		g.args.Reset()
-		g.args.Ptr(d.ptr).Ptr(in[0].ptr).Ptr(in[1].ptr).U64(uint64(d.elements()))
-		return g.elementwise("add", g.k.add, vecItems(d, in...))
-	})
+	return b.run(func(g *gpu) error { return g.add(d, in[0], in[1]) })
+}
+
+// add queues d = a + c, elementwise.
+func (g *gpu) add(d, a, c *Tensor) error {
+	g.args.Reset()
+	g.args.Ptr(d.ptr).Ptr(a.ptr).Ptr(c.ptr).U64(uint64(d.elements()))
+	return g.elementwise("add", g.k.add, vecItems(d, a, c))
 }
 
 // Copy copies src into dst of the same element count and type (into

@@ -17,6 +17,10 @@
 // hd % 4 == 0, G <= 8 (checked in Go).
 
 #define VLA_DEC_THREADS 128
+// Blocks an SM must hold at once: the 768 blocks of a 3,072-key cache × 8
+// KV heads then run in one wave on an H100/H200 (132 SMs; at 95 registers a
+// thread, 5 fit and a second wave took 2/5 of the kernel's time).
+#define VLA_DEC_MIN_BLOCKS 6
 #define VLA_DEC_WARPS (VLA_DEC_THREADS / 32)
 #define VLA_DEC_MAX_G 8
 #define VLA_DEC_KEYS 8                               // keys per warp
@@ -214,8 +218,8 @@ extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)
 // with N query heads' registers instead of VLA_DEC_MAX_G and the dot
 // products' sums scattered over the lanes; the same bits as the generic
 // kernels.
-#define VLA_DEC_BF16_KERNEL(name, GT)                                                                              \
-	extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)                                                  \
+#define VLA_DEC_BF16_KERNEL(name, GT, MINB)                                                                            \
+	extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS, MINB)                                                   \
 	    name(float *__restrict__ part_o, float *__restrict__ part_ml, const float *__restrict__ q,                  \
 	         const u16 *__restrict__ k, const u16 *__restrict__ v, int heads, int kvheads, int hd, int tq, int nkv,  \
 	         float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs, const int *pos_at) {  \
@@ -223,10 +227,10 @@ extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)
 		                           mask_from, mask_to, segs, pos_at);                                               \
 	}
 
-VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16, 0)
-VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16_g1, 1)
-VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16_g2, 2)
-VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16_g4, 4)
+VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16, 0, 1) // any G up to 8: too many registers to fit 6
+VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16_g1, 1, VLA_DEC_MIN_BLOCKS)
+VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16_g2, 2, VLA_DEC_MIN_BLOCKS)
+VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16_g4, 4, VLA_DEC_MIN_BLOCKS)
 
 // vla_attn_combine merges nsplit partial results of rows (query, head):
 // out = Σ_z 2^(m_z - M)·o_z / Σ_z 2^(m_z - M)·l_z with M = max_z m_z; a row
@@ -241,19 +245,45 @@ VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16_g4, 4)
 #define VLA_COMB_THREADS 256
 #define VLA_COMB_WARPS (VLA_COMB_THREADS / 32)
 #define VLA_COMB_MAX_SPLITS 4096
+#define VLA_COMB_HELD 16 // splits a warp holds in registers (the one-round-trip path)
 
 extern "C" __global__ void __launch_bounds__(VLA_COMB_THREADS)
     vla_attn_combine(float *__restrict__ out, const float *__restrict__ part_o, const float *__restrict__ part_ml,
                      int nsplit, int tq, int heads, int hd, const int *pos_at) {
 	__shared__ float w[VLA_COMB_MAX_SPLITS];
-	if (pos_at) nsplit = min(nsplit, (*pos_at + tq + VLA_DEC_CHUNK - 1) / VLA_DEC_CHUNK);
 	__shared__ __align__(16) float acc[VLA_COMB_WARPS][128];
 	__shared__ float red[VLA_COMB_WARPS];
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const u64 rows = (u64)tq * heads, row = blockIdx.x;
+	const bool dl = lane * 4 < hd;
+	float4 zero4;
+	zero4.x = zero4.y = zero4.z = zero4.w = 0.0f;
+
+	// Up to VLA_COMB_WARPS·VLA_COMB_HELD splits (a 4,096-key cache), every
+	// load is issued at once, before the position is known: the thread's
+	// split's m and l, the warp's splits' partial O (the buffers hold
+	// nsplit splits; those past the position are loaded and not used).
+	const int nmax = nsplit;
+	const bool held = nmax <= VLA_COMB_WARPS * VLA_COMB_HELD;
+	float4 o[VLA_COMB_HELD];
+	float mt = VLA_NEG_INF, lt = 0.0f;
+	if (held) {
+#pragma unroll
+		for (int u = 0; u < VLA_COMB_HELD; u++) {
+			const int z = warp + u * VLA_COMB_WARPS;
+			o[u] = z < nmax && dl ? *(const float4 *)(part_o + (z * rows + row) * hd + lane * 4) : zero4;
+		}
+		if (tid < nmax) {
+			mt = part_ml[2 * (tid * rows + row)];
+			lt = part_ml[2 * (tid * rows + row) + 1];
+		}
+	}
+	if (pos_at) nsplit = min(nsplit, (*pos_at + tq + VLA_DEC_CHUNK - 1) / VLA_DEC_CHUNK);
 
 	float m = VLA_NEG_INF;
-	for (int z = tid; z < nsplit; z += VLA_COMB_THREADS) m = fmaxf(m, part_ml[2 * (z * rows + row)]);
+	if (held) m = tid < nsplit ? mt : VLA_NEG_INF;
+	else
+		for (int z = tid; z < nsplit; z += VLA_COMB_THREADS) m = fmaxf(m, part_ml[2 * (z * rows + row)]);
 	m = vla_warp_max(m);
 	if (lane == 0) red[warp] = m;
 	__syncthreads();
@@ -263,11 +293,19 @@ extern "C" __global__ void __launch_bounds__(VLA_COMB_THREADS)
 	__syncthreads(); // red is reused below
 
 	float L = 0.0f;
-	for (int z = tid; z < nsplit; z += VLA_COMB_THREADS) {
-		const float mz = part_ml[2 * (z * rows + row)];
-		const float wz = mz == VLA_NEG_INF ? 0.0f : exp2f(mz - M);
-		w[z] = wz;
-		L += wz * part_ml[2 * (z * rows + row) + 1];
+	if (held) {
+		if (tid < nsplit) {
+			const float wz = mt == VLA_NEG_INF ? 0.0f : exp2f(mt - M);
+			w[tid] = wz;
+			L = wz * lt;
+		}
+	} else {
+		for (int z = tid; z < nsplit; z += VLA_COMB_THREADS) {
+			const float mz = part_ml[2 * (z * rows + row)];
+			const float wz = mz == VLA_NEG_INF ? 0.0f : exp2f(mz - M);
+			w[z] = wz;
+			L += wz * part_ml[2 * (z * rows + row) + 1];
+		}
 	}
 	L = vla_warp_sum(L);
 	if (lane == 0) red[warp] = L;
@@ -277,25 +315,37 @@ extern "C" __global__ void __launch_bounds__(VLA_COMB_THREADS)
 	for (int i = 0; i < VLA_COMB_WARPS; i++) L += red[i];
 	const float inv = L > 0.0f ? 1.0f / L : 0.0f;
 
-	const bool dl = lane * 4 < hd;
-	float4 a;
-	a.x = a.y = a.z = a.w = 0.0f;
-	for (int z0 = warp; z0 < nsplit; z0 += 4 * VLA_COMB_WARPS) {
-		float4 o[4];
-		float wz[4];
+	// The warp's splits in increasing order, each weighted.
+	float4 a = zero4;
+	if (held) {
 #pragma unroll
-		for (int u = 0; u < 4; u++) {
-			const int z = z0 + u * VLA_COMB_WARPS;
-			wz[u] = z < nsplit ? w[z] : 0.0f;
-			if (z < nsplit && dl) o[u] = *(const float4 *)(part_o + (z * rows + row) * hd + lane * 4);
-			else o[u].x = o[u].y = o[u].z = o[u].w = 0.0f;
+		for (int u = 0; u < VLA_COMB_HELD; u++) {
+			const int z = warp + u * VLA_COMB_WARPS;
+			if (z < nsplit) {
+				const float wz = w[z];
+				a.x += wz * o[u].x;
+				a.y += wz * o[u].y;
+				a.z += wz * o[u].z;
+				a.w += wz * o[u].w;
+			}
 		}
+	} else {
+		for (int z0 = warp; z0 < nsplit; z0 += 4 * VLA_COMB_WARPS) {
+			float4 p[4];
+			float wz[4];
 #pragma unroll
-		for (int u = 0; u < 4; u++) {
-			a.x += wz[u] * o[u].x;
-			a.y += wz[u] * o[u].y;
-			a.z += wz[u] * o[u].z;
-			a.w += wz[u] * o[u].w;
+			for (int u = 0; u < 4; u++) {
+				const int z = z0 + u * VLA_COMB_WARPS;
+				wz[u] = z < nsplit ? w[z] : 0.0f;
+				p[u] = z < nsplit && dl ? *(const float4 *)(part_o + (z * rows + row) * hd + lane * 4) : zero4;
+			}
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				a.x += wz[u] * p[u].x;
+				a.y += wz[u] * p[u].y;
+				a.z += wz[u] * p[u].z;
+				a.w += wz[u] * p[u].w;
+			}
 		}
 	}
 	*(float4 *)&acc[warp][lane * 4] = a;

@@ -95,32 +95,38 @@ __device__ __forceinline__ void vla_gemv_dot(const float *__restrict__ x, const 
 	for (int m = 0; m < M; m++) acc[m] = vla_warp_sum(acc[m]);
 }
 
-// vla_gemv_store writes output column n of each row of x, plus its bias.
+// vla_gemv_store writes output column n of each row of x, plus its bias;
+// with accum, adds it to what y holds there (the residual stream: the same
+// float additions as a product into scratch, then Add).
 template <int M>
 __device__ __forceinline__ void vla_gemv_store(float *__restrict__ y, const float *acc, const void *__restrict__ bias,
-                                               int bdt, int N, int n) {
+                                               int bdt, int N, int n, int accum) {
 	const float b = bias != 0 ? vla_load(bias, bdt, n) : 0.0f;
 #pragma unroll
-	for (int m = 0; m < M; m++) y[(u64)m * N + n] = bias != 0 ? acc[m] + b : acc[m];
+	for (int m = 0; m < M; m++) {
+		const float v = bias != 0 ? acc[m] + b : acc[m];
+		float *p = y + (u64)m * N + n;
+		*p = accum ? *p + v : v;
+	}
 }
 
 template <int M, bool F16>
 __device__ __forceinline__ void vla_gemv(float *__restrict__ y, const float *__restrict__ x,
                                          const uint4 *__restrict__ w, const void *__restrict__ bias, int bdt, int N,
-                                         int K) {
+                                         int K, int accum) {
 	const int lane = threadIdx.x & 31;
 	const int n = blockIdx.x * (VLA_GEMV_THREADS / 32) + (threadIdx.x >> 5);
 	if (n >= N) return;
 	float acc[M];
 	vla_gemv_dot<M, F16>(x, w + (u64)n * (K >> 3), K, lane, acc);
-	if (lane == 0) vla_gemv_store<M>(y, acc, bias, bdt, N, n);
+	if (lane == 0) vla_gemv_store<M>(y, acc, bias, bdt, N, n, accum);
 }
 
 #define VLA_GEMV_KERNEL(name, M, F16)                                                                              \
 	extern "C" __global__ void __launch_bounds__(VLA_GEMV_THREADS)                                                 \
 	    name(float *__restrict__ y, const float *__restrict__ x, const uint4 *__restrict__ w,                    \
-	         const void *__restrict__ bias, int bdt, int N, int K) {                                               \
-		vla_gemv<M, F16>(y, x, w, bias, bdt, N, K);                                                                 \
+	         const void *__restrict__ bias, int bdt, int N, int K, int accum) {                                    \
+		vla_gemv<M, F16>(y, x, w, bias, bdt, N, K, accum);                                                          \
 	}
 
 VLA_GEMV_KERNEL(vla_gemv_bf16_1, 1, false)
@@ -145,7 +151,7 @@ template <bool F16> __device__ __forceinline__ void vla_gemv3(const vla_gemv3_ar
 	if (j == 3) return;
 	float acc[1];
 	vla_gemv_dot<1, F16>(x, a.w[j] + (u64)n * (K >> 3), K, lane, acc);
-	if (lane == 0) vla_gemv_store<1>(a.y[j], acc, a.bias[j], a.bdt[j], a.n[j], n);
+	if (lane == 0) vla_gemv_store<1>(a.y[j], acc, a.bias[j], a.bdt[j], a.n[j], n, 0);
 }
 
 extern "C" __global__ void __launch_bounds__(VLA_GEMV_THREADS)

@@ -106,9 +106,8 @@ func (l *Layer) Attend(be backend.Backend, x backend.Tensor, kc, vc backend.Tens
 		name string
 		run  func() error
 	}{
-		{"input norm", func() error { return be.RMSNorm(s.h, x, l.InputNorm, eps) }},
-		{"q, k, v", func() error {
-			return backend.MatMuls(be, []backend.Tensor{s.q, s.k, s.v}, s.h,
+		{"input norm, q, k, v", func() error {
+			return backend.RMSNormMatMuls(be, []backend.Tensor{s.q, s.k, s.v}, s.h, x, l.InputNorm, eps,
 				[]backend.Tensor{l.Q, l.K, l.V}, []backend.Tensor{l.QBias, l.KBias, l.VBias})
 		}},
 		{"q, k norms and rope, k and v to the cache", func() error {
@@ -133,10 +132,10 @@ func (l *Layer) Attend(be backend.Backend, x backend.Tensor, kc, vc backend.Tens
 			}
 			return be.Attention(s.attn, s.q, kc, vc, o)
 		}},
-		{"o", func() error { return be.MatMul(s.h, s.attn, l.O, l.OBias) }},
-		{"attention residual and post norm", func() error { return backend.AddRMSNorm(be, s.h, x, s.h, l.PostNorm, eps) }},
-		{"mlp", func() error { return backend.SwiGLUDown(be, s.h, s.gate, s.up, s.h, l.Gate, l.Up, l.Down) }},
-		{"mlp residual", func() error { return be.Add(x, x, s.h) }},
+		{"o and attention residual", func() error { return backend.MatMulResidual(be, x, s.h, s.attn, l.O, l.OBias) }},
+		{"post norm, mlp and residual", func() error {
+			return backend.RMSNormMLP(be, x, s.h, s.gate, s.up, l.PostNorm, eps, l.Gate, l.Up, l.Down)
+		}},
 	}
 	for _, st := range steps {
 		if err := st.run(); err != nil {
