@@ -57,6 +57,8 @@ func BenchmarkGPUMatMul(b *testing.B) {
 		{"gemv_bf16_1x4096x12288", 1, 12288, 4096, false},
 		{"gemv_bf16_1x4096x12288_cublas", 1, 12288, 4096, true},
 		{"gemv_bf16_1x12288x4096", 1, 4096, 12288, false},
+		{"gemv_bf16_1x4096x4096", 1, 4096, 4096, false}, // a decode layer's o
+		{"gemv_bf16_1x4096x6144", 1, 6144, 4096, false}, // its q, k, v together
 		{"matmul_bf16_4x4096x12288", 4, 12288, 4096, false},
 		{"gemm_bf16_3030x4096x12288", 3030, 12288, 4096, false},
 		// The action expert's projections (64 tokens; bench/results/cuda-kernels.md).
