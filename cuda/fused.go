@@ -196,12 +196,7 @@ func (b *Backend) MatMuls(dsts []backend.Tensor, x backend.Tensor, ws, biases []
 			if err != nil {
 				return err
 			}
-			for _, a := range ops {
-				if err := g.gemm(a.d, xp, a.w, a.bias, a.M, a.N, a.K); err != nil {
-					return err
-				}
-			}
-			return nil
+			return g.gemmsFrom(xp, ops)
 		})
 	}
 	return backend.MatMulsInTurn(b, dsts, x, ws, biases)
@@ -266,13 +261,19 @@ func (b *Backend) RMSNormMatMuls(dsts []backend.Tensor, h, x, nw backend.Tensor,
 		if err != nil {
 			return err
 		}
-		for _, a := range ops {
-			if err := g.gemm(a.d, hp, a.w, a.bias, a.M, a.N, a.K); err != nil {
-				return err
-			}
-		}
-		return nil
+		return g.gemmsFrom(hp, ops)
 	})
+}
+
+// gemmsFrom queues the cuBLAS products of ops from xp, their common input
+// already in their weights' type.
+func (g *gpu) gemmsFrom(xp driver.DevicePtr, ops []matmulOperands) error {
+	for _, a := range ops {
+		if err := g.gemm(a.d, xp, a.w, a.bias, a.M, a.N, a.K); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // withX is ops with input x instead.
@@ -458,10 +459,7 @@ func (b *Backend) swigluArgs(op string, gate, up, x, wg, wu backend.Tensor) (ga,
 // gateUp queues the cuBLAS products gate = x·wgᵀ and up = x·wuᵀ from xp,
 // x rounded to the weights' type once.
 func (g *gpu) gateUp(xp driver.DevicePtr, ga, ua matmulOperands) error {
-	if err := g.gemm(ga.d, xp, ga.w, nil, ga.M, ga.N, ga.K); err != nil {
-		return err
-	}
-	return g.gemm(ua.d, xp, ua.w, nil, ua.M, ua.N, ua.K)
+	return g.gemmsFrom(xp, []matmulOperands{ga, ua})
 }
 
 // siluMul queues gate = silu(gate)·up.

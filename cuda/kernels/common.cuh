@@ -177,9 +177,18 @@ __device__ __forceinline__ double vla_norm_sumsq(float *xr, const float *dr, int
 	return ss;
 }
 
+// vla_store_as writes v to p: as float, or rounded to bf16 (F16: f16) for
+// a 16-bit output, the rounding of vla_f32_to_bf16 / vla_f32_to_f16.
+template <bool F16> __device__ __forceinline__ void vla_store_as(float *p, float v) { *p = v; }
+template <bool F16> __device__ __forceinline__ void vla_store_as(u16 *p, float v) {
+	*p = F16 ? vla_f32_to_f16(v) : vla_f32_to_bf16(v);
+}
+
 // vla_norm_scale writes yr[i] = w[i] · (xr[i] · s) for the thread's
-// elements (yr may be xr).
-__device__ __forceinline__ void vla_norm_scale(float *yr, const float *xr, const void *__restrict__ w, int wdt, int n,
+// elements (yr may be xr), as float or rounded to a 16-bit type (T = u16;
+// F16 for f16, else bf16).
+template <typename T = float, bool F16 = false>
+__device__ __forceinline__ void vla_norm_scale(T *yr, const float *xr, const void *__restrict__ w, int wdt, int n,
                                                float s) {
 	const int bd = blockDim.x;
 	int i = threadIdx.x;
@@ -191,9 +200,9 @@ __device__ __forceinline__ void vla_norm_scale(float *yr, const float *xr, const
 			wv[u] = vla_load(w, wdt, i + u * bd);
 		}
 #pragma unroll
-		for (int u = 0; u < VLA_NORM_U; u++) yr[i + u * bd] = __fmul_rn(wv[u], __fmul_rn(v[u], s));
+		for (int u = 0; u < VLA_NORM_U; u++) vla_store_as<F16>(yr + i + u * bd, __fmul_rn(wv[u], __fmul_rn(v[u], s)));
 	}
-	for (; i < n; i += bd) yr[i] = __fmul_rn(vla_load(w, wdt, i), __fmul_rn(xr[i], s));
+	for (; i < n; i += bd) vla_store_as<F16>(yr + i, __fmul_rn(vla_load(w, wdt, i), __fmul_rn(xr[i], s)));
 }
 
 // vla_ldmatrix_x4 loads four 8×8 16-bit matrices from shared memory: lanes

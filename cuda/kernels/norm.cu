@@ -4,17 +4,36 @@
 // the reductions). Sums are accumulated in double and the scale rounded to
 // float as the cpu backend does, so the two agree to the last bit or two.
 
-// y = w · (x · rsqrt(mean(x²) + eps))
-extern "C" __global__ void vla_rmsnorm(float *y, const float *x, const void *__restrict__ w, int wdt, int n,
-                                       float eps) {
+// y = w · (x · rsqrt(mean(x²) + eps)), as float (vla_rmsnorm) or rounded
+// to bf16 / f16 (vla_rmsnorm_bf16, _f16: as vla_f32_to_bf16 / _f16 would
+// round vla_rmsnorm's output; a norm whose only reader is a cuBLAS product
+// writes that product's input directly: RMSNormMatMuls, RMSNormMLP).
+template <typename T, bool F16>
+__device__ __forceinline__ void vla_rmsnorm_t(T *y, const float *x, const void *__restrict__ w, int wdt, int n,
+                                              float eps) {
 	__shared__ double sh[32];
 	const float *xr = x + (u64)blockIdx.x * n;
-	float *yr = y + (u64)blockIdx.x * n;
+	T *yr = y + (u64)blockIdx.x * n;
 	double ss = vla_norm_sumsq<false>((float *)xr, 0, n);
 	ss = vla_block_sum_d(ss, sh);
 	const float ms = (float)(ss / (double)n);
 	const float s = (float)(1.0 / sqrt((double)(ms + eps)));
-	vla_norm_scale(yr, xr, w, wdt, n, s);
+	vla_norm_scale<T, F16>(yr, xr, w, wdt, n, s);
+}
+
+extern "C" __global__ void vla_rmsnorm(float *y, const float *x, const void *__restrict__ w, int wdt, int n,
+                                       float eps) {
+	vla_rmsnorm_t<float, false>(y, x, w, wdt, n, eps);
+}
+
+extern "C" __global__ void vla_rmsnorm_bf16(u16 *y, const float *x, const void *__restrict__ w, int wdt, int n,
+                                            float eps) {
+	vla_rmsnorm_t<u16, false>(y, x, w, wdt, n, eps);
+}
+
+extern "C" __global__ void vla_rmsnorm_f16(u16 *y, const float *x, const void *__restrict__ w, int wdt, int n,
+                                           float eps) {
+	vla_rmsnorm_t<u16, true>(y, x, w, wdt, n, eps);
 }
 
 // y = (x - mean) · rsqrt(var + eps) · w + b, with the biased variance.
@@ -76,43 +95,4 @@ extern "C" __global__ void vla_layernorm_rows(float *y, const float *x, const vo
 		if (b != 0) o = __fadd_rn(o, vla_load(b, bdt, i));
 		yr[i] = o;
 	}
-}
-
-// vla_rmsnorm_bf16 and vla_rmsnorm_f16 are vla_rmsnorm with y written
-// rounded to the 16-bit type (as vla_f32_to_bf16 / _f16 would round
-// vla_rmsnorm's output): a norm whose only reader is a cuBLAS product
-// (RMSNormMatMuls, RMSNormMLP) writes its input directly.
-template <bool F16>
-__device__ __forceinline__ void vla_rmsnorm_16(u16 *__restrict__ y, const float *__restrict__ x,
-                                               const void *__restrict__ w, int wdt, int n, float eps) {
-	__shared__ double sh[32];
-	const float *xr = x + (u64)blockIdx.x * n;
-	u16 *yr = y + (u64)blockIdx.x * n;
-	double ss = vla_norm_sumsq<false>((float *)xr, 0, n);
-	ss = vla_block_sum_d(ss, sh);
-	const float ms = (float)(ss / (double)n);
-	const float s = (float)(1.0 / sqrt((double)(ms + eps)));
-	const int bd = blockDim.x;
-	int i = threadIdx.x;
-	for (; i + (VLA_NORM_U - 1) * bd < n; i += VLA_NORM_U * bd) {
-		float v[VLA_NORM_U], wv[VLA_NORM_U];
-#pragma unroll
-		for (int u = 0; u < VLA_NORM_U; u++) {
-			v[u] = xr[i + u * bd];
-			wv[u] = vla_load(w, wdt, i + u * bd);
-		}
-#pragma unroll
-		for (int u = 0; u < VLA_NORM_U; u++) yr[i + u * bd] = (u16)vla_round16<F16>(__fmul_rn(wv[u], __fmul_rn(v[u], s)));
-	}
-	for (; i < n; i += bd) yr[i] = (u16)vla_round16<F16>(__fmul_rn(vla_load(w, wdt, i), __fmul_rn(xr[i], s)));
-}
-
-extern "C" __global__ void vla_rmsnorm_bf16(u16 *y, const float *x, const void *__restrict__ w, int wdt, int n,
-                                            float eps) {
-	vla_rmsnorm_16<false>(y, x, w, wdt, n, eps);
-}
-
-extern "C" __global__ void vla_rmsnorm_f16(u16 *y, const float *x, const void *__restrict__ w, int wdt, int n,
-                                           float eps) {
-	vla_rmsnorm_16<true>(y, x, w, wdt, n, eps);
 }
