@@ -241,7 +241,10 @@ func (b *Backend) RMSNormMatMuls(dsts []backend.Tensor, h, x, nw backend.Tensor,
 	if err != nil {
 		return err
 	}
-	if n <= warpRowMax || len(ws) != len(dsts) || (biases != nil && len(biases) != len(dsts)) || len(dsts) < 2 {
+	// One row (decode) takes the GEMV kernels, which read x as float: the
+	// sequence, without checking the products twice.
+	if rows <= gemvMaxM || n <= warpRowMax || len(ws) != len(dsts) || (biases != nil && len(biases) != len(dsts)) ||
+		len(dsts) < 2 {
 		return seq()
 	}
 	ops, _, shared, err := b.matmulsArgs(dsts, h, ws, biases)
