@@ -122,22 +122,35 @@ __device__ __forceinline__ void vla_mma_bf16(float *d, const u32 *a, u32 b0, u32
 	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The ldmatrix and cp.async helpers take shared-space addresses
+// (vla_smem_addr of the array once, plus byte offsets): converting a
+// generic pointer at every call costs instructions in the inner loops.
+
 // vla_ldmatrix_x4_trans loads four 8×8 bf16 matrices from shared memory,
 // transposed: lanes 8i..8i+7 give the addresses of the 8 rows of matrix
 // i, and lane 4g+t receives M_i[2t][g] and M_i[2t+1][g] in register i.
-__device__ __forceinline__ void vla_ldmatrix_x4_trans(u32 *r, const void *p) {
+__device__ __forceinline__ void vla_ldmatrix_x4_trans(u32 *r, u32 addr) {
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
 	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-	             : "r"(vla_smem_addr(p))
+	             : "r"(addr)
 	             : "memory");
 }
 
 // cp.async: 16-byte copies from global to shared memory that run while the
 // thread goes on; src_bytes 0 writes zeros and reads nothing.
-__device__ __forceinline__ void vla_cp_async16(void *smem, const void *gmem, bool valid) {
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(vla_smem_addr(smem)), "l"(gmem),
-	             "r"(valid ? 16 : 0)
+__device__ __forceinline__ void vla_cp_async16(u32 smem, const void *gmem, bool valid) {
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem), "l"(gmem), "r"(valid ? 16 : 0)
 	             : "memory");
+}
+
+// vla_ex2 is 2^x by the hardware's approximation with subnormal results
+// flushed to zero (exp2f also handles inputs below -126 to produce
+// subnormals, which costs three more instructions an element; the
+// softmax's weights that small add nothing to its sums).
+__device__ __forceinline__ float vla_ex2(float x) {
+	float y;
+	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+	return y;
 }
 
 __device__ __forceinline__ void vla_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -208,19 +221,19 @@ __device__ __forceinline__ void vla_norm_scale(T *yr, const float *xr, const voi
 // vla_ldmatrix_x4 loads four 8×8 16-bit matrices from shared memory: lanes
 // 8i..8i+7 give the addresses of the 8 rows of matrix i, and lane 4g+t
 // receives M_i[g][2t] and M_i[g][2t+1] in register i.
-__device__ __forceinline__ void vla_ldmatrix_x4(u32 *r, const void *p) {
+__device__ __forceinline__ void vla_ldmatrix_x4(u32 *r, u32 addr) {
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
 	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-	             : "r"(vla_smem_addr(p))
+	             : "r"(addr)
 	             : "memory");
 }
 
 // vla_ldmatrix_x2 is vla_ldmatrix_x4 for two matrices (the addresses of
 // lanes 0-15 are used).
-__device__ __forceinline__ void vla_ldmatrix_x2(u32 *r, const void *p) {
+__device__ __forceinline__ void vla_ldmatrix_x2(u32 *r, u32 addr) {
 	asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"
 	             : "=r"(r[0]), "=r"(r[1])
-	             : "r"(vla_smem_addr(p))
+	             : "r"(addr)
 	             : "memory");
 }
 

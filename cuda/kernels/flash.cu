@@ -84,7 +84,7 @@ __device__ __forceinline__ void vla_fa_load(u16 *dst, const float *__restrict__ 
 // Q·Kᵀ from the bf16 K tile in shared memory, scaled to base 2 and masked,
 // the online softmax update (O rescaled), and the weights P left in s.
 template <int HDP>
-__device__ __forceinline__ void vla_fa_scores(const u16 *ks, const u32 (&qf)[HDP / 16][4], float (&s)[VLA_FA_BK / 8][4],
+__device__ __forceinline__ void vla_fa_scores(u32 ks, const u32 (&qf)[HDP / 16][4], float (&s)[VLA_FA_BK / 8][4],
                                               float (&o)[HDP / 8][4], float (&mrow)[2], float (&lrow)[2], float sl2,
                                               int j0, int khi, int hia, int hib, int causal, int qpos0, int q0,
                                               int mask_from, int mask_to) {
@@ -93,21 +93,23 @@ __device__ __forceinline__ void vla_fa_scores(const u16 *ks, const u32 (&qf)[HDP
 	const int g = lane >> 2, t4 = lane & 3;
 	const bool hasmask = mask_to > mask_from;
 	// K's B fragments by ldmatrix: matrix i of lane group i = lane/8 is
-	// keys nt·8 + lane%8 × dims kk·16 + 8i (two k-steps a load).
+	// keys nt·8 + lane%8 × dims kk·16 + 8i (two k-steps a load). Shared
+	// addresses in bytes: the lane's base plus constants.
 	const int mi = lane >> 3, r8 = lane & 7;
+	const u32 kbase = ks + (u32)(r8 * LD + mi * 8) * 2;
 #pragma unroll
 	for (int nt = 0; nt < NT; nt++) {
 		s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-		const u16 *krow = ks + (nt * 8 + r8) * LD + mi * 8;
 #pragma unroll
 		for (int kk = 0; kk < KS; kk += 2) {
 			u32 b[4];
+			const u32 a = kbase + (u32)(nt * 8 * LD + kk * 16) * 2;
 			if (kk + 1 < KS) {
-				vla_ldmatrix_x4(b, krow + kk * 16);
+				vla_ldmatrix_x4(b, a);
 				vla_mma_bf16(s[nt], qf[kk], b[0], b[1]);
 				vla_mma_bf16(s[nt], qf[kk + 1], b[2], b[3]);
 			} else { // an odd last k-step (HDP 80): lanes 0-15 give its rows
-				vla_ldmatrix_x2(b, krow + kk * 16);
+				vla_ldmatrix_x2(b, a);
 				vla_mma_bf16(s[nt], qf[kk], b[0], b[1]);
 			}
 		}
@@ -138,7 +140,7 @@ __device__ __forceinline__ void vla_fa_scores(const u16 *ks, const u32 (&qf)[HDP
 		mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
 		const float mnew = fmaxf(mrow[r], mx[r]);
 		muse[r] = mnew == VLA_NEG_INF ? 0.0f : mnew; // a row with nothing visible yet stays at 0
-		corr[r] = exp2f(mrow[r] - muse[r]);
+		corr[r] = vla_ex2(mrow[r] - muse[r]);
 		mrow[r] = mnew;
 	}
 	float rs[2] = {0.0f, 0.0f};
@@ -146,31 +148,36 @@ __device__ __forceinline__ void vla_fa_scores(const u16 *ks, const u32 (&qf)[HDP
 	for (int nt = 0; nt < NT; nt++) {
 #pragma unroll
 		for (int e = 0; e < 4; e++) {
-			const float p = exp2f(s[nt][e] - muse[e >> 1]);
+			const float p = vla_ex2(s[nt][e] - muse[e >> 1]);
 			s[nt][e] = p;
 			rs[e >> 1] += p;
 		}
 	}
 #pragma unroll
 	for (int r = 0; r < 2; r++) lrow[r] = lrow[r] * corr[r] + rs[r];
+	// O is rescaled only when some row's maximum moved: a factor of 1
+	// leaves it as it is (and O is all zeros before the first visible key).
+	if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
 #pragma unroll
-	for (int nd = 0; nd < ND; nd++) {
-		o[nd][0] *= corr[0];
-		o[nd][1] *= corr[0];
-		o[nd][2] *= corr[1];
-		o[nd][3] *= corr[1];
+		for (int nd = 0; nd < ND; nd++) {
+			o[nd][0] *= corr[0];
+			o[nd][1] *= corr[0];
+			o[nd][2] *= corr[1];
+			o[nd][3] *= corr[1];
+		}
 	}
 }
 
 // vla_fa_pv ends a key tile: O += P·V with the bf16 V tile in shared
 // memory.
 template <int HDP>
-__device__ __forceinline__ void vla_fa_pv(const u16 *vs, const float (&s)[VLA_FA_BK / 8][4], float (&o)[HDP / 8][4]) {
+__device__ __forceinline__ void vla_fa_pv(u32 vs, const float (&s)[VLA_FA_BK / 8][4], float (&o)[HDP / 8][4]) {
 	constexpr int LD = HDP + 8, ND = HDP / 8;
 	const int lane = threadIdx.x & 31;
 	// O += P·V: the S accumulators of key tiles 2kk and 2kk+1 are the A
 	// fragment of keys [16kk, 16kk+16); V comes transposed by ldmatrix.
 	const int mat = lane >> 3, r8 = lane & 7;
+	const u32 vbase = vs + (u32)(((mat & 1) * 8 + r8) * LD + (mat >> 1) * 8) * 2;
 #pragma unroll
 	for (int kk = 0; kk < VLA_FA_BK / 16; kk++) {
 		u32 a[4];
@@ -178,11 +185,10 @@ __device__ __forceinline__ void vla_fa_pv(const u16 *vs, const float (&s)[VLA_FA
 		a[1] = vla_pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
 		a[2] = vla_pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
 		a[3] = vla_pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-		const u16 *vrow = vs + (kk * 16 + (mat & 1) * 8 + r8) * LD + (mat >> 1) * 8;
 #pragma unroll
 		for (int np = 0; np < ND / 2; np++) {
 			u32 b[4];
-			vla_ldmatrix_x4_trans(b, vrow + np * 16);
+			vla_ldmatrix_x4_trans(b, vbase + (u32)(kk * 16 * LD + np * 16) * 2);
 			vla_mma_bf16(o[2 * np], a, b[0], b[1]);
 			vla_mma_bf16(o[2 * np + 1], a, b[2], b[3]);
 		}
@@ -194,13 +200,15 @@ __device__ __forceinline__ void vla_fa_pv(const u16 *vs, const float (&s)[VLA_FA
 // from khi on are zero-filled, not read. Commit and wait with
 // vla_cp_async_*.
 template <int HDP>
-__device__ __forceinline__ void vla_fa_issue(u16 *dst, const u16 *__restrict__ src, int j0, int khi, int rs) {
+__device__ __forceinline__ void vla_fa_issue(u32 dst, const u16 *__restrict__ src, int j0, int khi, int rs) {
 	constexpr int C8 = HDP / 8, LD = HDP + 8;
+	static_assert(VLA_FA_BK * C8 % VLA_FA_THREADS == 0, "a tile's 16-byte chunks must split evenly over the threads");
 #pragma unroll
-	for (int e = threadIdx.x; e < VLA_FA_BK * C8; e += VLA_FA_THREADS) {
+	for (int i = 0; i < VLA_FA_BK * C8 / VLA_FA_THREADS; i++) {
+		const int e = threadIdx.x + i * VLA_FA_THREADS;
 		const int r = e / C8, c = (e % C8) * 8;
 		const bool ok = j0 + r < khi;
-		vla_cp_async16(dst + r * LD + c, src + (u64)(ok ? j0 + r : 0) * rs + c, ok);
+		vla_cp_async16(dst + (u32)(r * LD + c) * 2, src + (u64)(ok ? j0 + r : 0) * rs + c, ok);
 	}
 }
 
@@ -238,6 +246,7 @@ __device__ __forceinline__ void vla_flash(float *__restrict__ out, float *__rest
 	const bool hasmask = mask_to > mask_from;
 
 	const u16 *kb = (const u16 *)kp + kvh * hs, *vb = (const u16 *)vp + kvh * hs;
+	const u32 kss = vla_smem_addr(ks), vss = vla_smem_addr(vs); // shared-space addresses
 	// tile t is not hidden by the mask as a whole (the same for every thread)
 	auto live = [&](int t) {
 		const int j0 = T.klo + t * VLA_FA_BK;
@@ -246,7 +255,7 @@ __device__ __forceinline__ void vla_flash(float *__restrict__ out, float *__rest
 	int tt = tt0;
 	if (PIPE) {
 		while (tt < tt1 && !live(tt)) tt++;
-		if (tt < tt1) vla_fa_issue<HDP>(ks, kb, T.klo + tt * VLA_FA_BK, khi, rs); // the first K tile, during Q's load
+		if (tt < tt1) vla_fa_issue<HDP>(kss, kb, T.klo + tt * VLA_FA_BK, khi, rs); // the first K tile, during Q's load
 		vla_cp_async_commit();
 	}
 
@@ -283,9 +292,9 @@ __device__ __forceinline__ void vla_flash(float *__restrict__ out, float *__rest
 			vla_fa_load<HDP>(vs, v, kstride, j0, khi, hd);
 			__syncthreads();
 			float p[VLA_FA_BK / 8][4];
-			vla_fa_scores<HDP>(ks, qf, p, o, mrow, lrow, sl2, j0, khi, hia, hib, causal, qpos0, T.q0, mask_from,
+			vla_fa_scores<HDP>(kss, qf, p, o, mrow, lrow, sl2, j0, khi, hia, hib, causal, qpos0, T.q0, mask_from,
 			                   mask_to);
-			vla_fa_pv<HDP>(vs, p, o);
+			vla_fa_pv<HDP>(vss, p, o);
 			__syncthreads(); // before the next tile overwrites ks and vs
 		}
 	} else {
@@ -295,16 +304,16 @@ __device__ __forceinline__ void vla_flash(float *__restrict__ out, float *__rest
 			const int j0 = T.klo + tt * VLA_FA_BK;
 			vla_cp_async_wait_all();
 			__syncthreads(); // K(tt) is in; every warp is done with vs (Q, or V of the last tile)
-			vla_fa_issue<HDP>(vs, vb, j0, khi, rs);
+			vla_fa_issue<HDP>(vss, vb, j0, khi, rs);
 			vla_cp_async_commit();
 			float p[VLA_FA_BK / 8][4];
-			vla_fa_scores<HDP>(ks, qf, p, o, mrow, lrow, sl2, j0, khi, hia, hib, causal, qpos0, T.q0, mask_from,
+			vla_fa_scores<HDP>(kss, qf, p, o, mrow, lrow, sl2, j0, khi, hia, hib, causal, qpos0, T.q0, mask_from,
 			                   mask_to);
 			vla_cp_async_wait_all();
 			__syncthreads(); // V(tt) is in; every warp is done with ks
-			if (nxt < tt1) vla_fa_issue<HDP>(ks, kb, T.klo + nxt * VLA_FA_BK, khi, rs);
+			if (nxt < tt1) vla_fa_issue<HDP>(kss, kb, T.klo + nxt * VLA_FA_BK, khi, rs);
 			vla_cp_async_commit();
-			vla_fa_pv<HDP>(vs, p, o);
+			vla_fa_pv<HDP>(vss, p, o);
 			tt = nxt;
 		}
 	}
