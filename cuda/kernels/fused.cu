@@ -71,6 +71,48 @@ __device__ __forceinline__ void vla_qk_norm_rope_t(float *q, float *k, const flo
 		w = kw;
 		wdt = kwdt;
 	}
+	if (hd == 128) {
+		// The usual head: the lane's four elements lane + 32u held in
+		// registers, every load (x, w, cos, sin) issued at once, and each
+		// rotation pair (i, i + 64) in one lane: the same sums, products
+		// and roundings as the loops below, without their round trips.
+		float e[4], wv[4], c[2], sv[2];
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			e[u] = r[lane + 32 * u];
+			wv[u] = vla_load(w, wdt, lane + 32 * u);
+		}
+#pragma unroll
+		for (int u = 0; u < 2; u++) {
+			c[u] = cs[t * 64 + lane + 32 * u];
+			sv[u] = sn[t * 64 + lane + 32 * u];
+		}
+		double ss = 0.0;
+#pragma unroll
+		for (int u = 0; u < 4; u++) ss += (double)e[u] * (double)e[u];
+		ss = vla_warp_sum_d(ss);
+		const float ms = (float)(ss / (double)hd);
+		const float sc = (float)(1.0 / sqrt((double)(ms + eps)));
+#pragma unroll
+		for (int u = 0; u < 4; u++) e[u] = __fmul_rn(wv[u], __fmul_rn(e[u], sc));
+#pragma unroll
+		for (int u = 0; u < 2; u++) {
+			const float a = e[u], b = e[u + 2];
+			e[u] = __fsub_rn(__fmul_rn(a, c[u]), __fmul_rn(b, sv[u]));
+			e[u + 2] = __fadd_rn(__fmul_rn(b, c[u]), __fmul_rn(a, sv[u]));
+		}
+#pragma unroll
+		for (int u = 0; u < 4; u++) r[lane + 32 * u] = e[u];
+		if (CACHE && h >= qh && kc) {
+			const u64 off = ((at + t) * kh + (h - qh)) * hd;
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				if (cdt == VLA_BF16) ((u16 *)kc)[off + lane + 32 * u] = vla_f32_to_bf16(e[u]);
+				else ((float *)kc)[off + lane + 32 * u] = e[u];
+			}
+		}
+		return;
+	}
 	vla_rmsnorm_warp(r, r, w, wdt, hd, eps, lane);
 	__syncwarp(); // the rotation pairs elements other lanes normalized
 	const int half = hd / 2;
