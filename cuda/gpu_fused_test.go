@@ -71,15 +71,11 @@ func TestGPUFusedQKNormRope(t *testing.T) {
 			cos, sin := upload(t, b, cs, c.rows, c.hd/2), upload(t, b, sn, c.rows, c.hd/2)
 			q1, k1 := upload(t, b, qv, c.rows, c.qh*c.hd), upload(t, b, kv, c.rows, c.kh*c.hd)
 			q2, k2 := upload(t, b, qv, c.rows, c.qh*c.hd), upload(t, b, kv, c.rows, c.kh*c.hd)
-			for _, err := range []error{
+			noErrs(t,
 				b.RMSNorm(q1, q1, qw, 1e-6), b.RMSNorm(k1, k1, kw, 1e-6),
 				b.Rope(q1, cos, sin, c.hd), b.Rope(k1, cos, sin, c.hd),
 				b.QKNormRope(q2, k2, qw, kw, cos, sin, c.hd, 1e-6),
-			} {
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
+			)
 			sameBits(t, "q", download(t, b, q2), download(t, b, q1))
 			sameBits(t, "k", download(t, b, k2), download(t, b, k1))
 		})
@@ -134,14 +130,10 @@ func TestGPUFusedSwiGLU(t *testing.T) {
 				wg, _ := weight(t, b, dt, randVals(r, N*K, 0.05), N, K)
 				wu, _ := weight(t, b, dt, randVals(r, N*K, 0.05), N, K)
 				g1, u1, g2, u2 := alloc(t, b, M, N), alloc(t, b, M, N), alloc(t, b, M, N), alloc(t, b, M, N)
-				for _, err := range []error{
+				noErrs(t,
 					b.MatMul(g1, x, wg, nil), b.MatMul(u1, x, wu, nil), b.SiLUMul(g1, g1, u1),
 					b.SwiGLU(g2, u2, x, wg, wu),
-				} {
-					if err != nil {
-						t.Fatal(err)
-					}
-				}
+				)
 				sameBits(t, "silu(gate)·up", download(t, b, g2), download(t, b, g1))
 			})
 		}
@@ -164,27 +156,19 @@ func TestGPUFusedMatMulGELUAndResidual(t *testing.T) {
 				}
 				for _, tanh := range []bool{false, true} {
 					y1, y2 := alloc(t, b, M, N), alloc(t, b, M, N)
-					for _, err := range []error{
+					noErrs(t,
 						b.MatMul(y1, x, w, bias), b.GELU(y1, y1, tanh),
 						b.MatMulGELU(y2, x, w, bias, tanh),
-					} {
-						if err != nil {
-							t.Fatal(err)
-						}
-					}
+					)
 					sameBits(t, fmt.Sprintf("gelu(x·wᵀ+b), tanh %v", tanh), download(t, b, y2), download(t, b, y1))
 				}
 				rv := randVals(r, M*N, 1)
 				r1, r2 := upload(t, b, rv, M, N), upload(t, b, rv, M, N)
 				h1, h2 := alloc(t, b, M, N), alloc(t, b, M, N)
-				for _, err := range []error{
+				noErrs(t,
 					b.MatMul(h1, x, w, bias), b.Add(r1, r1, h1),
 					b.MatMulResidual(r2, h2, x, w, bias),
-				} {
-					if err != nil {
-						t.Fatal(err)
-					}
-				}
+				)
 				sameBits(t, "x + (a·wᵀ+b)", download(t, b, r2), download(t, b, r1))
 			})
 		}
@@ -293,14 +277,10 @@ func TestGPUFusedSwiGLUDown(t *testing.T) {
 				// a decoder layer calls it.
 				x1, g1, u1, y1 := upload(t, b, xv, M, H), alloc(t, b, M, FF), alloc(t, b, M, FF), alloc(t, b, M, H)
 				x2, g2, u2 := upload(t, b, xv, M, H), alloc(t, b, M, FF), alloc(t, b, M, FF)
-				for _, err := range []error{
+				noErrs(t,
 					b.SwiGLU(g1, u1, x1, wg, wu), b.MatMul(y1, g1, wd, nil),
 					b.SwiGLUDown(x2, g2, u2, x2, wg, wu, wd),
-				} {
-					if err != nil {
-						t.Fatal(err)
-					}
-				}
+				)
 				sameBits(t, "mlp", download(t, b, x2), download(t, b, y1))
 			})
 		}
@@ -334,14 +314,10 @@ func TestGPUFusedGELUMLP(t *testing.T) {
 				// The vision block's call: a is h, its scratch.
 				x1, a1, m1 := upload(t, b, xv, c.M, c.H), upload(t, b, av, c.M, c.H), alloc(t, b, c.M, c.FF)
 				x2, a2, m2 := upload(t, b, xv, c.M, c.H), upload(t, b, av, c.M, c.H), alloc(t, b, c.M, c.FF)
-				for _, err := range []error{
+				noErrs(t,
 					b.MatMulGELU(m1, a1, w1, b1, tanh), b.MatMulResidual(x1, a1, m1, w2, b2),
 					b.GELUMLP(x2, a2, m2, a2, w1, b1, w2, b2, tanh),
-				} {
-					if err != nil {
-						t.Fatal(err)
-					}
-				}
+				)
 				sameBits(t, "x + mlp", download(t, b, x2), download(t, b, x1))
 			})
 		}
@@ -410,14 +386,10 @@ func TestGPUFusedRMSNormMLP(t *testing.T) {
 				wd, _ := weight(t, b, dt, randVals(r, H*FF, 0.05), H, FF)
 				x1, h1, g1, u1 := upload(t, b, xv, M, H), alloc(t, b, M, H), alloc(t, b, M, FF), alloc(t, b, M, FF)
 				x2, h2, g2, u2 := upload(t, b, xv, M, H), alloc(t, b, M, H), alloc(t, b, M, FF), alloc(t, b, M, FF)
-				for _, err := range []error{
+				noErrs(t,
 					b.RMSNorm(h1, x1, nw, 1e-6), b.SwiGLU(g1, u1, h1, wg, wu), b.MatMul(h1, g1, wd, nil), b.Add(x1, x1, h1),
 					b.RMSNormMLP(x2, h2, g2, u2, nw, 1e-6, wg, wu, wd),
-				} {
-					if err != nil {
-						t.Fatal(err)
-					}
-				}
+				)
 				sameBits(t, "x + mlp(norm(x))", download(t, b, x2), download(t, b, x1))
 			})
 		}
@@ -431,5 +403,16 @@ func TestGPUFusedRMSNormMLP(t *testing.T) {
 	}
 	if err := b.RMSNormMLP(x, h, g, alloc(t, b, 1, 256), alloc(t, b, 1, 1000), 1e-6, w1, w1, w2); err == nil {
 		t.Fatal("a norm weight of the wrong size: no error")
+	}
+}
+
+// noErrs fails the test at the first error of calls made in turn (their
+// arguments evaluated, so the ops queued, before any is checked).
+func noErrs(t *testing.T, errs ...error) {
+	t.Helper()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
