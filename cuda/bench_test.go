@@ -318,15 +318,31 @@ func BenchmarkGPUGraph(b *testing.B) {
 		med := gpuBench(b, be, benchWork{}, gr.Launch)
 		b.ReportMetric(float64(med.Nanoseconds())/1e3/nOps, "us/add")
 	})
-	for _, graph := range []bool{false, true} {
-		name := "decode_4_layers_direct"
-		if graph {
-			name = "decode_4_layers_graph"
-		}
-		b.Run(name, func(b *testing.B) {
+	// Launched with programmatic dependent launch (the default), and each
+	// kernel only once the one ahead has finished (serial), or with the
+	// overlap but GEMVs loading no weight early (late).
+	for _, c := range []struct {
+		name         string
+		graph        bool
+		serial, late bool
+	}{
+		{"decode_4_layers_direct", false, false, false},
+		{"decode_4_layers_graph", true, false, false},
+		{"decode_4_layers_graph_serial", true, true, false},
+		{"decode_4_layers_graph_late", true, false, true},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			if err := be.SetSerialLaunches(c.serial); err != nil {
+				b.Fatal(err)
+			}
+			defer be.SetSerialLaunches(false)
+			if err := be.run(func(g *gpu) error { g.gemvLate = c.late; return nil }); err != nil {
+				b.Fatal(err)
+			}
+			defer be.run(func(g *gpu) error { g.gemvLate = false; return nil })
 			st := newDecodeStack(b, be, decodeFull, 4)
 			fn := st.step
-			if graph {
+			if c.graph {
 				if err := fn(); err != nil { // sizes the scratch buffers
 					b.Fatal(err)
 				}

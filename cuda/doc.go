@@ -25,6 +25,17 @@
 // step's position from device memory, so that one graph serves every step
 // with the bits of the op-by-op path.
 //
+// # Overlapped launches
+//
+// On sm_90 and later every kernel is launched with programmatic dependent
+// launch (cuLaunchKernelEx): its blocks may be placed while the kernel
+// ahead of it finishes, and wait for it in griddepcontrol.wait before they
+// touch memory (kernels/common.cuh, vla_pdl_enter). The GEMV kernels load
+// their first weights before that wait when the weights come from Weight,
+// so a decode step's one-block norms overlap the next product's reads.
+// Results are the same bits; WithSerialLaunches and SetSerialLaunches turn
+// it off.
+//
 // # Tracing
 //
 // StartTrace and StopTrace time every kernel, GEMM, copy and upload queued

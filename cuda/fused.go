@@ -391,7 +391,11 @@ func (g *gpu) gemv3(ops []matmulOperands) error {
 	}
 	f := g.k.gemv3[kind16(ops[0].w.dt)]
 	g.args.Reset()
-	g.args.Struct(st[:], 8).Ptr(ops[0].x.ptr).I32(int32(ops[0].K))
+	early := true
+	for _, a := range ops {
+		early = early && g.gemvEarly(a.w)
+	}
+	g.args.Struct(st[:], 8).Ptr(ops[0].x.ptr).I32(int32(ops[0].K)).I32(boolArg(early))
 	return g.launch("matmuls gemv", f, gemvGrid(cols), block1D(gemvThreads), 0)
 }
 
@@ -400,7 +404,8 @@ func (g *gpu) gemv3(ops []matmulOperands) error {
 func (g *gpu) gemvSwiGLU(ga, ua matmulOperands) error {
 	f := g.k.gemvSwiGLU[kind16(ga.w.dt)]
 	g.args.Reset()
-	g.args.Ptr(ga.d.ptr).Ptr(ga.x.ptr).Ptr(ga.w.ptr).Ptr(ua.w.ptr).I32(int32(ga.N)).I32(int32(ga.K))
+	g.args.Ptr(ga.d.ptr).Ptr(ga.x.ptr).Ptr(ga.w.ptr).Ptr(ua.w.ptr).I32(int32(ga.N)).I32(int32(ga.K)).
+		I32(boolArg(g.gemvEarly(ga.w)))
 	return g.launch("swiglu gemv", f, gemvGrid(ga.N), block1D(gemvThreads), 0)
 }
 

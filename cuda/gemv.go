@@ -30,13 +30,21 @@ func useGEMV(x, w *Tensor, M, K int) bool {
 func (g *gpu) gemv(d, x, w, bias *Tensor, M, N, K int, accum bool) error {
 	bp, bdt := biasArg(bias)
 	g.args.Reset()
-	g.args.Ptr(d.ptr).Ptr(x.ptr).Ptr(w.ptr).Ptr(bp).I32(bdt).I32(int32(N)).I32(int32(K)).I32(boolArg(accum))
+	g.args.Ptr(d.ptr).Ptr(x.ptr).Ptr(w.ptr).Ptr(bp).I32(bdt).I32(int32(N)).I32(int32(K)).I32(boolArg(accum)).
+		I32(boolArg(g.gemvEarly(w)))
 	name := "matmul gemv"
 	if accum {
 		name = "matmul+residual gemv"
 	}
 	return g.launch(name, g.k.gemv[kind16(w.dt)][M-1], gemvGrid(N), block1D(gemvThreads), 0)
 }
+
+// gemvEarly says whether a GEMV kernel may load w before the kernel ahead
+// of it has finished (vla_gemv_enter): when launches overlap and w is a
+// weight from Backend.Weight, written once by a copy and never by a
+// kernel. Weights viewed in DFB slots (WeightAt) are not: a copy refills
+// their slot.
+func (g *gpu) gemvEarly(w *Tensor) bool { return g.pdl && !g.gemvLate && w.readOnly && w.root }
 
 // gemvGrid is the grid of a GEMV kernel over n output columns, a warp each.
 func gemvGrid(n int) driver.Dim3 {

@@ -48,6 +48,9 @@ type gpu struct {
 	deferred error // errors of Free, reported by the next Sync
 
 	exactAttention bool                // WithExactAttention
+	pdl            bool                // programmatic dependent launch: pdlOK and not serial
+	pdlOK          bool                // sm_90+ and cuLaunchKernelEx
+	gemvLate       bool                // benchmarks: GEMVs load no weight before the kernel ahead finishes
 	noGEMV         bool                // benchmarks: every MatMul through cuBLAS
 	flashInPlace   bool                // tests and benchmarks: the flash kernels that read float K and V
 	capture        *capture            // the capture in progress, nil when none
@@ -92,6 +95,8 @@ func openGPU(o options) (g *gpu, err error) {
 	if err = g.openKernels(o); err != nil {
 		return g, err
 	}
+	g.pdlOK = g.info.ComputeCapability >= 90 && g.drv.CanLaunchPDL()
+	g.pdl = g.pdlOK && !o.serial
 	return g, g.stage.open(g.drv, o.stagingMin)
 }
 

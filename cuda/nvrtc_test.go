@@ -3,6 +3,7 @@ package cuda
 import (
 	"bytes"
 	"slices"
+	"strings"
 	"testing"
 
 	"vlanode/cuda/driver"
@@ -45,5 +46,64 @@ func TestKernelsCompile(t *testing.T) {
 	again, info2, err := buildKernels(rtc, arch, dir, false)
 	if err != nil || !info2.FromCache || !bytes.Equal(again, cubin) {
 		t.Errorf("second build did not come from the cache: %+v, %v", info2, err)
+	}
+}
+
+// TestKernelsEnterPDL checks that every kernel begins with vla_pdl_enter
+// or vla_pdl_launch_enter (or, for the GEMVs, vla_gemv_enter, which may
+// load weights first): Go
+// launches every kernel of the module with programmatic dependent launch,
+// and a kernel that touched memory before its wait would race with the
+// kernel ahead of it.
+func TestKernelsEnterPDL(t *testing.T) {
+	src, err := kernelSource()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The templates the GEMV kernels call: each waits in vla_gemv_enter
+	// before it reads x or writes y.
+	gemvBodies := map[string]bool{"vla_gemv<": true, "vla_gemv3<": true, "vla_gemv_swiglu<": true}
+	for name := range gemvBodies {
+		def := "void " + strings.TrimSuffix(name, "<") + "("
+		i := strings.Index(src, def)
+		if i < 0 {
+			t.Fatalf("no definition %q", def)
+		}
+		body := src[i:]
+		enter, first := strings.Index(body, "vla_gemv_enter("), strings.Index(body, "vla_gemv_dot<")
+		if enter < 0 || first < 0 || enter > first {
+			t.Errorf("%s does not call vla_gemv_enter before its products", name)
+		}
+	}
+	n := 0
+	for rest := src; ; {
+		i := strings.Index(rest, "__global__")
+		if i < 0 {
+			break
+		}
+		rest = rest[i+len("__global__"):]
+		open := strings.Index(rest, "{")
+		head := strings.ReplaceAll(rest[:open], "\\\n", "\n")
+		name := head[:strings.Index(head, "(")]
+		if j := strings.LastIndexAny(name, " \t\n)"); j >= 0 {
+			name = name[j+1:]
+		}
+		if strings.Contains(name, "__launch_bounds__") || name == "" {
+			name = strings.Fields(head[strings.Index(head, ")")+1:])[0]
+		}
+		name, _, _ = strings.Cut(name, "(")
+		body := strings.TrimLeft(strings.ReplaceAll(rest[open+1:], "\\\n", "\n"), " \t\n")
+		stmt := body[:strings.Index(body, ";")]
+		ok := strings.HasPrefix(stmt, "vla_pdl_enter()") || strings.HasPrefix(stmt, "vla_pdl_launch_enter()")
+		for g := range gemvBodies {
+			ok = ok || strings.HasPrefix(stmt, g)
+		}
+		if !ok {
+			t.Errorf("kernel %s begins with %q, not vla_pdl_enter()", name, stmt)
+		}
+		n++
+	}
+	if n < 30 { // a macro defines several of the module's 47
+		t.Errorf("found only %d kernel definitions in the source", n)
 	}
 }

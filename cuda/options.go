@@ -14,6 +14,7 @@ type options struct {
 	stagingMin int64  // initial pinned staging bytes
 
 	exactAttention bool // float32 attention kernels only
+	serial         bool // no programmatic dependent launch
 }
 
 // Defaults.
@@ -86,4 +87,25 @@ func WithCUBLASWorkspace(bytes int64) Option {
 // it to check numerics.
 func WithExactAttention() Option {
 	return func(o *options) error { o.exactAttention = true; return nil }
+}
+
+// WithSerialLaunches launches every kernel only once the kernel ahead of it
+// has finished, as cuLaunchKernel does, instead of with programmatic
+// dependent launch (the default on sm_90 and later: a kernel's blocks start
+// while the kernel ahead finishes, and GEMVs load their first weights
+// then). The results are the same bits either way; this is for measuring
+// what the overlap gains and for ruling it out when diagnosing.
+func WithSerialLaunches() Option {
+	return func(o *options) error { o.serial = true; return nil }
+}
+
+// SetSerialLaunches turns programmatic dependent launch off (serial) or
+// back on, where the device has it, for the ops queued after the call (see
+// WithSerialLaunches): for benchmarks that measure the overlap in one
+// process. A graph keeps the launches it was captured with.
+func (b *Backend) SetSerialLaunches(serial bool) error {
+	return b.run(func(g *gpu) error {
+		g.pdl = g.pdlOK && !serial
+		return nil
+	})
 }

@@ -55,7 +55,7 @@ type Driver struct {
 		memHostUnregister, memcpyHtoDAsync, memcpyDtoHAsync, memcpyDtoDAsync, memsetD8Async,
 		streamCreate, streamDestroy, streamSynchronize, streamWaitEvent,
 		eventCreate, eventDestroy, eventRecord, eventSynchronize, eventQuery, eventElapsedTime,
-		moduleLoadData, moduleUnload, moduleGetFunction, launchKernel,
+		moduleLoadData, moduleUnload, moduleGetFunction, launchKernel, launchKernelEx,
 		streamBeginCapture, streamEndCapture, streamIsCapturing,
 		graphInstantiate, graphLaunch, graphExecDestroy, graphDestroy, graphGetNodes unsafe.Pointer
 	}
@@ -123,7 +123,8 @@ func OpenDriver() (*Driver, error) {
 		lib.Close()
 		return nil, err
 	}
-	f.graphGetNodes, _, _ = lib.Lookup("cuGraphGetNodes") // optional: diagnostics only
+	f.graphGetNodes, _, _ = lib.Lookup("cuGraphGetNodes")   // optional: diagnostics only
+	f.launchKernelEx, _, _ = lib.Lookup("cuLaunchKernelEx") // optional: CUDA 12.0+ (LaunchPDL)
 	return d, nil
 }
 

@@ -40,6 +40,26 @@ func (d *Driver) Function(m Module, name string) (Function, error) {
 
 // Launch queues kernel f on s with the parameters in a.
 func (d *Driver) Launch(f Function, grid, block Dim3, sharedBytes uint32, s Stream, a *Args) error {
+	return d.launch(f, grid, block, sharedBytes, s, a, false)
+}
+
+// CanLaunchPDL says whether the driver has cuLaunchKernelEx (CUDA 12.0+),
+// which LaunchPDL needs.
+func (d *Driver) CanLaunchPDL() bool { return d.f.launchKernelEx != nil }
+
+// LaunchPDL queues kernel f on s with programmatic dependent launch
+// (programmatic stream serialization): f's blocks may start once every
+// block of the kernel ahead of it in s has executed
+// griddepcontrol.launch_dependents, so that launch and block start-up
+// overlap that kernel's work. f MUST execute griddepcontrol.wait in every
+// thread before it reads or writes memory that earlier work in s touches,
+// and before it exits: that wait is what orders it after the earlier
+// kernels. Without cuLaunchKernelEx (CanLaunchPDL), it is Launch.
+func (d *Driver) LaunchPDL(f Function, grid, block Dim3, sharedBytes uint32, s Stream, a *Args) error {
+	return d.launch(f, grid, block, sharedBytes, s, a, d.CanLaunchPDL())
+}
+
+func (d *Driver) launch(f Function, grid, block Dim3, sharedBytes uint32, s Stream, a *Args, pdl bool) error {
 	if err := a.Err(); err != nil {
 		return err
 	}
@@ -48,6 +68,13 @@ func (d *Driver) Launch(f Function, grid, block Dim3, sharedBytes uint32, s Stre
 	var poffs *C.int
 	if len(offs) > 0 {
 		pbuf, poffs = unsafe.Pointer(&buf[0]), (*C.int)(unsafe.Pointer(&offs[0]))
+	}
+	if pdl {
+		st := C.vla_cuLaunchKernelPDL(d.f.launchKernelEx, C.uintptr_t(f),
+			C.unsigned(grid[0]), C.unsigned(grid[1]), C.unsigned(grid[2]),
+			C.unsigned(block[0]), C.unsigned(block[1]), C.unsigned(block[2]),
+			C.unsigned(sharedBytes), C.uintptr_t(s), pbuf, poffs, C.int(len(offs)))
+		return d.check("cuLaunchKernelEx", st)
 	}
 	st := C.vla_cuLaunchKernel(d.f.launchKernel, C.uintptr_t(f),
 		C.unsigned(grid[0]), C.unsigned(grid[1]), C.unsigned(grid[2]),

@@ -2,6 +2,7 @@
 // from dlsym to the library's prototype, written out here from NVIDIA's
 // documentation, and calls it.
 #include <dlfcn.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "shim.h"
@@ -190,6 +191,43 @@ vla_status vla_cuLaunchKernel(void *fn, uintptr_t f, unsigned gx, unsigned gy, u
 	// cuLaunchKernel copies the parameter values before it returns.
 	return ((vla_status(*)(H, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, H, void **,
 	                       void **))fn)((H)f, gx, gy, gz, bx, by, bz, shmem, (H)stream, params, NULL);
+}
+
+// cuLaunchKernelEx's CUlaunchAttribute and CUlaunchConfig (cuda.h, CUDA
+// 12.0+), declared here since the shim includes no CUDA header: an
+// attribute is its id, 4 bytes of padding and a 64-byte value union.
+typedef struct {
+	int id;
+	char pad[4];
+	union {
+		char raw[64];
+		int programmaticStreamSerializationAllowed;
+	} value;
+} vla_launch_attr;
+typedef struct {
+	unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+	H hStream;
+	vla_launch_attr *attrs;
+	unsigned numAttrs;
+} vla_launch_config;
+#define VLA_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6
+_Static_assert(sizeof(vla_launch_attr) == 72 && offsetof(vla_launch_attr, value) == 8, "CUlaunchAttribute layout");
+_Static_assert(offsetof(vla_launch_config, hStream) == 32 && offsetof(vla_launch_config, attrs) == 40 &&
+                   offsetof(vla_launch_config, numAttrs) == 48,
+               "CUlaunchConfig layout");
+
+vla_status vla_cuLaunchKernelPDL(void *fn, uintptr_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                 unsigned by, unsigned bz, unsigned shmem, uintptr_t stream, void *buf,
+                                 const int *offs, int nargs) {
+	void *params[VLA_MAX_KERNEL_ARGS];
+	if (nargs < 0 || nargs > VLA_MAX_KERNEL_ARGS) return 1; // CUDA_ERROR_INVALID_VALUE
+	for (int i = 0; i < nargs; i++) params[i] = (char *)buf + offs[i];
+	vla_launch_attr attr;
+	memset(&attr, 0, sizeof attr);
+	attr.id = VLA_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+	attr.value.programmaticStreamSerializationAllowed = 1;
+	vla_launch_config cfg = {gx, gy, gz, bx, by, bz, shmem, (H)stream, &attr, 1};
+	return ((vla_status(*)(const vla_launch_config *, H, void **, void **))fn)(&cfg, (H)f, params, NULL);
 }
 
 // ---- libcublas ----

@@ -87,6 +87,13 @@ vla_status vla_cuModuleGetFunction(void *fn, uintptr_t *f, uintptr_t m, const ch
 vla_status vla_cuLaunchKernel(void *fn, uintptr_t f, unsigned gx, unsigned gy, unsigned gz,
                               unsigned bx, unsigned by, unsigned bz, unsigned shmem, uintptr_t stream,
                               void *buf, const int *offs, int nargs);
+// The same through cuLaunchKernelEx (fn) with programmatic stream
+// serialization allowed: f may start before the kernel ahead of it in the
+// stream ends, and must wait for it (griddepcontrol.wait) before it reads
+// or writes anything that kernel touches.
+vla_status vla_cuLaunchKernelPDL(void *fn, uintptr_t f, unsigned gx, unsigned gy, unsigned gz,
+                                 unsigned bx, unsigned by, unsigned bz, unsigned shmem, uintptr_t stream,
+                                 void *buf, const int *offs, int nargs);
 
 // libcublas.
 vla_status vla_cublasCreate(void *fn, uintptr_t *h);

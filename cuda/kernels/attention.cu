@@ -25,6 +25,7 @@ extern "C" __global__ void __launch_bounds__(VLA_ATT_THREADS)
     vla_attention(float *__restrict__ out, const float *__restrict__ q, const float *__restrict__ k,
                   const float *__restrict__ v, int heads, int kvheads, int hd, int nkv, float scale, int causal,
                   int qpos0, int mask_from, int mask_to, vla_segments segs) {
+	vla_pdl_enter();
 	extern __shared__ float sh[];
 	float *qs = sh;     // [hd]: this query row and head
 	float *s = sh + hd; // [VLA_ATT_TILE]: scores, then weights, of a tile

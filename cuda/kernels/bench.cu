@@ -5,6 +5,7 @@
 // [-scale, scale) from a hash of the index and seed: random data, made on
 // the device at memory speed (timing on zeros flatters some kernels).
 extern "C" __global__ void vla_fill_random(void *p, int dt, u64 n, u32 seed, float scale) {
+	vla_pdl_enter();
 	VLA_FOR(i, n) {
 		u32 h = (u32)i * 0x9e3779b9u ^ (u32)(i >> 32) * 0x85ebca6bu ^ seed * 0xc2b2ae35u;
 		h ^= h >> 16;
@@ -24,6 +25,7 @@ extern "C" __global__ void vla_fill_random(void *p, int dt, u64 n, u32 seed, flo
 // vla_read_stream reads n4 float4 values and writes nothing (unless a sum
 // hits an impossible value): the device's read-only memory bandwidth.
 extern "C" __global__ void vla_read_stream(float *out, const float4 *__restrict__ p, u64 n4) {
+	vla_pdl_enter();
 	const u64 stride = (u64)gridDim.x * blockDim.x;
 	u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
 	float s = 0.0f;
@@ -43,6 +45,7 @@ extern "C" __global__ void vla_read_stream(float *out, const float4 *__restrict_
 // that a timed region starts with the GPU busy and the host's launches
 // ahead of it.
 extern "C" __global__ void vla_spin(u64 ns) {
+	vla_pdl_enter();
 	u64 t0, t;
 	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
 	do {

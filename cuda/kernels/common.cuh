@@ -11,6 +11,43 @@ typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
 
+// Programmatic dependent launch (sm_90 and later). Go launches the kernels
+// of this module with it (driver.LaunchPDL): a kernel's blocks may be
+// placed on the SMs before the kernel ahead of it in the stream has
+// finished, once every block of that kernel has called vla_pdl_launch or
+// exited. vla_pdl_enter (or vla_pdl_launch_enter) MUST come first in every
+// kernel, before any global memory is read or written: it waits until the
+// kernel ahead has finished and its writes are visible. Because every
+// kernel waits before it exits, "finished" is transitive: the wait also
+// covers everything queued before the kernel ahead. A kernel may read
+// memory that no kernel writes (weights) before it waits: see vla_gemv.
+//
+// Where a kernel calls vla_pdl_launch decides when the next one is placed.
+// Early is right only where this kernel leaves most of the GPU idle (a
+// one-block norm ahead of a GEMV, which then loads its first weights while
+// the norm runs): blocks placed while a big kernel still fills the SMs
+// land where there is room, not evenly, and a GEMV of one block an SM
+// slows down when two share one. So most kernels never call it (the next
+// kernel is placed as their last blocks exit) and the GEMVs call it after
+// their loads. Launched without the attribute, or before sm_90, both are
+// no-ops.
+__device__ __forceinline__ void vla_pdl_launch() {
+#if __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void vla_pdl_enter() {
+#if __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// vla_pdl_launch_enter lets the next kernel be placed now, then waits: for
+// the latency-bound kernels that run on a few SMs ahead of a GEMV.
+__device__ __forceinline__ void vla_pdl_launch_enter() {
+	vla_pdl_launch();
+	vla_pdl_enter();
+}
+
 // Element types, numbered as tensor.DType in Go.
 #define VLA_F32 1
 #define VLA_F16 2

@@ -23,10 +23,12 @@ template <bool F16> __device__ __forceinline__ void vla_f32_to_16(u16 *__restric
 }
 
 extern "C" __global__ void vla_f32_to_bf16(u16 *__restrict__ y, const float *__restrict__ x, u64 n) {
+	vla_pdl_enter();
 	vla_f32_to_16<false>(y, x, n);
 }
 
 extern "C" __global__ void vla_f32_to_f16(u16 *__restrict__ y, const float *__restrict__ x, u64 n) {
+	vla_pdl_enter();
 	vla_f32_to_16<true>(y, x, n);
 }
 
@@ -36,6 +38,7 @@ extern "C" __global__ void vla_f32_to_f16(u16 *__restrict__ y, const float *__re
 // (the caller checks the position where it sets it).
 extern "C" __global__ void vla_rows_at_bf16(u16 *__restrict__ dst, const float *__restrict__ src,
                                             const int *__restrict__ pos, u64 rows, u64 cols, u64 dst_rows) {
+	vla_pdl_enter();
 	const u64 at = (u64)*pos;
 	if (at + rows > dst_rows) return;
 	VLA_FOR(i, rows * cols) dst[at * cols + i] = vla_f32_to_bf16(src[i]);
@@ -43,6 +46,7 @@ extern "C" __global__ void vla_rows_at_bf16(u16 *__restrict__ dst, const float *
 
 extern "C" __global__ void vla_rows_at_f32(float *__restrict__ dst, const float *__restrict__ src,
                                            const int *__restrict__ pos, u64 rows, u64 cols, u64 dst_rows) {
+	vla_pdl_enter();
 	const u64 at = (u64)*pos;
 	if (at + rows > dst_rows) return;
 	VLA_FOR(i, rows * cols) dst[at * cols + i] = src[i];
@@ -56,6 +60,7 @@ __device__ __forceinline__ float vla_bias_act1(float y, const void *__restrict__
 
 extern "C" __global__ void vla_add_bias(float *__restrict__ y, const void *__restrict__ bias, int bdt, u64 rows,
                                         u64 cols, int act) {
+	vla_pdl_enter();
 	const u64 n = rows * cols;
 	if (cols % 4 == 0 && ((u64)y & 15) == 0) {
 		const u64 c4 = cols / 4;
@@ -78,6 +83,7 @@ extern "C" __global__ void vla_add_bias(float *__restrict__ y, const void *__res
 // as MatMul's bias and Add round them.
 extern "C" __global__ void vla_bias_residual(float *__restrict__ x, const float *__restrict__ h,
                                              const void *__restrict__ bias, int bdt, u64 rows, u64 cols) {
+	vla_pdl_enter();
 	const u64 n = rows * cols;
 	if (cols % 4 == 0 && (((u64)x | (u64)h) & 15) == 0) {
 		const u64 c4 = cols / 4;

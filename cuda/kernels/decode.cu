@@ -210,6 +210,7 @@ extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)
                     const float *__restrict__ k, const float *__restrict__ v, int heads, int kvheads, int hd, int tq,
                     int nkv, float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs,
                     const int *pos_at) {
+	vla_pdl_enter();
 	vla_attn_decode_t<float, 0>(part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0, mask_from,
 	                            mask_to, segs, pos_at);
 }
@@ -223,6 +224,7 @@ extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)
 	    name(float *__restrict__ part_o, float *__restrict__ part_ml, const float *__restrict__ q,                  \
 	         const u16 *__restrict__ k, const u16 *__restrict__ v, int heads, int kvheads, int hd, int tq, int nkv,  \
 	         float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs, const int *pos_at) {  \
+		vla_pdl_enter();                                                                                        \
 		vla_attn_decode_t<u16, GT>(part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0,     \
 		                           mask_from, mask_to, segs, pos_at);                                               \
 	}
@@ -250,6 +252,7 @@ VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16_g4, 4, VLA_DEC_MIN_BLOCKS)
 extern "C" __global__ void __launch_bounds__(VLA_COMB_THREADS)
     vla_attn_combine(float *__restrict__ out, const float *__restrict__ part_o, const float *__restrict__ part_ml,
                      int nsplit, int tq, int heads, int hd, const int *pos_at) {
+	vla_pdl_launch_enter(); // ahead of a GEMV
 	__shared__ float w[VLA_COMB_MAX_SPLITS];
 	__shared__ __align__(16) float acc[VLA_COMB_WARPS][128];
 	__shared__ float red[VLA_COMB_WARPS];

@@ -28,6 +28,7 @@ __device__ __forceinline__ float vla_gelu1(float x, int tanh_approx) {
 }
 
 extern "C" __global__ void vla_add(float *d, const float *a, const float *b, u64 n) {
+	vla_pdl_enter();
 	if (vla_vec4(n, d, a, b)) {
 		VLA_FOR(i, n / 4) {
 			const float4 x = ((const float4 *)a)[i], y = ((const float4 *)b)[i];
@@ -45,6 +46,7 @@ extern "C" __global__ void vla_add(float *d, const float *a, const float *b, u64
 
 // d = silu(x) = x / (1 + e^-x).
 extern "C" __global__ void vla_silu(float *d, const float *x, u64 n) {
+	vla_pdl_enter();
 	if (vla_vec4(n, d, x, x)) {
 		VLA_FOR(i, n / 4) {
 			const float4 v = ((const float4 *)x)[i];
@@ -62,6 +64,7 @@ extern "C" __global__ void vla_silu(float *d, const float *x, u64 n) {
 
 // d = silu(g) * u, silu(g) = g / (1 + e^-g).
 extern "C" __global__ void vla_silu_mul(float *d, const float *g, const float *u, u64 n) {
+	vla_pdl_enter();
 	if (vla_vec4(n, d, g, u)) {
 		VLA_FOR(i, n / 4) {
 			const float4 x = ((const float4 *)g)[i], y = ((const float4 *)u)[i];
@@ -97,16 +100,19 @@ template <bool F16> __device__ __forceinline__ void vla_silu_mul_16(u16 *d, cons
 }
 
 extern "C" __global__ void vla_silu_mul_bf16(u16 *d, const float *g, const float *u, u64 n) {
+	vla_pdl_enter();
 	vla_silu_mul_16<false>(d, g, u, n);
 }
 
 extern "C" __global__ void vla_silu_mul_f16(u16 *d, const float *g, const float *u, u64 n) {
+	vla_pdl_enter();
 	vla_silu_mul_16<true>(d, g, u, n);
 }
 
 // d = gelu(x): exact x/2·erfc(-x/√2), or with tanh_approx set
 // x/2·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
 extern "C" __global__ void vla_gelu(float *d, const float *x, u64 n, int tanh_approx) {
+	vla_pdl_enter();
 	if (vla_vec4(n, d, x, x)) {
 		VLA_FOR(i, n / 4) {
 			const float4 v = ((const float4 *)x)[i];
@@ -157,10 +163,12 @@ __device__ __forceinline__ void vla_add_bias_16(u16 *__restrict__ d, const float
 
 extern "C" __global__ void vla_add_bias_bf16(u16 *__restrict__ d, const float *__restrict__ y,
                                              const void *__restrict__ bias, int bdt, u64 rows, u64 cols, int act) {
+	vla_pdl_enter();
 	vla_add_bias_16<false>(d, y, bias, bdt, rows, cols, act);
 }
 
 extern "C" __global__ void vla_add_bias_f16(u16 *__restrict__ d, const float *__restrict__ y,
                                             const void *__restrict__ bias, int bdt, u64 rows, u64 cols, int act) {
+	vla_pdl_enter();
 	vla_add_bias_16<true>(d, y, bias, bdt, rows, cols, act);
 }

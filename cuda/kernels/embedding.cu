@@ -7,6 +7,7 @@
 
 extern "C" __global__ void vla_embedding(float *__restrict__ y, const void *__restrict__ table, int dt,
                                          const int *__restrict__ ids, u64 n_ids, u64 hidden) {
+	vla_pdl_enter();
 	const u64 chunks = (hidden + VLA_EMB_CHUNK - 1) / VLA_EMB_CHUNK;
 	for (u64 b = blockIdx.x; b < n_ids * chunks; b += gridDim.x) {
 		const u64 r = b / chunks, c0 = (b % chunks) * VLA_EMB_CHUNK;

@@ -367,6 +367,7 @@ __device__ __forceinline__ void vla_flash(float *__restrict__ out, float *__rest
 	         const float *__restrict__ q, const void *__restrict__ k, const void *__restrict__ v, int heads,          \
 	         int kvheads, int hd, int tq, int nkv, float sl2, int causal, int qpos0, int mask_from, int mask_to,      \
 	         vla_segments segs, u64 hs, int rs) {                                                                    \
+		vla_pdl_enter();                                                                                          \
 		vla_flash<HDP, PIPE>(out, part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0,        \
 		                     mask_from, mask_to, segs, hs, rs);                                                      \
 	}
@@ -381,6 +382,7 @@ VLA_FLASH_KERNEL(vla_flash_pipe_128, 128, true)
 // pipelined flash kernels copy tiles from, 16 bytes at a time. hd % 4 == 0.
 extern "C" __global__ void vla_kv_to_bf16(uint4 *__restrict__ kb, uint4 *__restrict__ vb, const float *__restrict__ k,
                                           const float *__restrict__ v, int kvheads, int hd, int hdp, int nkv) {
+	vla_pdl_enter();
 	const int c8 = hdp / 8;
 	const u64 per = (u64)kvheads * nkv * c8; // chunks of 8 per tensor
 	const u64 kstride = (u64)kvheads * hd;
@@ -409,6 +411,7 @@ extern "C" __global__ void vla_kv_to_bf16(uint4 *__restrict__ kb, uint4 *__restr
 // no rounding. hd % 8 == 0.
 extern "C" __global__ void vla_kv_bf16_to_bf16(uint4 *__restrict__ kb, uint4 *__restrict__ vb, const u16 *__restrict__ k,
                                                const u16 *__restrict__ v, int kvheads, int hd, int hdp, int nkv) {
+	vla_pdl_enter();
 	const int c8 = hdp / 8;
 	const u64 per = (u64)kvheads * nkv * c8;
 	const u64 kstride = (u64)kvheads * hd;

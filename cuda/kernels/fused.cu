@@ -9,6 +9,7 @@
 // element is read and written by one thread.
 extern "C" __global__ void vla_add_rmsnorm(float *y, float *x, const float *d, const void *__restrict__ w, int wdt,
                                            int n, float eps) {
+	vla_pdl_launch_enter(); // ahead of a GEMV
 	__shared__ double sh[32];
 	float *xr = x + (u64)blockIdx.x * n;
 	const float *dr = d + (u64)blockIdx.x * n;
@@ -133,6 +134,7 @@ extern "C" __global__ void vla_qk_norm_rope(float *q, float *k, const void *__re
                                             const void *__restrict__ kw, int kwdt, const float *__restrict__ cs,
                                             const float *__restrict__ sn, u64 rows, int qh, int kh, int hd,
                                             float eps) {
+	vla_pdl_enter();
 	vla_qk_norm_rope_t<false>(q, k, 0, qw, qwdt, kw, kwdt, cs, sn, rows, qh, kh, hd, eps, 0, 0, 0, 0, 0, 0);
 }
 
@@ -141,6 +143,7 @@ extern "C" __global__ void vla_qk_norm_rope_cache(float *q, float *k, const floa
                                                   const float *__restrict__ cs, const float *__restrict__ sn,
                                                   u64 rows, int qh, int kh, int hd, float eps, void *kc, void *vc,
                                                   int cdt, u64 at, const int *pos_at, u64 crows) {
+	vla_pdl_enter();
 	vla_qk_norm_rope_t<true>(q, k, v, qw, qwdt, kw, kwdt, cs, sn, rows, qh, kh, hd, eps, kc, vc, cdt, at, pos_at,
 	                         crows);
 }

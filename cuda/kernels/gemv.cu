@@ -74,25 +74,57 @@ __device__ __forceinline__ void vla_gemv_chunk(uint4 wc, const float *__restrict
 	}
 }
 
+// vla_gemv_first loads the lane's first batch of row wr (its chunks c =
+// lane + 32u, u < VLA_GEMV_UNROLL, those below kc) into wc: the loads that
+// a kernel issues before vla_pdl_enter when its weights are written by no
+// kernel (early), so that they overlap the kernel ahead.
+__device__ __forceinline__ void vla_gemv_first(const uint4 *__restrict__ wr, int kc, int lane, uint4 *wc) {
+#pragma unroll
+	for (int u = 0; u < VLA_GEMV_UNROLL; u++)
+		if (lane + 32 * u < kc) wc[u] = vla_ld_stream(wr + lane + 32 * u);
+}
+
 // vla_gemv_dot adds row wr of w times each row of x into acc (lane's
 // share), then sums acc over the warp: every lane gets the dot products.
+// wc holds the lane's first batch (vla_gemv_first). The chunks are summed
+// in the same order however they were loaded.
 template <int M, bool F16>
 __device__ __forceinline__ void vla_gemv_dot(const float *__restrict__ x, const uint4 *__restrict__ wr, int K, int lane,
-                                             float *acc) {
+                                             const uint4 *wc0, float *acc) {
 	const int kc = K >> 3;
 #pragma unroll
 	for (int m = 0; m < M; m++) acc[m] = 0.0f;
 	int c = lane;
-	for (; c + 32 * (VLA_GEMV_UNROLL - 1) < kc; c += 32 * VLA_GEMV_UNROLL) {
-		uint4 wc[VLA_GEMV_UNROLL];
+	if (c + 32 * (VLA_GEMV_UNROLL - 1) < kc) {
 #pragma unroll
-		for (int u = 0; u < VLA_GEMV_UNROLL; u++) wc[u] = vla_ld_stream(wr + c + 32 * u);
+		for (int u = 0; u < VLA_GEMV_UNROLL; u++) vla_gemv_chunk<M, F16>(wc0[u], x, K, c + 32 * u, acc);
+		c += 32 * VLA_GEMV_UNROLL;
+		for (; c + 32 * (VLA_GEMV_UNROLL - 1) < kc; c += 32 * VLA_GEMV_UNROLL) {
+			uint4 wc[VLA_GEMV_UNROLL];
 #pragma unroll
-		for (int u = 0; u < VLA_GEMV_UNROLL; u++) vla_gemv_chunk<M, F16>(wc[u], x, K, c + 32 * u, acc);
+			for (int u = 0; u < VLA_GEMV_UNROLL; u++) wc[u] = vla_ld_stream(wr + c + 32 * u);
+#pragma unroll
+			for (int u = 0; u < VLA_GEMV_UNROLL; u++) vla_gemv_chunk<M, F16>(wc[u], x, K, c + 32 * u, acc);
+		}
+		for (; c < kc; c += 32) vla_gemv_chunk<M, F16>(vla_ld_stream(wr + c), x, K, c, acc);
+	} else { // the row is shorter than one batch: wc0 holds all of it
+#pragma unroll
+		for (int u = 0; u < VLA_GEMV_UNROLL; u++)
+			if (c + 32 * u < kc) vla_gemv_chunk<M, F16>(wc0[u], x, K, c + 32 * u, acc);
 	}
-	for (; c < kc; c += 32) vla_gemv_chunk<M, F16>(vla_ld_stream(wr + c), x, K, c, acc);
 #pragma unroll
 	for (int m = 0; m < M; m++) acc[m] = vla_warp_sum(acc[m]);
+}
+
+// vla_gemv_enter is vla_pdl_enter for a GEMV warp: with early, it loads
+// the warp's first batch of row wr before it waits for the kernel ahead
+// (the weights being no kernel's output), else after. A warp with no row
+// (wr == 0) only waits. A GEMV lets the next kernel be placed
+// (vla_pdl_launch) once its products are summed, before it stores them.
+__device__ __forceinline__ void vla_gemv_enter(const uint4 *__restrict__ wr, int kc, int lane, int early, uint4 *wc) {
+	if (early && wr != 0) vla_gemv_first(wr, kc, lane, wc);
+	vla_pdl_enter();
+	if (!early && wr != 0) vla_gemv_first(wr, kc, lane, wc);
 }
 
 // vla_gemv_store writes output column n of each row of x, plus its bias;
@@ -113,20 +145,26 @@ __device__ __forceinline__ void vla_gemv_store(float *__restrict__ y, const floa
 template <int M, bool F16>
 __device__ __forceinline__ void vla_gemv(float *__restrict__ y, const float *__restrict__ x,
                                          const uint4 *__restrict__ w, const void *__restrict__ bias, int bdt, int N,
-                                         int K, int accum) {
+                                         int K, int accum, int early) {
 	const int lane = threadIdx.x & 31;
 	const int n = blockIdx.x * (VLA_GEMV_THREADS / 32) + (threadIdx.x >> 5);
+	const uint4 *wr = n < N ? w + (u64)n * (K >> 3) : 0;
+	uint4 wc[VLA_GEMV_UNROLL];
+	vla_gemv_enter(wr, K >> 3, lane, early, wc);
 	if (n >= N) return;
 	float acc[M];
-	vla_gemv_dot<M, F16>(x, w + (u64)n * (K >> 3), K, lane, acc);
+	vla_gemv_dot<M, F16>(x, wr, K, lane, wc, acc);
+	vla_pdl_launch();
 	if (lane == 0) vla_gemv_store<M>(y, acc, bias, bdt, N, n, accum);
 }
 
+// early: the weights are written by no kernel (Go: gemvEarly), so the
+// first loads may go before the wait for the kernel ahead (vla_gemv_enter).
 #define VLA_GEMV_KERNEL(name, M, F16)                                                                              \
 	extern "C" __global__ void __launch_bounds__(VLA_GEMV_THREADS)                                                 \
 	    name(float *__restrict__ y, const float *__restrict__ x, const uint4 *__restrict__ w,                    \
-	         const void *__restrict__ bias, int bdt, int N, int K, int accum) {                                    \
-		vla_gemv<M, F16>(y, x, w, bias, bdt, N, K, accum);                                                          \
+	         const void *__restrict__ bias, int bdt, int N, int K, int accum, int early) {                         \
+		vla_gemv<M, F16>(y, x, w, bias, bdt, N, K, accum, early);                                                   \
 	}
 
 VLA_GEMV_KERNEL(vla_gemv_bf16_1, 1, false)
@@ -143,24 +181,29 @@ struct vla_gemv3_args {
 	int n[3];
 };
 
-template <bool F16> __device__ __forceinline__ void vla_gemv3(const vla_gemv3_args &a, const float *__restrict__ x, int K) {
+template <bool F16>
+__device__ __forceinline__ void vla_gemv3(const vla_gemv3_args &a, const float *__restrict__ x, int K, int early) {
 	const int lane = threadIdx.x & 31;
 	int n = blockIdx.x * (VLA_GEMV_THREADS / 32) + (threadIdx.x >> 5);
 	int j = 0;
 	while (j < 3 && n >= a.n[j]) n -= a.n[j++];
+	const uint4 *wr = j < 3 ? a.w[j] + (u64)n * (K >> 3) : 0;
+	uint4 wc[VLA_GEMV_UNROLL];
+	vla_gemv_enter(wr, K >> 3, lane, early, wc);
 	if (j == 3) return;
 	float acc[1];
-	vla_gemv_dot<1, F16>(x, a.w[j] + (u64)n * (K >> 3), K, lane, acc);
+	vla_gemv_dot<1, F16>(x, wr, K, lane, wc, acc);
+	vla_pdl_launch();
 	if (lane == 0) vla_gemv_store<1>(a.y[j], acc, a.bias[j], a.bdt[j], a.n[j], n, 0);
 }
 
 extern "C" __global__ void __launch_bounds__(VLA_GEMV_THREADS)
-    vla_gemv3_bf16(vla_gemv3_args a, const float *__restrict__ x, int K) {
-	vla_gemv3<false>(a, x, K);
+    vla_gemv3_bf16(vla_gemv3_args a, const float *__restrict__ x, int K, int early) {
+	vla_gemv3<false>(a, x, K, early);
 }
 extern "C" __global__ void __launch_bounds__(VLA_GEMV_THREADS)
-    vla_gemv3_f16(vla_gemv3_args a, const float *__restrict__ x, int K) {
-	vla_gemv3<true>(a, x, K);
+    vla_gemv3_f16(vla_gemv3_args a, const float *__restrict__ x, int K, int early) {
+	vla_gemv3<true>(a, x, K, early);
 }
 
 // y = silu(x·wgᵀ) · (x·wuᵀ) for one row of x (backend.Fused's SwiGLU): a
@@ -169,23 +212,30 @@ extern "C" __global__ void __launch_bounds__(VLA_GEMV_THREADS)
 template <bool F16>
 __device__ __forceinline__ void vla_gemv_swiglu(float *__restrict__ y, const float *__restrict__ x,
                                                 const uint4 *__restrict__ wg, const uint4 *__restrict__ wu, int N,
-                                                int K) {
+                                                int K, int early) {
 	const int lane = threadIdx.x & 31;
 	const int n = blockIdx.x * (VLA_GEMV_THREADS / 32) + (threadIdx.x >> 5);
+	const int kc = K >> 3;
+	const uint4 *gr = n < N ? wg + (u64)n * kc : 0;
+	uint4 wc[VLA_GEMV_UNROLL];
+	vla_gemv_enter(gr, kc, lane, early, wc);
 	if (n >= N) return;
 	float g[1], u[1];
-	vla_gemv_dot<1, F16>(x, wg + (u64)n * (K >> 3), K, lane, g);
-	vla_gemv_dot<1, F16>(x, wu + (u64)n * (K >> 3), K, lane, u);
+	vla_gemv_dot<1, F16>(x, gr, K, lane, wc, g);
+	const uint4 *ur = wu + (u64)n * kc;
+	vla_gemv_first(ur, kc, lane, wc);
+	vla_gemv_dot<1, F16>(x, ur, K, lane, wc, u);
+	vla_pdl_launch();
 	if (lane == 0) y[n] = vla_silu1(g[0]) * u[0];
 }
 
 extern "C" __global__ void __launch_bounds__(VLA_GEMV_THREADS)
     vla_gemv_swiglu_bf16(float *__restrict__ y, const float *__restrict__ x, const uint4 *__restrict__ wg,
-                         const uint4 *__restrict__ wu, int N, int K) {
-	vla_gemv_swiglu<false>(y, x, wg, wu, N, K);
+                         const uint4 *__restrict__ wu, int N, int K, int early) {
+	vla_gemv_swiglu<false>(y, x, wg, wu, N, K, early);
 }
 extern "C" __global__ void __launch_bounds__(VLA_GEMV_THREADS)
     vla_gemv_swiglu_f16(float *__restrict__ y, const float *__restrict__ x, const uint4 *__restrict__ wg,
-                        const uint4 *__restrict__ wu, int N, int K) {
-	vla_gemv_swiglu<true>(y, x, wg, wu, N, K);
+                        const uint4 *__restrict__ wu, int N, int K, int early) {
+	vla_gemv_swiglu<true>(y, x, wg, wu, N, K, early);
 }

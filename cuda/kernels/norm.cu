@@ -23,22 +23,26 @@ __device__ __forceinline__ void vla_rmsnorm_t(T *y, const float *x, const void *
 
 extern "C" __global__ void vla_rmsnorm(float *y, const float *x, const void *__restrict__ w, int wdt, int n,
                                        float eps) {
+	vla_pdl_launch_enter(); // ahead of a GEMV
 	vla_rmsnorm_t<float, false>(y, x, w, wdt, n, eps);
 }
 
 extern "C" __global__ void vla_rmsnorm_bf16(u16 *y, const float *x, const void *__restrict__ w, int wdt, int n,
                                             float eps) {
+	vla_pdl_launch_enter(); // ahead of a GEMV
 	vla_rmsnorm_t<u16, false>(y, x, w, wdt, n, eps);
 }
 
 extern "C" __global__ void vla_rmsnorm_f16(u16 *y, const float *x, const void *__restrict__ w, int wdt, int n,
                                            float eps) {
+	vla_pdl_launch_enter(); // ahead of a GEMV
 	vla_rmsnorm_t<u16, true>(y, x, w, wdt, n, eps);
 }
 
 // y = (x - mean) · rsqrt(var + eps) · w + b, with the biased variance.
 extern "C" __global__ void vla_layernorm(float *y, const float *x, const void *__restrict__ w, int wdt,
                                          const void *__restrict__ b, int bdt, int n, float eps) {
+	vla_pdl_enter();
 	__shared__ double sh[32];
 	const float *xr = x + (u64)blockIdx.x * n;
 	float *yr = y + (u64)blockIdx.x * n;
@@ -66,6 +70,7 @@ extern "C" __global__ void vla_layernorm(float *y, const float *x, const void *_
 // vla_rmsnorm_rows is vla_rmsnorm for `rows` rows of n, a warp each.
 extern "C" __global__ void vla_rmsnorm_rows(float *y, const float *x, const void *__restrict__ w, int wdt, int n,
                                             float eps, u64 rows) {
+	vla_pdl_enter();
 	const u64 row = (u64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	const int lane = threadIdx.x & 31;
 	if (row >= rows) return;
@@ -75,6 +80,7 @@ extern "C" __global__ void vla_rmsnorm_rows(float *y, const float *x, const void
 // vla_layernorm_rows is vla_layernorm for `rows` rows of n, a warp each.
 extern "C" __global__ void vla_layernorm_rows(float *y, const float *x, const void *__restrict__ w, int wdt,
                                               const void *__restrict__ b, int bdt, int n, float eps, u64 rows) {
+	vla_pdl_enter();
 	const u64 row = (u64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	const int lane = threadIdx.x & 31;
 	if (row >= rows) return;

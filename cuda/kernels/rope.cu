@@ -6,6 +6,7 @@
 
 extern "C" __global__ void vla_rope(float *x, const float *__restrict__ cs, const float *__restrict__ sn, u64 rows,
                                     int heads, int hd) {
+	vla_pdl_enter();
 	const int half = hd / 2, per_row = heads * half;
 	for (u64 t = blockIdx.x; t < rows; t += gridDim.x) {
 		float *xr = x + t * (u64)heads * hd;

@@ -108,14 +108,19 @@ func BenchmarkStandardWorkload(b *testing.B) {
 		req.Images.Pixels[i] = float32(i%255)/127.5 - 1
 	}
 	req.Greedy, req.MaxReasoningTokens = true, 21
-	// The decode and Euler steps replayed from captured graphs, then op
-	// by op: the two in the same process, for their ratio.
+	// The decode and Euler steps replayed from captured graphs, then the
+	// same with every kernel launched only once the one ahead has finished
+	// (no programmatic dependent launch), then op by op: all in the same
+	// process, for their ratios.
+	cb := gpu.(*cuda.Backend)
 	for _, v := range []struct {
-		name     string
-		noGraphs bool
-	}{{"graphs", false}, {"op-by-op", true}} {
+		name             string
+		noGraphs, serial bool
+	}{{"graphs", false, false}, {"graphs-serial", false, true}, {"op-by-op", true, false}} {
 		b.Run(v.name, func(b *testing.B) {
 			m.VLM.Text.NoGraphs, m.Expert.NoGraphs = v.noGraphs, v.noGraphs
+			require.NoError(b, cb.SetSerialLaunches(v.serial))
+			defer cb.SetSerialLaunches(false)
 			var last *alpamayo.Result
 			for i := 0; i < b.N+1; i++ { // the first run warms up (kernel compile, cuBLAS)
 				if i == 1 {
@@ -132,7 +137,6 @@ func BenchmarkStandardWorkload(b *testing.B) {
 				// developer's view of where the GPU time goes; the events
 				// slow it down, and a graph's replays count as one launch
 				// each, untimed).
-				cb := gpu.(*cuda.Backend)
 				require.NoError(b, cb.StartTrace())
 				_, err := m.Infer(context.Background(), req)
 				require.NoError(b, err)
