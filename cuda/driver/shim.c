@@ -182,12 +182,18 @@ vla_status vla_cuModuleGetFunction(void *fn, uintptr_t *f, uintptr_t m, const ch
 	*f = (uintptr_t)h;
 	return r;
 }
+// vla_params points params[i] at parameter i, buf+offs[i]; 0 when nargs is
+// out of range.
+static int vla_params(void **params, void *buf, const int *offs, int nargs) {
+	if (nargs < 0 || nargs > VLA_MAX_KERNEL_ARGS) return 0;
+	for (int i = 0; i < nargs; i++) params[i] = (char *)buf + offs[i];
+	return 1;
+}
 vla_status vla_cuLaunchKernel(void *fn, uintptr_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                               unsigned by, unsigned bz, unsigned shmem, uintptr_t stream, void *buf,
                               const int *offs, int nargs) {
 	void *params[VLA_MAX_KERNEL_ARGS];
-	if (nargs < 0 || nargs > VLA_MAX_KERNEL_ARGS) return 1; // CUDA_ERROR_INVALID_VALUE
-	for (int i = 0; i < nargs; i++) params[i] = (char *)buf + offs[i];
+	if (!vla_params(params, buf, offs, nargs)) return 1; // CUDA_ERROR_INVALID_VALUE
 	// cuLaunchKernel copies the parameter values before it returns.
 	return ((vla_status(*)(H, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, H, void **,
 	                       void **))fn)((H)f, gx, gy, gz, bx, by, bz, shmem, (H)stream, params, NULL);
@@ -220,8 +226,7 @@ vla_status vla_cuLaunchKernelPDL(void *fn, uintptr_t f, unsigned gx, unsigned gy
                                  unsigned by, unsigned bz, unsigned shmem, uintptr_t stream, void *buf,
                                  const int *offs, int nargs) {
 	void *params[VLA_MAX_KERNEL_ARGS];
-	if (nargs < 0 || nargs > VLA_MAX_KERNEL_ARGS) return 1; // CUDA_ERROR_INVALID_VALUE
-	for (int i = 0; i < nargs; i++) params[i] = (char *)buf + offs[i];
+	if (!vla_params(params, buf, offs, nargs)) return 1; // CUDA_ERROR_INVALID_VALUE
 	vla_launch_attr attr;
 	memset(&attr, 0, sizeof attr);
 	attr.id = VLA_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
