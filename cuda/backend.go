@@ -84,12 +84,18 @@ func Available() error {
 	return nil
 }
 
-// run executes fn with the backend's context current (see thread).
+// run executes fn with the backend's context current (see thread). A
+// bf16 twin that the op before left (gpu.twin) is offered to fn and to no
+// later op.
 func (b *Backend) run(fn func(g *gpu) error) error {
 	if b.closed.Load() {
 		return ErrClosed
 	}
-	return b.th.do(func() error { return fn(b.g) })
+	return b.th.do(func() error {
+		g := b.g
+		g.twinIn, g.twinOut = g.twinOut, twin{}
+		return fn(g)
+	})
 }
 
 // Name returns "cuda".

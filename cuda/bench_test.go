@@ -246,6 +246,11 @@ func BenchmarkGPUOps(b *testing.B) {
 			c, s := f32(b, T, 64), f32(b, T, 64)
 			return func() error { return be.Rope(x(), c, s, 128) }
 		}},
+		{"rope_11520x16x72", 2*4*VT*VH + 2*4*VT*36, func(b *testing.B) func() error {
+			x := rot(b, 4*VT*VH, func() backend.Tensor { return f32(b, VT, VH) })
+			c, s := f32(b, VT, 36), f32(b, VT, 36)
+			return func() error { return be.Rope(x(), c, s, 72) }
+		}},
 		{"silumul_3030x12288", 3 * 4 * T * F, func(b *testing.B) func() error {
 			g, u, d := f32(b, T, F), f32(b, T, F), f32(b, T, F)
 			return func() error { return be.SiLUMul(d, g, u) }

@@ -27,8 +27,8 @@ func (b *Backend) UploadI32(dst backend.Tensor, src []int32) error {
 		return nil
 	}
 	return b.run(func(g *gpu) error {
-		return g.uploadStaged(d, func(buf []byte) {
-			copy(unsafe.Slice((*int32)(unsafe.Pointer(&buf[0])), len(src)), src)
+		return g.uploadStaged(d, func(buf []byte, lo, hi int64) {
+			copy(unsafe.Slice((*int32)(unsafe.Pointer(&buf[lo])), (hi-lo)/4), src[lo/4:hi/4])
 		})
 	})
 }

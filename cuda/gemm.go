@@ -202,9 +202,13 @@ func kind16(dt tensor.DType) int {
 	return 0
 }
 
-// convertX rounds x to dt (F16 or BF16) into the scratch buffer.
+// convertX rounds x to dt (F16 or BF16) into the scratch buffer, or
+// returns the bf16 twin of x that the op before wrote there (gpu.twinIn).
 func (g *gpu) convertX(x *Tensor, dt tensor.DType) (driver.DevicePtr, error) {
 	n := x.elements()
+	if t := g.twinIn; t.p != 0 && dt == tensor.BF16 && t.src == x.ptr && t.n == n {
+		return t.p, nil
+	}
 	p, err := g.scratch(&g.xScratch, n*int64(dt.Size()))
 	if err != nil {
 		return 0, fmt.Errorf("cuda: matmul: %w", err)

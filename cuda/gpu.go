@@ -47,6 +47,13 @@ type gpu struct {
 
 	deferred error // errors of Free, reported by the next Sync
 
+	// A twin is x rounded to bf16 in the MatMul scratch, written by the
+	// kernel that wrote x (LayerNorm's, for the products that read its
+	// output): convertX returns it instead of converting x again. An op
+	// leaves one in twinOut; the next op finds it in twinIn (Backend.run),
+	// so nothing can have written x or the scratch in between.
+	twinIn, twinOut twin
+
 	exactAttention bool                // WithExactAttention
 	pdl            bool                // programmatic dependent launch: pdlOK and not serial
 	pdlOK          bool                // sm_90+ and cuLaunchKernelEx
@@ -313,4 +320,20 @@ func (g *gpu) close() error {
 		return fmt.Errorf("cuda: closing: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// twin is a bf16 copy of the n elements at src, at p; p == 0: none.
+type twin struct {
+	src, p driver.DevicePtr
+	n      int64
+}
+
+// twinFor returns the MatMul scratch as the place for a bf16 twin of x, or
+// 0 where a capture could not grow it.
+func (g *gpu) twinFor(x *Tensor) (driver.DevicePtr, error) {
+	n := x.elements() * 2
+	if g.capture != nil && (g.xScratch == nil || g.xScratch.bytes < n) {
+		return 0, nil
+	}
+	return g.scratch(&g.xScratch, n)
 }

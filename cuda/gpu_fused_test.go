@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"vlanode/backend"
@@ -415,4 +416,37 @@ func noErrs(t *testing.T, errs ...error) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestGPULayerNormTwin checks the bf16 twin of a LayerNorm's output
+// (gpu.twin): the products right after the norm read it and get the bits
+// of converting the output again; an op in between (here one that
+// rewrites the output) means the twin is not used.
+func TestGPULayerNormTwin(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(7, 9))
+	const rows, n, N = 96, 1152, 256
+	x := upload(t, b, randVals(r, rows*n, 1), rows, n)
+	lw, _ := weight(t, b, tensor.BF16, randVals(r, n, 1), n)
+	lb, _ := weight(t, b, tensor.BF16, randVals(r, n, 1), n)
+	w, _ := weight(t, b, tensor.BF16, randVals(r, N*n, 0.03), N, n)
+	h, y1, y2 := alloc(t, b, rows, n), alloc(t, b, rows, N), alloc(t, b, rows, N)
+	noErrs(t, b.StartTrace(), b.LayerNorm(h, x, lw, lb, 1e-6), b.MatMul(y1, h, w, nil)) // from the twin
+	ops, err := b.StopTrace()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range ops {
+		if strings.HasPrefix(o.Op, "matmul convert") {
+			t.Errorf("the product after the norm converted its input (%s)", o.Op)
+		}
+	}
+	noErrs(t, b.LayerNorm(h, x, lw, lb, 1e-6), b.Sync(), b.MatMul(y2, h, w, nil))
+	if b.g.twinIn.p != 0 || b.g.twinOut.p != 0 {
+		t.Error("a twin outlived the op after the norm")
+	}
+	sameBits(t, "product of the twin", download(t, b, y1), download(t, b, y2))
+	noErrs(t, b.LayerNorm(h, x, lw, lb, 1e-6), b.Add(h, h, h), b.MatMul(y1, h, w, nil))
+	noErrs(t, b.Sync(), b.MatMul(y2, h, w, nil))
+	sameBits(t, "product after h changed", download(t, b, y1), download(t, b, y2))
 }

@@ -101,7 +101,12 @@ func TestGPUNorms(t *testing.T) {
 		rows, n int
 		wdt     tensor.DType
 		offset  float32 // added to x: LayerNorm must keep precision over a large mean
-	}{{5, 4096, tensor.F32, 0}, {96, 128, tensor.BF16, 0}, {7, 72, tensor.F16, 0}, {3, 1152, tensor.BF16, 100}, {2, 33, tensor.F32, 0}} {
+	}{{5, 4096, tensor.F32, 0}, {96, 128, tensor.BF16, 0}, {7, 72, tensor.F16, 0}, {3, 1152, tensor.BF16, 100}, {2, 33, tensor.F32, 0},
+		// LayerNorm's rows held in registers (warpRowMax < n <= 1536, n % 4
+		// == 0): a last float4 column that not every lane holds (1100), full
+		// columns up to the longest (1536), a block with one row (9 rows of
+		// 8 a block); and n % 4 != 0, which takes the block per row.
+		{4, 1100, tensor.F16, 0}, {3, 1536, tensor.F32, 0}, {9, 1280, tensor.BF16, 50}, {2, 1026, tensor.BF16, 0}} {
 		t.Run(fmt.Sprintf("%dx%d/%v", c.rows, c.n, c.wdt), func(t *testing.T) {
 			xv := randVals(r, c.rows*c.n, 2)
 			for i := range xv {
@@ -132,17 +137,44 @@ func TestGPUNorms(t *testing.T) {
 			closeTo(t, "layernorm without bias", download(t, b, x), refLayerNorm(xv, wv, make([]float32, c.n), c.n, eps), 1e-5, 1e-5, nil)
 		})
 	}
+	// Rows of 1152 not 16-byte aligned: LayerNorm takes the block per row.
+	xv := randVals(r, 2*1152, 2)
+	w, wv := weight(t, b, tensor.F32, randVals(r, 1152, 1), 1152)
+	xm := uploadAt(t, b, xv, 1, 2, 1152)
+	if err := b.LayerNorm(xm, xm, w, nil, eps); err != nil {
+		t.Fatal(err)
+	}
+	closeTo(t, "layernorm of misaligned rows", download(t, b, xm), refLayerNorm(xv, wv, make([]float32, 1152), 1152, eps), 1e-5, 1e-5, nil)
+
 	x := alloc(t, b, 2, 10)
-	w, _ := weight(t, b, tensor.F32, make([]float32, 3), 3)
+	w, _ = weight(t, b, tensor.F32, make([]float32, 3), 3)
 	if err := b.RMSNorm(x, x, w, eps); err == nil {
 		t.Error("rows of 10 normalized by a weight of 3")
 	}
 }
 
+// uploadAt is upload into a view that begins off floats into its
+// allocation: not 16-byte aligned when off % 4 != 0.
+func uploadAt(t *testing.T, b *Backend, vals []float32, off int, shape ...int) backend.Tensor {
+	t.Helper()
+	all := upload(t, b, append(make([]float32, off), vals...), off+len(vals))
+	v, err := b.Rows(all, off, len(vals))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err = b.Reshape(v, shape...); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
 func TestGPURope(t *testing.T) {
 	b := gpuBackend(t)
 	r := rand.New(rand.NewPCG(4, 4))
-	for _, c := range []struct{ T, heads, hd int }{{7, 4, 128}, {1, 32, 128}, {50, 16, 72}} {
+	// hd/2 a multiple of 4 with aligned tensors takes the float4 path (the
+	// vision encoder's 72 among them); hd/2 = 10, or x 4 bytes off, the
+	// scalar one.
+	for _, c := range []struct{ T, heads, hd, off int }{{7, 4, 128, 0}, {1, 32, 128, 0}, {50, 16, 72, 0}, {9, 3, 20, 0}, {6, 2, 16, 1}} {
 		half := c.hd / 2
 		xv := randVals(r, c.T*c.heads*c.hd, 1)
 		cv, sv := make([]float32, c.T*half), make([]float32, c.T*half)
@@ -150,7 +182,7 @@ func TestGPURope(t *testing.T) {
 			a := r.Float64() * 2 * math.Pi
 			cv[i], sv[i] = float32(math.Cos(a)), float32(math.Sin(a))
 		}
-		x := upload(t, b, xv, c.T, c.heads*c.hd)
+		x := uploadAt(t, b, xv, c.off, c.T, c.heads*c.hd)
 		if err := b.Rope(x, upload(t, b, cv, c.T, half), upload(t, b, sv, c.T, half), c.hd); err != nil {
 			t.Fatal(err)
 		}

@@ -253,6 +253,10 @@ func TestGPUUploadDownload(t *testing.T) {
 	big := randVals(r, 3<<20, 1)
 	y := upload(t, b, big, 3<<20)
 	exactly(t, "3M values", download(t, b, y), big)
+	// In pieces (uploadPiece): two whole ones and a partial one, at their
+	// offsets.
+	pieces := randVals(r, (2*uploadPiece+4096)/4, 1)
+	exactly(t, "pieces", download(t, b, upload(t, b, pieces, len(pieces))), pieces)
 
 	// A fresh allocation is zeroed, even where a freed one lay.
 	z, err := b.Alloc("activations", tensor.F32, 3<<20)

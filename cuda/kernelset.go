@@ -19,6 +19,10 @@ type kernelSet struct {
 	rmsNormRows, layerNormRows driver.Function    // norm.cu, a warp per row
 	rope, attention, embedding driver.Function    // rope.cu, attention.cu, embedding.cu
 
+	// norm.cu, a warp per row held in registers: [v-layerNormRegMin] for
+	// rows of ceil(n/128) = v float4s a lane (layerNormReg).
+	layerNormReg [layerNormRegMax/128 - layerNormRegMin + 1]driver.Function
+
 	// gemv.cu: [0] bf16, [1] f16 weights; [m-1] for m rows of x.
 	gemv [2][gemvMaxM]driver.Function
 	// gemv.cu: three projections of one row, and gate·up with SiLU
@@ -93,6 +97,9 @@ func (k *kernelSet) entries() []kernelEntry {
 		for m := 1; m <= gemvMaxM; m++ {
 			e = append(e, kernelEntry{&k.gemv[t][m-1], fmt.Sprintf("vla_gemv_%s_%d", name, m)})
 		}
+	}
+	for i := range k.layerNormReg {
+		e = append(e, kernelEntry{&k.layerNormReg[i], fmt.Sprintf("vla_layernorm_reg_%d", layerNormRegMin+i)})
 	}
 	for i, hd := range flashHeadDims {
 		e = append(e, kernelEntry{&k.flash[i], fmt.Sprintf("vla_flash_%d", hd)},

@@ -60,19 +60,23 @@ func TestKernelsEnterPDL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The templates the GEMV kernels call: each waits in vla_gemv_enter
-	// before it reads x or writes y.
-	gemvBodies := map[string]bool{"vla_gemv<": true, "vla_gemv3<": true, "vla_gemv_swiglu<": true}
-	for name := range gemvBodies {
+	// The templates the GEMV kernels call, which load weights before they
+	// wait: each waits (the first string) before it reads x (the second).
+	gemvBodies := map[string][2]string{
+		"vla_gemv<":        {"vla_gemv_enter(", "vla_gemv_dot<"},
+		"vla_gemv3<":       {"vla_gemv_enter(", "vla_gemv_dot<"},
+		"vla_gemv_swiglu<": {"vla_gemv_enter(", "vla_gemv_dot<"},
+	}
+	for name, marks := range gemvBodies {
 		def := "void " + strings.TrimSuffix(name, "<") + "("
 		i := strings.Index(src, def)
 		if i < 0 {
 			t.Fatalf("no definition %q", def)
 		}
 		body := src[i:]
-		enter, first := strings.Index(body, "vla_gemv_enter("), strings.Index(body, "vla_gemv_dot<")
+		enter, first := strings.Index(body, marks[0]), strings.Index(body, marks[1])
 		if enter < 0 || first < 0 || enter > first {
-			t.Errorf("%s does not call vla_gemv_enter before its products", name)
+			t.Errorf("%s does not call %s before %s", name, marks[0], marks[1])
 		}
 	}
 	n := 0

@@ -18,6 +18,15 @@ func rowThreads(n int) int { return int(min(max(roundUp(int64(n), 32), 32), thre
 // (vla_*norm_rows) rather than one block.
 const warpRowMax = 1024
 
+// LayerNorm holds rows of warpRowMax < n <= layerNormRegMax (n a multiple
+// of 4, 16-byte aligned rows) in registers, a warp a row:
+// vla_layernorm_reg_<v> with v = ceil(n/128) float4s a lane, from
+// layerNormRegMin (kernelSet.layerNormReg).
+const (
+	layerNormRegMax = 1536
+	layerNormRegMin = warpRowMax/128 + 1
+)
+
 // warpRowsGrid is the grid of a warp-per-row kernel over rows.
 func warpRowsGrid(rows int64) driver.Dim3 {
 	per := int64(threadsPerBlock / 32)
@@ -113,6 +122,30 @@ func (b *Backend) LayerNorm(dst, x, w, bias backend.Tensor, eps float32) error {
 		return nil
 	}
 	bp, bdt := biasArg(bt)
+	if n > warpRowMax && n <= layerNormRegMax && n%4 == 0 && (d.ptr|xt.ptr)%16 == 0 {
+		// The vision encoder's rows of 1152: vla_layernorm (below) took 69
+		// µs for [11520, 1152] on the H200, three passes over each row;
+		// this, 56-59 µs with the twin (bench/results/cuda-kernels.md run 9).
+		return b.run(func(g *gpu) error {
+			// Its output rounded to bf16 as well, into the MatMul
+			// scratch: the next op's products read it instead of
+			// converting (gpu.twin; in the vision encoder, q/k/v and fc1).
+			y16, err := g.twinFor(d)
+			if err != nil {
+				return fmt.Errorf("cuda: layernorm: %w", err)
+			}
+			g.args.Reset()
+			g.args.Ptr(d.ptr).Ptr(y16).Ptr(xt.ptr).Ptr(wt.ptr).I32(dtypeCode(wt.dt)).Ptr(bp).I32(bdt).I32(int32(n)).F32(eps).U64(uint64(rows))
+			f := g.k.layerNormReg[(n+127)/128-layerNormRegMin]
+			if err := g.launch("layernorm", f, warpRowsGrid(rows), block1D(threadsPerBlock), 0); err != nil {
+				return err
+			}
+			if y16 != 0 {
+				g.twinOut = twin{src: d.ptr, p: y16, n: d.elements()}
+			}
+			return nil
+		})
+	}
 	return b.run(func(g *gpu) error {
 		g.args.Reset()
 		g.args.Ptr(d.ptr).Ptr(xt.ptr).Ptr(wt.ptr).I32(dtypeCode(wt.dt)).Ptr(bp).I32(bdt).I32(int32(n)).F32(eps)
@@ -159,10 +192,17 @@ func (b *Backend) Rope(x, cos, sin backend.Tensor, headDim int) error {
 	if n == 0 {
 		return nil
 	}
+	// The kernel takes 4 consecutive i a thread, over a grid-stride loop of
+	// n/4 items, when half is a multiple of 4 and the tensors are 16-byte
+	// aligned (as it decides), else a block per row.
+	grid := rowsGrid(int64(rows))
+	if half%4 == 0 && (xt.ptr|ct.ptr|st.ptr)%16 == 0 {
+		grid = elementwiseGrid(n / 4)
+	}
 	return b.run(func(g *gpu) error {
 		g.args.Reset()
 		g.args.Ptr(xt.ptr).Ptr(ct.ptr).Ptr(st.ptr).U64(uint64(rows)).I32(int32(heads)).I32(int32(headDim))
-		return g.launch("rope", g.k.rope, rowsGrid(int64(rows)), block1D(threadsPerBlock), 0)
+		return g.launch("rope", g.k.rope, grid, block1D(threadsPerBlock), 0)
 	})
 }
 

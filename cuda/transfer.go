@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"vlanode/backend"
+	"vlanode/cuda/driver"
 )
 
 // Upload copies float32 values into an F32 tensor. The values pass through
@@ -24,15 +25,22 @@ func (b *Backend) Upload(dst backend.Tensor, src []float32) error {
 		return nil
 	}
 	return b.run(func(g *gpu) error {
-		return g.uploadStaged(d, func(buf []byte) {
-			parallelCopy(unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), len(src)), src)
+		return g.uploadStaged(d, func(buf []byte, lo, hi int64) {
+			parallelCopy(unsafe.Slice((*float32)(unsafe.Pointer(&buf[lo])), (hi-lo)/4), src[lo/4:hi/4])
 		})
 	})
 }
 
-// uploadStaged fills the staging buffer with d's bytes and queues their
-// copy into d.
-func (g *gpu) uploadStaged(d *Tensor, fill func(buf []byte)) error {
+// uploadPiece is the bytes of one piece of a large upload: the copy of a
+// piece into pinned memory runs while the DMA of the one before does, so
+// that an upload of tens of megabytes (a batch of images, 70 MB for the
+// standard workload) takes about the longer of the two, not their sum.
+const uploadPiece = 16 << 20
+
+// uploadStaged fills the staging buffer with d's bytes, piece by piece
+// (fill writes buf[lo:hi], a multiple of 4 bytes), and queues each piece's
+// copy into d as soon as it is filled.
+func (g *gpu) uploadStaged(d *Tensor, fill func(buf []byte, lo, hi int64)) error {
 	if err := g.inCapture("upload"); err != nil {
 		return err
 	}
@@ -41,12 +49,15 @@ func (g *gpu) uploadStaged(d *Tensor, fill func(buf []byte)) error {
 	if err != nil {
 		return fmt.Errorf("cuda: upload: %w", err)
 	}
-	fill(buf)
-	err = g.traced(func() string { return "upload (staged)" }, func() error {
-		return g.drv.CopyHtoDAsync(d.ptr, unsafe.Pointer(&buf[0]), n, g.stream)
-	})
-	if err != nil {
-		return fmt.Errorf("cuda: upload: %w", err)
+	for lo := int64(0); lo < n; lo += uploadPiece {
+		hi := min(lo+uploadPiece, n)
+		fill(buf, lo, hi)
+		err = g.traced(func() string { return "upload (staged)" }, func() error {
+			return g.drv.CopyHtoDAsync(d.ptr+driver.DevicePtr(lo), unsafe.Pointer(&buf[lo]), hi-lo, g.stream)
+		})
+		if err != nil {
+			return fmt.Errorf("cuda: upload: %w", err)
+		}
 	}
 	return g.stage.queued(g.drv, g.stream)
 }
@@ -90,7 +101,7 @@ func (b *Backend) Download(src backend.Tensor) ([]float32, error) {
 // is large: one core's memcpy moves a few GB/s, and a batch of images is
 // tens of megabytes.
 func parallelCopy(dst, src []float32) {
-	const chunk = 1 << 20 // floats per goroutine at least
+	const chunk = 1 << 18 // floats per goroutine at least: 16 for an upload piece
 	workers := min(runtime.GOMAXPROCS(0), len(src)/chunk)
 	if workers <= 1 {
 		copy(dst, src)
