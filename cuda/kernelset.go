@@ -139,11 +139,13 @@ func block1D(t int) driver.Dim3 { return driver.Dim3{uint32(t), 1, 1} }
 // caller built after g.args.Reset().
 func (g *gpu) launch(name string, f driver.Function, grid, block driver.Dim3, sharedBytes uint32) error {
 	return g.traced(func() string { return fmt.Sprintf("%s grid %d×%d×%d", name, grid[0], grid[1], grid[2]) }, func() error {
-		launch := g.drv.Launch
-		if g.pdl {
-			launch = g.drv.LaunchPDL // every kernel of the module starts with vla_pdl_enter
+		var err error
+		if g.pdl { // every kernel of the module starts with vla_pdl_enter
+			err = g.drv.LaunchPDL(f, grid, block, sharedBytes, g.stream, g.args)
+		} else {
+			err = g.drv.Launch(f, grid, block, sharedBytes, g.stream, g.args)
 		}
-		if err := launch(f, grid, block, sharedBytes, g.stream, g.args); err != nil {
+		if err != nil {
 			return fmt.Errorf("cuda: %s: %w", name, err)
 		}
 		return nil

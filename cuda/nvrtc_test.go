@@ -88,14 +88,9 @@ func TestKernelsEnterPDL(t *testing.T) {
 		rest = rest[i+len("__global__"):]
 		open := strings.Index(rest, "{")
 		head := strings.ReplaceAll(rest[:open], "\\\n", "\n")
-		name := head[:strings.Index(head, "(")]
-		if j := strings.LastIndexAny(name, " \t\n)"); j >= 0 {
-			name = name[j+1:]
-		}
-		if strings.Contains(name, "__launch_bounds__") || name == "" {
-			name = strings.Fields(head[strings.Index(head, ")")+1:])[0]
-		}
-		name, _, _ = strings.Cut(name, "(")
+		// No parameter list holds a parenthesis: the last one opens it.
+		before := strings.Fields(head[:strings.LastIndex(head, "(")])
+		name := before[len(before)-1]
 		body := strings.TrimLeft(strings.ReplaceAll(rest[open+1:], "\\\n", "\n"), " \t\n")
 		stmt := body[:strings.Index(body, ";")]
 		ok := strings.HasPrefix(stmt, "vla_pdl_enter()") || strings.HasPrefix(stmt, "vla_pdl_launch_enter()")
