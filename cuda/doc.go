@@ -1,9 +1,10 @@
 // Package cuda is the NVIDIA GPU implementation of backend.Backend.
 //
 // Nothing of CUDA is needed to build it: package cuda/driver opens the
-// driver (libcuda.so.1), cuBLAS (libcublas.so.13) and NVRTC
-// (libnvrtc.so.13) with dlopen at run time, and New or Available says in
-// one line what is missing on a machine without them.
+// driver (libcuda.so.1), cuBLAS (libcublas.so.13), cuBLASLt
+// (libcublasLt.so.13, optional) and NVRTC (libnvrtc.so.13) with dlopen at
+// run time, and New or Available says in one line what is missing on a
+// machine without them.
 //
 // # Threads
 //
@@ -96,4 +97,15 @@
 // Each computes the bits of its sequence (the same per-thread loops and
 // roundings; TestGPUFused*), so a model gets the same answers either way;
 // shapes the fused kernels do not take run the sequence.
+//
+// # Epilogues
+//
+// Where cuBLASLt is found, a product with a bias folds it into the
+// product's epilogue (cublasLtMatmul, one algorithm per shape from its
+// heuristic, kept: the same bits on every call), and so do the vision
+// MLP's tanh GELU, its first product then written in 16 bits for the
+// second, and a residual sum with a bias ((a·wᵀ + x) + b). These round
+// differently from the sequences above (TestGPUFused* checks them within a
+// tolerance, and with Backend.SetEpilogues(false) bit for bit); without
+// cuBLASLt the kernels of ours add the biases.
 package cuda

@@ -493,6 +493,21 @@ func (b *Backend) MatMulGELU(dst, x, w, bias backend.Tensor, tanh bool) error {
 		act = 2
 	}
 	return b.run(func(g *gpu) error {
+		if a.bias != nil && is16(a.w.dt) && !g.noEpilogues {
+			// The bias in cuBLASLt's epilogue, as MatMul adds it, then
+			// the GELU.
+			xp, err := g.convertX(a.x, a.w.dt)
+			if err != nil {
+				return err
+			}
+			ok, err := g.gemmEpilogue(a.d.ptr, driver.R32F, xp, a.w, a.bias, a.M, a.N, a.K, 0, driver.EpilogueBias)
+			if err != nil {
+				return err
+			}
+			if ok {
+				return g.biasAct("matmul gelu", a.d, nil, a.M, a.N, act)
+			}
+		}
 		if err := g.matmul(a.d, a.x, a.w, nil, a.M, a.N, a.K); err != nil {
 			return err
 		}
@@ -546,6 +561,16 @@ func (b *Backend) MatMulResidual(x, h, a, w, bias backend.Tensor) error {
 		})
 	}
 	return b.run(func(g *gpu) error {
+		if is16(m.w.dt) && !g.noEpilogues {
+			// x = (a·wᵀ + x) + bias, one cuBLASLt product.
+			xp, err := g.convertX(m.x, m.w.dt)
+			if err != nil {
+				return err
+			}
+			if ok, err := g.gemmEpilogue(xt.ptr, driver.R32F, xp, m.w, m.bias, m.M, m.N, m.K, 1, driver.EpilogueBias); ok || err != nil {
+				return err
+			}
+		}
 		if err := g.matmul(m.d, m.x, m.w, nil, m.M, m.N, m.K); err != nil {
 			return err
 		}
@@ -563,6 +588,44 @@ func (g *gpu) biasResidual(x, h, bias *Tensor, M, N int) error {
 		n /= 4
 	}
 	return g.elementwise("matmul bias+residual", g.k.biasResidual, n)
+}
+
+// geluMLPEpilogues queues GELUMLP as two cuBLASLt products, where
+// cuBLASLt has them: the first with its bias and the tanh GELU folded in,
+// written in w2's type into mid (scratch, twice the room needed), the
+// second adding its product and bias to x. It returns false, having
+// queued nothing, otherwise (the exact GELU has no epilogue).
+func (g *gpu) geluMLPEpilogues(x *Tensor, m1, m2 matmulOperands, tanh bool) (bool, error) {
+	if !tanh || g.noEpilogues || m1.bias == nil || m2.bias == nil || !is16(m1.w.dt) {
+		return false, nil
+	}
+	d2, err := blasType(m2.w.dt)
+	if err != nil {
+		return false, err
+	}
+	k1, err := epilogueKey(d2, m1.w, m1.bias, m1.M, m1.N, m1.K, driver.EpilogueGELUBias)
+	if err != nil {
+		return false, err
+	}
+	k2, err := epilogueKey(driver.R32F, m2.w, m2.bias, m2.M, m2.N, m2.K, driver.EpilogueBias)
+	if err != nil {
+		return false, err
+	}
+	for _, k := range []ltKey{k1, k2} {
+		if p, err := g.ltPlan(k); p == nil || err != nil {
+			return false, err
+		}
+	}
+	xp, err := g.convertX(m1.x, m1.w.dt)
+	if err != nil {
+		return false, err
+	}
+	mid := m1.d.ptr
+	if _, err := g.gemmEpilogue(mid, d2, xp, m1.w, m1.bias, m1.M, m1.N, m1.K, 0, driver.EpilogueGELUBias); err != nil {
+		return false, err
+	}
+	_, err = g.gemmEpilogue(x.ptr, driver.R32F, mid, m2.w, m2.bias, m2.M, m2.N, m2.K, 1, driver.EpilogueBias)
+	return true, err
 }
 
 // SwiGLUDown computes dst = (silu(x·wgᵀ)·(x·wuᵀ))·wdᵀ. For more than one
@@ -650,6 +713,9 @@ func (b *Backend) GELUMLP(x, h, mid, a, w1, b1, w2, b2 backend.Tensor, tanh bool
 		act = 2
 	}
 	return b.run(func(g *gpu) error {
+		if ok, err := g.geluMLPEpilogues(xt, m1, m2, tanh); ok || err != nil {
+			return err
+		}
 		if err := g.matmul(m1.d, m1.x, m1.w, nil, m1.M, m1.N, m1.K); err != nil {
 			return err
 		}

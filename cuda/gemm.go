@@ -137,6 +137,13 @@ func (g *gpu) gemmBeta(d *Tensor, xp driver.DevicePtr, w, bias *Tensor, M, N, K 
 	if err != nil {
 		return err
 	}
+	if bias != nil && !g.noEpilogues {
+		// The bias in cuBLASLt's epilogue: (x·wᵀ + beta·dst) + bias in
+		// float, as below, in one pass.
+		if ok, err := g.gemmEpilogue(d.ptr, driver.R32F, xp, w, bias, M, N, K, beta, driver.EpilogueBias); ok || err != nil {
+			return err
+		}
+	}
 	s := rowMajorXWt(M, N, K)
 	gemm := &driver.Gemm{
 		TransA: s.transA, TransB: s.transB, M: s.m, N: s.n, K: s.k,

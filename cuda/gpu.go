@@ -30,14 +30,20 @@ type gpu struct {
 	ctx    driver.Context // the retained primary context; 0 before
 	stream driver.Stream  // where every op is queued, in order
 	handle driver.BLASHandle
-	module driver.Module
-	k      kernelSet
+	// cuBLASLt, for the products with a bias or GELU folded in (nil when
+	// it is missing), and its plans by shape.
+	lt       *driver.BLASLt
+	ltHandle driver.LtHandle
+	ltPlans  map[ltKey]*driver.LtPlan
+	module   driver.Module
+	k        kernelSet
 
 	mem         *allocator
 	workspace   *block // cuBLAS's workspace
 	xScratch    *block // MatMul's activations in the weight's type
 	idsDev      *block // Embedding's ids
 	attnScratch *block // split attention's partial results
+	biasScratch *block // a 16-bit bias widened for a cuBLASLt epilogue
 	kvScratch   *block // bf16 copies of K and V for the pipelined flash kernels
 	stage       staging
 
@@ -59,6 +65,7 @@ type gpu struct {
 	pdlOK          bool                // sm_90+ and cuLaunchKernelEx
 	gemvLate       bool                // benchmarks: GEMVs load no weight before the kernel ahead finishes
 	noGEMV         bool                // benchmarks: every MatMul through cuBLAS
+	noEpilogues    bool                // benchmarks: biases and GELUs by kernels of ours, not cuBLASLt
 	flashInPlace   bool                // tests and benchmarks: the flash kernels that read float K and V
 	capture        *capture            // the capture in progress, nil when none
 	graphs         map[*Graph]struct{} // graphs not yet closed
@@ -74,6 +81,7 @@ type DeviceInfo struct {
 	TotalMemory       int64
 	Driver            string // e.g. "libcuda.so.1 (CUDA 13.0)"
 	CUBLAS            string // e.g. "libcublas.so.13 13.1.0"
+	CUBLASLt          string // e.g. "libcublasLt.so.13", or why there is none
 	NVRTC             string // e.g. "libnvrtc.so.13 13.0"
 }
 
@@ -207,6 +215,13 @@ func (g *gpu) openBLAS(o options) (err error) {
 			return fmt.Errorf("cuda: %w", err)
 		}
 	}
+	// cuBLASLt comes with cuBLAS; without it the products with a bias take
+	// a kernel of ours for the bias, which is slower, not wrong.
+	if err := g.openLt(); err != nil {
+		g.info.CUBLASLt = "none: " + err.Error()
+	} else {
+		g.info.CUBLASLt = g.lt.LibraryName()
+	}
 	return nil
 }
 
@@ -290,6 +305,7 @@ func (g *gpu) close() error {
 			keep(g.closeGraphs())
 			keep(g.drv.StreamSynchronize(g.stream))
 		}
+		keep(g.closeLt())
 		if g.handle != 0 {
 			keep(g.blas.Destroy(g.handle))
 		}

@@ -29,6 +29,17 @@ func sameBits(t *testing.T, what string, got, want []float32) {
 	}
 }
 
+// near fails unless |got-want| <= tol·(1+|want|) everywhere: two roundings
+// of one computation.
+func near(t *testing.T, what string, got, want []float32, tol float64) {
+	t.Helper()
+	w := make([]float64, len(want))
+	for i, v := range want {
+		w[i] = float64(v)
+	}
+	closeTo(t, what, got, w, tol, tol, nil)
+}
+
 func TestGPUFusedAddRMSNorm(t *testing.T) {
 	b := gpuBackend(t)
 	r := rand.New(rand.NewPCG(7, 1))
@@ -163,14 +174,25 @@ func TestGPUFusedMatMulGELUAndResidual(t *testing.T) {
 					)
 					sameBits(t, fmt.Sprintf("gelu(x·wᵀ+b), tanh %v", tanh), download(t, b, y2), download(t, b, y1))
 				}
-				rv := randVals(r, M*N, 1)
-				r1, r2 := upload(t, b, rv, M, N), upload(t, b, rv, M, N)
-				h1, h2 := alloc(t, b, M, N), alloc(t, b, M, N)
-				noErrs(t,
-					b.MatMul(h1, x, w, bias), b.Add(r1, r1, h1),
-					b.MatMulResidual(r2, h2, x, w, bias),
-				)
-				sameBits(t, "x + (a·wᵀ+b)", download(t, b, r2), download(t, b, r1))
+				// With a bias, MatMulResidual folds it into cuBLASLt's
+				// epilogue after the residual, (a·wᵀ + x) + b: the same bits
+				// as the sequence only with the epilogues off.
+				for _, epi := range []bool{false, true} {
+					noErrs(t, b.SetEpilogues(epi))
+					rv := randVals(r, M*N, 1)
+					r1, r2 := upload(t, b, rv, M, N), upload(t, b, rv, M, N)
+					h1, h2 := alloc(t, b, M, N), alloc(t, b, M, N)
+					noErrs(t,
+						b.MatMul(h1, x, w, bias), b.Add(r1, r1, h1),
+						b.MatMulResidual(r2, h2, x, w, bias),
+					)
+					if epi && withBias && M > 1 {
+						near(t, "x + (a·wᵀ+b), epilogue", download(t, b, r2), download(t, b, r1), 1e-5)
+					} else {
+						sameBits(t, "x + (a·wᵀ+b)", download(t, b, r2), download(t, b, r1))
+					}
+				}
+				noErrs(t, b.SetEpilogues(true))
 			})
 		}
 	}
@@ -313,13 +335,24 @@ func TestGPUFusedGELUMLP(t *testing.T) {
 					b2, _ = weight(t, b, tensor.BF16, randVals(r, c.H, 1), c.H)
 				}
 				// The vision block's call: a is h, its scratch.
-				x1, a1, m1 := upload(t, b, xv, c.M, c.H), upload(t, b, av, c.M, c.H), alloc(t, b, c.M, c.FF)
-				x2, a2, m2 := upload(t, b, xv, c.M, c.H), upload(t, b, av, c.M, c.H), alloc(t, b, c.M, c.FF)
-				noErrs(t,
-					b.MatMulGELU(m1, a1, w1, b1, tanh), b.MatMulResidual(x1, a1, m1, w2, b2),
-					b.GELUMLP(x2, a2, m2, a2, w1, b1, w2, b2, tanh),
-				)
-				sameBits(t, "x + mlp", download(t, b, x2), download(t, b, x1))
+				// With the epilogues, GELUMLP's tanh GELU is cuBLASLt's,
+				// rounded to 16 bits there: close to the sequence, not the
+				// same bits. Without them, the same bits.
+				for _, epi := range []bool{false, true} {
+					noErrs(t, b.SetEpilogues(epi))
+					x1, a1, m1 := upload(t, b, xv, c.M, c.H), upload(t, b, av, c.M, c.H), alloc(t, b, c.M, c.FF)
+					x2, a2, m2 := upload(t, b, xv, c.M, c.H), upload(t, b, av, c.M, c.H), alloc(t, b, c.M, c.FF)
+					noErrs(t,
+						b.MatMulGELU(m1, a1, w1, b1, tanh), b.MatMulResidual(x1, a1, m1, w2, b2),
+						b.GELUMLP(x2, a2, m2, a2, w1, b1, w2, b2, tanh),
+					)
+					if epi && c.bias && c.M > 1 {
+						near(t, "x + mlp, epilogues", download(t, b, x2), download(t, b, x1), 5e-3)
+					} else {
+						sameBits(t, "x + mlp", download(t, b, x2), download(t, b, x1))
+					}
+				}
+				noErrs(t, b.SetEpilogues(true))
 			})
 		}
 	}

@@ -9,6 +9,7 @@ import (
 // kernelSet holds the kernels of the module (kernels/*.cu).
 type kernelSet struct {
 	f32ToBF16, f32ToF16, addBias driver.Function // convert.cu
+	toF32                        driver.Function // convert.cu
 	rowsAtBF16, rowsAtF32        driver.Function // convert.cu
 	add, silu, siluMul, gelu     driver.Function // elementwise.cu
 	// elementwise.cu: SiLUMul and the bias with its GELU, rounded to 16
@@ -53,6 +54,7 @@ func (k *kernelSet) entries() []kernelEntry {
 	e := []kernelEntry{
 		{&k.f32ToBF16, "vla_f32_to_bf16"},
 		{&k.f32ToF16, "vla_f32_to_f16"},
+		{&k.toF32, "vla_to_f32"},
 		{&k.rowsAtBF16, "vla_rows_at_bf16"},
 		{&k.rowsAtF32, "vla_rows_at_f32"},
 		{&k.addBias, "vla_add_bias"},

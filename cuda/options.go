@@ -99,6 +99,18 @@ func WithSerialLaunches() Option {
 	return func(o *options) error { o.serial = true; return nil }
 }
 
+// SetEpilogues says whether products with a bias (and the vision MLP's
+// tanh GELU) fold them into cuBLASLt's epilogue (on, the default where
+// cuBLASLt is found) or add them with kernels of ours after cublasGemmEx
+// (off), for the ops queued after the call: for benchmarks that compare
+// the two in one process. The results differ in rounding only.
+func (b *Backend) SetEpilogues(on bool) error {
+	return b.run(func(g *gpu) error {
+		g.noEpilogues = !on
+		return nil
+	})
+}
+
 // SetSerialLaunches turns programmatic dependent launch off (serial) or
 // back on, where the device has it, for the ops queued after the call (see
 // WithSerialLaunches): for benchmarks that measure the overlap in one

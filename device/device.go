@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"strings"
 
 	"vlanode/backend"
 	"vlanode/cpu"
@@ -82,5 +83,8 @@ func openCUDA(o Options, log io.Writer) (backend.Backend, error) {
 	d := be.Device()
 	fmt.Fprintf(log, "vlanode: cuda backend on device %d: %s (sm_%d, %.1f GiB; %s, %s)\n",
 		d.Ordinal, d.Name, d.ComputeCapability, float64(d.TotalMemory)/(1<<30), d.Driver, d.CUBLAS)
+	if !strings.HasPrefix(d.CUBLASLt, "lib") {
+		fmt.Fprintf(log, "vlanode: no cuBLASLt (%s): biases are added by separate kernels, which is slower\n", d.CUBLASLt)
+	}
 	return be, nil
 }

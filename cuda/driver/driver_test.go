@@ -141,3 +141,24 @@ func TestArgsLayout(t *testing.T) {
 		t.Error("too many parameters is not an error")
 	}
 }
+
+func TestOpenBLASLtWithoutLibrary(t *testing.T) {
+	b, err := OpenBLASLt()
+	if err == nil {
+		b.Close()
+		t.Skip("libcublasLt is present: the missing-library message cannot be checked here")
+	}
+	if !strings.HasPrefix(err.Error(), "cuda: libcublasLt.so.13 not found") || !strings.Contains(err.Error(), hintBLASLt) {
+		t.Errorf("OpenBLASLt without cuBLASLt: %q", err)
+	}
+}
+
+// TestLtFunctionNames checks that every slot of the C function table has
+// its library name (a slot left empty would be called as nil).
+func TestLtFunctionNames(t *testing.T) {
+	for i, n := range ltNames {
+		if !strings.HasPrefix(n, "cublasLt") {
+			t.Errorf("slot %d of the cuBLASLt table is %q", i, n)
+		}
+	}
+}

@@ -262,6 +262,132 @@ vla_status vla_cublasGemmEx(void *fn, uintptr_t h, int transa, int transb, int m
 	                    algo);
 }
 
+// ---- libcublasLt ----
+
+vla_status vla_cublasLtCreate(void *fn, uintptr_t *h) {
+	H p = NULL;
+	vla_status r = ((vla_status(*)(H *))fn)(&p);
+	*h = (uintptr_t)p;
+	return r;
+}
+vla_status vla_cublasLtDestroy(void *fn, uintptr_t h) { return ((vla_status(*)(H))fn)((H)h); }
+
+// Attributes of cublasLtMatmulDesc_t and cublasLtMatmulPreference_t, and
+// the heuristic's result, from cublasLt.h.
+enum {
+	LT_DESC_TRANSA = 3,
+	LT_DESC_TRANSB = 4,
+	LT_DESC_EPILOGUE = 7,
+	LT_DESC_BIAS_POINTER = 8,
+	LT_DESC_BIAS_DATA_TYPE = 26,
+	LT_PREF_MAX_WORKSPACE_BYTES = 1,
+	LT_EPILOGUE_BIAS = 4,
+};
+typedef struct {
+	uint64_t algo[8];
+	size_t workspace;
+	vla_status state;
+	float waves;
+	int reserved[4];
+} lt_heuristic_result;
+
+typedef vla_status (*lt_desc_create_t)(H *, int, int);
+typedef vla_status (*lt_destroy_t)(H);
+typedef vla_status (*lt_set_t)(H, int, const void *, size_t);
+typedef vla_status (*lt_layout_create_t)(H *, int, uint64_t, uint64_t, int64_t);
+typedef vla_status (*lt_pref_create_t)(H *);
+typedef vla_status (*lt_heuristic_t)(H, H, H, H, H, H, H, int, lt_heuristic_result *, int *);
+typedef vla_status (*lt_matmul_t)(H, H, const void *, const void *, H, const void *, H, const void *, const void *, H,
+                                  void *, H, const void *, void *, size_t, H);
+
+vla_status vla_ltPlanDestroy(void **fns, vla_lt_plan *p) {
+	vla_status r = 0, e;
+	if (p->desc) {
+		e = ((lt_destroy_t)fns[VLA_LT_DESC_DESTROY])((H)p->desc);
+		if (r == 0) r = e;
+	}
+	for (int i = 0; i < 4; i++) {
+		if (p->layout[i]) {
+			e = ((lt_destroy_t)fns[VLA_LT_LAYOUT_DESTROY])((H)p->layout[i]);
+			if (r == 0) r = e;
+		}
+	}
+	memset(p, 0, sizeof(*p));
+	return r;
+}
+
+vla_status vla_ltPlanCreate(void **fns, uintptr_t lt, int transa, int transb, int m, int n, int k, int atype, int lda,
+                            int btype, int ldb, int ctype, int ldc, int dtype, int ldd, int epilogue, int biastype,
+                            size_t maxws, vla_lt_plan *p, int *stage) {
+	memset(p, 0, sizeof(*p));
+	p->epilogue = epilogue;
+	const int compute = 68, scale = 0; // CUBLAS_COMPUTE_32F, CUDA_R_32F
+	H h = NULL;
+	vla_status r;
+#define LT_TRY(st, call)                                                                                             \
+	do {                                                                                                         \
+		*stage = (st);                                                                                       \
+		if ((r = (call)) != 0) {                                                                             \
+			vla_ltPlanDestroy(fns, p);                                                                   \
+			return r;                                                                                    \
+		}                                                                                                    \
+	} while (0)
+	LT_TRY(VLA_LT_DESC_CREATE, ((lt_desc_create_t)fns[VLA_LT_DESC_CREATE])(&h, compute, scale));
+	p->desc = (uintptr_t)h;
+	lt_set_t dset = (lt_set_t)fns[VLA_LT_DESC_SET];
+	LT_TRY(VLA_LT_DESC_SET, dset(h, LT_DESC_TRANSA, &transa, sizeof(transa)));
+	LT_TRY(VLA_LT_DESC_SET, dset(h, LT_DESC_TRANSB, &transb, sizeof(transb)));
+	uint32_t ep = (uint32_t)epilogue;
+	LT_TRY(VLA_LT_DESC_SET, dset(h, LT_DESC_EPILOGUE, &ep, sizeof(ep)));
+	if (epilogue & LT_EPILOGUE_BIAS) LT_TRY(VLA_LT_DESC_SET, dset(h, LT_DESC_BIAS_DATA_TYPE, &biastype, sizeof(biastype)));
+	const int types[4] = {atype, btype, ctype, dtype};
+	const uint64_t rows[4] = {(uint64_t)(transa ? k : m), (uint64_t)(transb ? n : k), (uint64_t)m, (uint64_t)m};
+	const uint64_t cols[4] = {(uint64_t)(transa ? m : k), (uint64_t)(transb ? k : n), (uint64_t)n, (uint64_t)n};
+	const int64_t lds[4] = {lda, ldb, ldc, ldd};
+	for (int i = 0; i < 4; i++) {
+		H l = NULL;
+		LT_TRY(VLA_LT_LAYOUT_CREATE, ((lt_layout_create_t)fns[VLA_LT_LAYOUT_CREATE])(&l, types[i], rows[i], cols[i], lds[i]));
+		p->layout[i] = (uintptr_t)l;
+	}
+	H pref = NULL;
+	LT_TRY(VLA_LT_PREF_CREATE, ((lt_pref_create_t)fns[VLA_LT_PREF_CREATE])(&pref));
+	uint64_t ws = maxws;
+	lt_heuristic_result res;
+	int found = 0;
+	*stage = VLA_LT_PREF_SET;
+	r = ((lt_set_t)fns[VLA_LT_PREF_SET])(pref, LT_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+	if (r == 0) {
+		*stage = VLA_LT_HEURISTIC;
+		memset(&res, 0, sizeof(res));
+		r = ((lt_heuristic_t)fns[VLA_LT_HEURISTIC])((H)lt, h, (H)p->layout[0], (H)p->layout[1], (H)p->layout[2],
+		                                             (H)p->layout[3], pref, 1, &res, &found);
+	}
+	((lt_destroy_t)fns[VLA_LT_PREF_DESTROY])(pref);
+	if (r != 0 || found < 1) {
+		vla_ltPlanDestroy(fns, p);
+		return r;
+	}
+#undef LT_TRY
+	memcpy(p->algo, res.algo, sizeof(p->algo));
+	p->workspace = res.workspace;
+	return 0;
+}
+
+vla_status vla_ltMatmul(void **fns, uintptr_t lt, vla_lt_plan *p, float alpha, float beta, vla_dptr a, vla_dptr b,
+                        vla_dptr c, vla_dptr d, vla_dptr bias, vla_dptr ws, size_t wsbytes, uintptr_t stream) {
+	if (p->epilogue & LT_EPILOGUE_BIAS) {
+		// Read when the product is queued (and captured), so one
+		// descriptor serves every bias.
+		const void *bp = (const void *)(uintptr_t)bias;
+		vla_status r = ((lt_set_t)fns[VLA_LT_DESC_SET])((H)p->desc, LT_DESC_BIAS_POINTER, &bp, sizeof(bp));
+		if (r != 0) return r;
+	}
+	return ((lt_matmul_t)fns[VLA_LT_MATMUL])((H)lt, (H)p->desc, &alpha, (const void *)(uintptr_t)a, (H)p->layout[0],
+	                                         (const void *)(uintptr_t)b, (H)p->layout[1], &beta,
+	                                         (const void *)(uintptr_t)c, (H)p->layout[2], (void *)(uintptr_t)d,
+	                                         (H)p->layout[3], p->algo, (void *)(uintptr_t)ws, wsbytes, (H)stream);
+}
+
 // ---- libnvrtc ----
 
 vla_status vla_nvrtcVersion(void *fn, int *major, int *minor) {

@@ -106,6 +106,40 @@ vla_status vla_cublasGemmEx(void *fn, uintptr_t h, int transa, int transb, int m
                             float alpha, vla_dptr a, int atype, int lda, vla_dptr b, int btype, int ldb,
                             float beta, vla_dptr c, int ctype, int ldc, int compute, int algo);
 
+// libcublasLt. A plan holds the descriptors and the algorithm of one
+// product shape and epilogue (vla_ltPlanCreate), used by vla_ltMatmul and
+// released by vla_ltPlanDestroy. fns holds, in the order of vla_lt_fn,
+// the library's functions.
+enum vla_lt_fn {
+	VLA_LT_DESC_CREATE,
+	VLA_LT_DESC_DESTROY,
+	VLA_LT_DESC_SET,
+	VLA_LT_LAYOUT_CREATE,
+	VLA_LT_LAYOUT_DESTROY,
+	VLA_LT_PREF_CREATE,
+	VLA_LT_PREF_DESTROY,
+	VLA_LT_PREF_SET,
+	VLA_LT_HEURISTIC,
+	VLA_LT_MATMUL,
+	VLA_LT_NFNS
+};
+typedef struct {
+	uintptr_t desc, layout[4]; // matmul descriptor; layouts of A, B, C, D
+	uint64_t algo[8];          // cublasLtMatmulAlgo_t
+	size_t workspace;          // bytes the algorithm needs
+	int epilogue;
+} vla_lt_plan;
+vla_status vla_cublasLtCreate(void *fn, uintptr_t *h);
+vla_status vla_cublasLtDestroy(void *fn, uintptr_t h);
+// vla_ltPlanCreate fills p; *stage names the call that failed (or that
+// found no algorithm: status 0 and stage VLA_LT_HEURISTIC with p->desc 0).
+vla_status vla_ltPlanCreate(void **fns, uintptr_t lt, int transa, int transb, int m, int n, int k, int atype, int lda,
+                            int btype, int ldb, int ctype, int ldc, int dtype, int ldd, int epilogue, int biastype,
+                            size_t maxws, vla_lt_plan *p, int *stage);
+vla_status vla_ltPlanDestroy(void **fns, vla_lt_plan *p);
+vla_status vla_ltMatmul(void **fns, uintptr_t lt, vla_lt_plan *p, float alpha, float beta, vla_dptr a, vla_dptr b,
+                        vla_dptr c, vla_dptr d, vla_dptr bias, vla_dptr ws, size_t wsbytes, uintptr_t stream);
+
 // libnvrtc.
 vla_status vla_nvrtcVersion(void *fn, int *major, int *minor);
 vla_status vla_nvrtcGetNumSupportedArchs(void *fn, int *n);

@@ -32,6 +32,13 @@ extern "C" __global__ void vla_f32_to_f16(u16 *__restrict__ y, const float *__re
 	vla_f32_to_16<true>(y, x, n);
 }
 
+// vla_to_f32 widens n elements of type dt to float (exactly): a 16-bit
+// bias as a float product's cuBLASLt epilogue takes it.
+extern "C" __global__ void vla_to_f32(float *__restrict__ y, const void *__restrict__ x, int dt, u64 n) {
+	vla_pdl_enter();
+	VLA_FOR(i, n) y[i] = vla_load(x, dt, i);
+}
+
 // vla_rows_at_bf16 and vla_rows_at_f32 copy rows × cols floats into dst
 // [dst_rows, cols] from row *pos on (the decode step's KV cache rows, at a
 // position in device memory); rows that would pass dst_rows are dropped

@@ -110,17 +110,23 @@ func BenchmarkStandardWorkload(b *testing.B) {
 	req.Greedy, req.MaxReasoningTokens = true, 21
 	// The decode and Euler steps replayed from captured graphs, then the
 	// same with every kernel launched only once the one ahead has finished
-	// (no programmatic dependent launch), then op by op: all in the same
-	// process, for their ratios.
+	// (no programmatic dependent launch), then with the biases and GELUs
+	// added by kernels of ours instead of cuBLASLt's epilogues, then op by
+	// op: all in the same process, for their ratios.
 	cb := gpu.(*cuda.Backend)
 	for _, v := range []struct {
-		name             string
-		noGraphs, serial bool
-	}{{"graphs", false, false}, {"graphs-serial", false, true}, {"op-by-op", true, false}} {
+		name                      string
+		noGraphs, serial, noEpilo bool
+	}{
+		{"graphs", false, false, false}, {"graphs-serial", false, true, false},
+		{"graphs-no-epilogues", false, false, true}, {"op-by-op", true, false, false},
+	} {
 		b.Run(v.name, func(b *testing.B) {
 			m.VLM.Text.NoGraphs, m.Expert.NoGraphs = v.noGraphs, v.noGraphs
 			require.NoError(b, cb.SetSerialLaunches(v.serial))
 			defer cb.SetSerialLaunches(false)
+			require.NoError(b, cb.SetEpilogues(!v.noEpilo))
+			defer cb.SetEpilogues(true)
 			var last *alpamayo.Result
 			for i := 0; i < b.N+1; i++ { // the first run warms up (kernel compile, cuBLAS)
 				if i == 1 {
