@@ -142,8 +142,14 @@ func (g *gpu) openLt() error {
 		lt.Close()
 		return fmt.Errorf("cuda: %w", err)
 	}
+	if err := g.mem.charge(PurposeCUBLAS, used); err != nil {
+		lt.Destroy(g.ltHandle)
+		lt.Close()
+		g.ltHandle = 0
+		return err
+	}
 	g.lt = lt
-	return g.mem.charge(PurposeCUBLAS, used)
+	return nil
 }
 
 // closeLt releases the plans, the handle and the library.
