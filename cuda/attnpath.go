@@ -104,11 +104,38 @@ func (g *gpu) splitScratch(a attnCall, nsplit int) (po, pml driver.DevicePtr, er
 
 // combine queues the merge of nsplit partial results into a.d.
 func (g *gpu) combine(a attnCall, nsplit int, po, pml driver.DevicePtr) error {
+	out16, err := g.attnTwin(a)
+	if err != nil {
+		return err
+	}
 	g.args.Reset()
-	g.args.Ptr(a.d.ptr).Ptr(po).Ptr(pml).I32(int32(nsplit)).I32(int32(a.tq)).I32(int32(a.o.Heads)).I32(int32(a.o.HeadDim)).
+	g.args.Ptr(a.d.ptr).Ptr(out16).Ptr(po).Ptr(pml).I32(int32(nsplit)).I32(int32(a.tq)).I32(int32(a.o.Heads)).I32(int32(a.o.HeadDim)).
 		Ptr(a.posAt)
 	grid := driver.Dim3{uint32(a.tq * a.o.Heads), 1, 1}
-	return g.launch("attention combine", g.k.attnCombine, grid, block1D(combThreads), 0)
+	return g.twinAfter(a, out16, g.launch("attention combine", g.k.attnCombine, grid, block1D(combThreads), 0))
+}
+
+// attnTwin returns where the kernel that writes the attention output
+// should write it rounded to bf16 as well (the MatMul scratch), or 0: for
+// more rows than the GEMV takes, the output projection's cuBLAS product
+// reads that twin instead of converting the output (gpu.twin).
+func (g *gpu) attnTwin(a attnCall) (driver.DevicePtr, error) {
+	if a.tq <= gemvMaxM {
+		return 0, nil
+	}
+	p, err := g.twinFor(a.d)
+	if err != nil {
+		return 0, fmt.Errorf("cuda: attention: %w", err)
+	}
+	return p, nil
+}
+
+// twinAfter records the twin the launch (its error err) wrote.
+func (g *gpu) twinAfter(a attnCall, out16 driver.DevicePtr, err error) error {
+	if err == nil && out16 != 0 {
+		g.twinOut = twin{src: a.d.ptr, p: out16, n: a.d.elements()}
+	}
+	return err
 }
 
 // attnDecode queues the decode kernel (one block per 32 keys, KV head and
@@ -213,8 +240,15 @@ func (g *gpu) attnFlash(a attnCall) error {
 		}
 		hs, rs = uint64(a.o.NKV)*uint64(hdp), hdp
 	}
+	var out16 driver.DevicePtr
+	if nsplit == 1 {
+		var err error
+		if out16, err = g.attnTwin(a); err != nil {
+			return err
+		}
+	}
 	g.args.Reset()
-	g.args.Ptr(a.d.ptr).Ptr(po).Ptr(pml).Ptr(a.q.ptr).Ptr(kp).Ptr(vp).
+	g.args.Ptr(a.d.ptr).Ptr(out16).Ptr(po).Ptr(pml).Ptr(a.q.ptr).Ptr(kp).Ptr(vp).
 		I32(int32(a.o.Heads)).I32(int32(a.o.KVHeads)).I32(int32(a.o.HeadDim)).I32(int32(a.tq)).I32(int32(a.o.NKV)).
 		F32(float32(float64(a.o.Scale)*log2e)).I32(a.causal()).I32(int32(a.o.QPos0)).
 		I32(int32(a.o.MaskFrom)).I32(int32(a.o.MaskTo)).Struct(a.segs, 4).U64(hs).I32(int32(rs))
@@ -223,7 +257,7 @@ func (g *gpu) attnFlash(a attnCall) error {
 		return err
 	}
 	if nsplit == 1 {
-		return nil
+		return g.twinAfter(a, out16, nil)
 	}
 	return g.combine(a, nsplit, po, pml)
 }

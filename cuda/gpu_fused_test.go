@@ -483,3 +483,47 @@ func TestGPULayerNormTwin(t *testing.T) {
 	noErrs(t, b.Sync(), b.MatMul(y2, h, w, nil))
 	sameBits(t, "product after h changed", download(t, b, y1), download(t, b, y2))
 }
+
+// TestGPUAttentionTwin checks that the output projection after attention
+// reads the bf16 twin the attention wrote (no conversion of its input),
+// for one flash launch (vision-like: 2 images of 96 patches, heads of 72)
+// and for split flash launches and their merge (the expert's 64 queries
+// over a long cache), and that the product is the same bits as from a
+// conversion.
+func TestGPUAttentionTwin(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(7, 11))
+	for _, c := range []struct {
+		name                    string
+		tq, nkv, heads, kvh, hd int
+		causal                  bool
+		segments                []int
+	}{
+		{"one launch, segments", 192, 192, 4, 4, 72, false, []int{0, 96, 192}},
+		{"splits and merge", 64, 3126, 4, 2, 128, true, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const N = 256
+			qc, kc := c.heads*c.hd, c.kvh*c.hd
+			q := upload(t, b, randVals(r, c.tq*qc, 1), c.tq, qc)
+			k := upload(t, b, randVals(r, c.nkv*kc, 1), c.nkv, kc)
+			v := upload(t, b, randVals(r, c.nkv*kc, 1), c.nkv, kc)
+			w, _ := weight(t, b, tensor.BF16, randVals(r, N*qc, 0.03), N, qc)
+			o := backend.AttnOpts{Heads: c.heads, KVHeads: c.kvh, HeadDim: c.hd, NKV: c.nkv,
+				Scale: float32(1 / math.Sqrt(float64(c.hd))), Causal: c.causal, QPos0: c.nkv - c.tq, Segments: c.segments}
+			att, y1, y2 := alloc(t, b, c.tq, qc), alloc(t, b, c.tq, N), alloc(t, b, c.tq, N)
+			noErrs(t, b.StartTrace(), b.Attention(att, q, k, v, o), b.MatMul(y1, att, w, nil)) // from the twin
+			ops, err := b.StopTrace()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, op := range ops {
+				if strings.HasPrefix(op.Op, "matmul convert") {
+					t.Errorf("the product after attention converted its input (%s)", op.Op)
+				}
+			}
+			noErrs(t, b.Sync(), b.MatMul(y2, att, w, nil)) // converting att
+			sameBits(t, "product of the twin", download(t, b, y1), download(t, b, y2))
+		})
+	}
+}

@@ -243,15 +243,16 @@ VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16_g4, 4, VLA_DEC_MIN_BLOCKS)
 // part_ml [nsplit][tq*heads][2]; hd <= 128, hd % 4 == 0, nsplit <=
 // VLA_COMB_MAX_SPLITS. With pos_at (vla_attn_decode's), only the splits
 // that hold keys [0, *pos_at + tq) are merged: the same splits, in the
-// same order, as a launch with that nkv.
+// same order, as a launch with that nkv. out16, when not null, gets out
+// rounded to bf16 too (the next product's input: gpu.twin).
 #define VLA_COMB_THREADS 256
 #define VLA_COMB_WARPS (VLA_COMB_THREADS / 32)
 #define VLA_COMB_MAX_SPLITS 4096
 #define VLA_COMB_HELD 16 // splits a warp holds in registers (the one-round-trip path)
 
 extern "C" __global__ void __launch_bounds__(VLA_COMB_THREADS)
-    vla_attn_combine(float *__restrict__ out, const float *__restrict__ part_o, const float *__restrict__ part_ml,
-                     int nsplit, int tq, int heads, int hd, const int *pos_at) {
+    vla_attn_combine(float *__restrict__ out, u16 *__restrict__ out16, const float *__restrict__ part_o,
+                     const float *__restrict__ part_ml, int nsplit, int tq, int heads, int hd, const int *pos_at) {
 	vla_pdl_launch_enter(); // ahead of a GEMV
 	__shared__ float w[VLA_COMB_MAX_SPLITS];
 	__shared__ __align__(16) float acc[VLA_COMB_WARPS][128];
@@ -358,5 +359,6 @@ extern "C" __global__ void __launch_bounds__(VLA_COMB_THREADS)
 #pragma unroll
 		for (int i = 0; i < VLA_COMB_WARPS; i++) sum += acc[i][d];
 		out[row * hd + d] = sum * inv;
+		if (out16) out16[row * hd + d] = vla_f32_to_bf16(sum * inv);
 	}
 }

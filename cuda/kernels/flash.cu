@@ -16,6 +16,9 @@
 // segment by segment). Keys past a tile's end are zero-filled, never read,
 // and masked to -inf; a row that sees no key gets zeros.
 //
+// With one split, out16 (when not null) gets the output rounded to bf16
+// as well: the next product's input (gpu.twin in Go).
+//
 // Split mode (gridDim.z > 1): split z takes its share of the key tiles and
 // writes its unnormalized O, running maximum (base 2) and sum to part_o and
 // part_ml; vla_attn_combine (decode.cu) merges the splits. Heads ×
@@ -221,7 +224,7 @@ __device__ __forceinline__ void vla_fa_issue(u32 dst, const u16 *__restrict__ sr
 // previous step computes: V of tile t during S of tile t, K of tile t+1
 // during P·V of tile t.
 template <int HDP, bool PIPE>
-__device__ __forceinline__ void vla_flash(float *__restrict__ out, float *__restrict__ part_o,
+__device__ __forceinline__ void vla_flash(float *__restrict__ out, u16 *__restrict__ out16, float *__restrict__ part_o,
                                           float *__restrict__ part_ml, const float *__restrict__ q,
                                           const void *__restrict__ kp, const void *__restrict__ vp, int heads,
                                           int kvheads, int hd, int tq, int nkv, float sl2, int causal, int qpos0,
@@ -338,6 +341,9 @@ __device__ __forceinline__ void vla_flash(float *__restrict__ out, float *__rest
 					w.x = o[nd][2 * r] * inv;
 					w.y = o[nd][2 * r + 1] * inv;
 					*(float2 *)(orow + c) = w;
+					if (out16)
+						*(u32 *)(out16 + (u64)i * qstride + (u64)h * hd + c) =
+						    (u32)vla_f32_to_bf16(w.x) | ((u32)vla_f32_to_bf16(w.y) << 16);
 				}
 			}
 		} else {
@@ -363,12 +369,13 @@ __device__ __forceinline__ void vla_flash(float *__restrict__ out, float *__rest
 
 #define VLA_FLASH_KERNEL(name, HDP, PIPE)                                                                            \
 	extern "C" __global__ void __launch_bounds__(VLA_FA_THREADS)                                                    \
-	    name(float *__restrict__ out, float *__restrict__ part_o, float *__restrict__ part_ml,                      \
+	    name(float *__restrict__ out, u16 *__restrict__ out16, float *__restrict__ part_o,                        \
+	         float *__restrict__ part_ml,                                                                            \
 	         const float *__restrict__ q, const void *__restrict__ k, const void *__restrict__ v, int heads,          \
 	         int kvheads, int hd, int tq, int nkv, float sl2, int causal, int qpos0, int mask_from, int mask_to,      \
 	         vla_segments segs, u64 hs, int rs) {                                                                    \
 		vla_pdl_enter();                                                                                          \
-		vla_flash<HDP, PIPE>(out, part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0,        \
+		vla_flash<HDP, PIPE>(out, out16, part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0,        \
 		                     mask_from, mask_to, segs, hs, rs);                                                      \
 	}
 
