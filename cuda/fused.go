@@ -493,7 +493,7 @@ func (b *Backend) MatMulGELU(dst, x, w, bias backend.Tensor, tanh bool) error {
 		act = 2
 	}
 	return b.run(func(g *gpu) error {
-		if a.bias != nil && is16(a.w.dt) && !g.noEpilogues {
+		if a.bias != nil && is16(a.w.dt) && g.epilogues(a.M) {
 			// The bias in cuBLASLt's epilogue, as MatMul adds it, then
 			// the GELU.
 			xp, err := g.convertX(a.x, a.w.dt)
@@ -561,7 +561,7 @@ func (b *Backend) MatMulResidual(x, h, a, w, bias backend.Tensor) error {
 		})
 	}
 	return b.run(func(g *gpu) error {
-		if is16(m.w.dt) && !g.noEpilogues {
+		if is16(m.w.dt) && g.epilogues(m.M) {
 			// x = (a·wᵀ + x) + bias, one cuBLASLt product.
 			xp, err := g.convertX(m.x, m.w.dt)
 			if err != nil {
@@ -596,7 +596,7 @@ func (g *gpu) biasResidual(x, h, bias *Tensor, M, N int) error {
 // second adding its product and bias to x. It returns false, having
 // queued nothing, otherwise (the exact GELU has no epilogue).
 func (g *gpu) geluMLPEpilogues(x *Tensor, m1, m2 matmulOperands, tanh bool) (bool, error) {
-	if !tanh || g.noEpilogues || m1.bias == nil || m2.bias == nil || !is16(m1.w.dt) {
+	if !tanh || !g.epilogues(m1.M) || m1.bias == nil || m2.bias == nil || !is16(m1.w.dt) {
 		return false, nil
 	}
 	d2, err := blasType(m2.w.dt)

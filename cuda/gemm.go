@@ -137,7 +137,7 @@ func (g *gpu) gemmBeta(d *Tensor, xp driver.DevicePtr, w, bias *Tensor, M, N, K 
 	if err != nil {
 		return err
 	}
-	if bias != nil && !g.noEpilogues {
+	if bias != nil && g.epilogues(M) {
 		// The bias in cuBLASLt's epilogue: (x·wᵀ + beta·dst) + bias in
 		// float, as below, in one pass.
 		if ok, err := g.gemmEpilogue(d.ptr, driver.R32F, xp, w, bias, M, N, K, beta, driver.EpilogueBias); ok || err != nil {
