@@ -100,8 +100,8 @@
 //
 // # Epilogues
 //
-// Where cuBLASLt is found, a product with a bias folds it into the
-// product's epilogue (cublasLtMatmul, one algorithm per shape from its
+// Where cuBLASLt is found, a product of more than 64 rows with a bias
+// folds it into the product's epilogue (cublasLtMatmul, one algorithm per shape from its
 // heuristic, kept: the same bits on every call), and so do the vision
 // MLP's tanh GELU, its first product then written in 16 bits for the
 // second, and a residual sum with a bias ((a·wᵀ + x) + b). These round

@@ -55,7 +55,8 @@ type gpu struct {
 
 	// A twin is x rounded to bf16 in the MatMul scratch, written by the
 	// kernel that wrote x (LayerNorm's, for the products that read its
-	// output): convertX returns it instead of converting x again. An op
+	// output; attention's, for the output projection): convertX returns
+	// it instead of converting x again. An op
 	// leaves one in twinOut; the next op finds it in twinIn (Backend.run),
 	// so nothing can have written x or the scratch in between.
 	twinIn, twinOut twin

@@ -12,8 +12,8 @@ import (
 // kernel. With the action expert's 64-row products through cuBLASLt the
 // diffusion took 45.0-46.6 ms against 42.2 through cublasGemmEx, on the
 // same algorithms (the same bits); with its in- and out-projections'
-// biases in the epilogue it was 3-4 ms slower too
-// (bench/results/standard-workload.md run 11).
+// biases in the epilogue it was slower too (1.6-8.4 ms in two calls;
+// bench/results/standard-workload.md run 11).
 const epilogueMinRows = 65
 
 // epilogues says whether a product of M rows folds its bias (and GELU)

@@ -99,8 +99,8 @@ func WithSerialLaunches() Option {
 	return func(o *options) error { o.serial = true; return nil }
 }
 
-// SetEpilogues says whether products with a bias (and the vision MLP's
-// tanh GELU) fold them into cuBLASLt's epilogue (on, the default where
+// SetEpilogues says whether products of more than 64 rows with a bias
+// (and the vision MLP's tanh GELU) fold them into cuBLASLt's epilogue (on, the default where
 // cuBLASLt is found) or add them with kernels of ours after cublasGemmEx
 // (off), for the ops queued after the call: for benchmarks that compare
 // the two in one process. The results differ in rounding only.
