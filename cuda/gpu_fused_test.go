@@ -452,6 +452,21 @@ func noErrs(t *testing.T, errs ...error) {
 	}
 }
 
+// noConversion stops the trace and fails if a product converted its input
+// (it should have read the bf16 twin that the op named after wrote).
+func noConversion(t *testing.T, b *Backend, after string) {
+	t.Helper()
+	ops, err := b.StopTrace()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range ops {
+		if strings.HasPrefix(o.Op, "matmul convert") {
+			t.Errorf("the product after %s converted its input (%s)", after, o.Op)
+		}
+	}
+}
+
 // TestGPULayerNormTwin checks the bf16 twin of a LayerNorm's output
 // (gpu.twin): the products right after the norm read it and get the bits
 // of converting the output again; an op in between (here one that
@@ -466,15 +481,7 @@ func TestGPULayerNormTwin(t *testing.T) {
 	w, _ := weight(t, b, tensor.BF16, randVals(r, N*n, 0.03), N, n)
 	h, y1, y2 := alloc(t, b, rows, n), alloc(t, b, rows, N), alloc(t, b, rows, N)
 	noErrs(t, b.StartTrace(), b.LayerNorm(h, x, lw, lb, 1e-6), b.MatMul(y1, h, w, nil)) // from the twin
-	ops, err := b.StopTrace()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range ops {
-		if strings.HasPrefix(o.Op, "matmul convert") {
-			t.Errorf("the product after the norm converted its input (%s)", o.Op)
-		}
-	}
+	noConversion(t, b, "the norm")
 	noErrs(t, b.LayerNorm(h, x, lw, lb, 1e-6), b.Sync(), b.MatMul(y2, h, w, nil))
 	if b.g.twinIn.p != 0 || b.g.twinOut.p != 0 {
 		t.Error("a twin outlived the op after the norm")
@@ -514,15 +521,7 @@ func TestGPUAttentionTwin(t *testing.T) {
 				Scale: float32(1 / math.Sqrt(float64(c.hd))), Causal: c.causal, QPos0: c.nkv - c.tq, Segments: c.segments}
 			att, y1, y2 := alloc(t, b, c.tq, qc), alloc(t, b, c.tq, N), alloc(t, b, c.tq, N)
 			noErrs(t, b.StartTrace(), b.Attention(att, q, k, v, o), b.MatMul(y1, att, w, nil)) // from the twin
-			ops, err := b.StopTrace()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, op := range ops {
-				if strings.HasPrefix(op.Op, "matmul convert") {
-					t.Errorf("the product after attention converted its input (%s)", op.Op)
-				}
-			}
+			noConversion(t, b, "attention")
 			noErrs(t, b.Sync(), b.MatMul(y2, att, w, nil)) // converting att
 			sameBits(t, "product of the twin", download(t, b, y1), download(t, b, y2))
 		})
