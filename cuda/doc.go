@@ -101,11 +101,12 @@
 // # Epilogues
 //
 // Where cuBLASLt is found, a product of more than 64 rows with a bias
-// folds it into the product's epilogue (cublasLtMatmul, one algorithm per shape from its
-// heuristic, kept: the same bits on every call), and so do the vision
-// MLP's tanh GELU, its first product then written in 16 bits for the
-// second, and a residual sum with a bias ((a·wᵀ + x) + b). These round
-// differently from the sequences above (TestGPUFused* checks them within a
-// tolerance, and with Backend.SetEpilogues(false) bit for bit); without
-// cuBLASLt the kernels of ours add the biases.
+// folds it into the product's epilogue (cublasLtMatmul, one algorithm per
+// shape from its heuristic, kept: the same bits on every call), and so do
+// the vision MLP's tanh GELU, its first product then written in 16 bits
+// for the second, and a residual sum with a bias ((a·wᵀ + x) + b). These
+// round differently from the sequences above (TestGPUFused* checks them
+// within a tolerance, and with Backend.SetEpilogues(false) bit for bit);
+// without cuBLASLt, and for fewer rows (the action expert's products,
+// faster through cublasGemmEx), kernels of ours add the biases.
 package cuda

@@ -100,10 +100,11 @@ func WithSerialLaunches() Option {
 }
 
 // SetEpilogues says whether products of more than 64 rows with a bias
-// (and the vision MLP's tanh GELU) fold them into cuBLASLt's epilogue (on, the default where
-// cuBLASLt is found) or add them with kernels of ours after cublasGemmEx
-// (off), for the ops queued after the call: for benchmarks that compare
-// the two in one process. The results differ in rounding only.
+// (and the vision MLP's tanh GELU) fold them into cuBLASLt's epilogue
+// (on, the default where cuBLASLt is found) or add them with kernels of
+// ours after cublasGemmEx (off), for the ops queued after the call: for
+// benchmarks that compare the two in one process. The results differ in
+// rounding only.
 func (b *Backend) SetEpilogues(on bool) error {
 	return b.run(func(g *gpu) error {
 		g.noEpilogues = !on
