@@ -478,7 +478,8 @@ func (g *gpu) siluMul(gate, up *Tensor) error {
 }
 
 // MatMulGELU computes dst = gelu(x·wᵀ + bias): for products that go to
-// cuBLAS, the bias and the GELU in one pass over dst after the GEMM;
+// cuBLAS, the bias in cuBLASLt's epilogue (gpu.epilogues) and the GELU in
+// one pass after, or the bias and the GELU in one pass after the GEMM;
 // otherwise MatMul then GELU.
 func (b *Backend) MatMulGELU(dst, x, w, bias backend.Tensor, tanh bool) error {
 	a, err := b.matmulArgs(dst, x, w, bias)
@@ -496,11 +497,7 @@ func (b *Backend) MatMulGELU(dst, x, w, bias backend.Tensor, tanh bool) error {
 		if a.bias != nil && is16(a.w.dt) && g.epilogues(a.M) {
 			// The bias in cuBLASLt's epilogue, as MatMul adds it, then
 			// the GELU.
-			xp, err := g.convertX(a.x, a.w.dt)
-			if err != nil {
-				return err
-			}
-			ok, err := g.gemmEpilogue(a.d.ptr, driver.R32F, xp, a.w, a.bias, a.M, a.N, a.K, 0, driver.EpilogueBias)
+			ok, err := g.biasProduct(a.d, a.x, a.w, a.bias, a.M, a.N, a.K, 0)
 			if err != nil {
 				return err
 			}
@@ -518,9 +515,10 @@ func (b *Backend) MatMulGELU(dst, x, w, bias backend.Tensor, tanh bool) error {
 // MatMulResidual computes x += a·wᵀ + bias through h: for one row and the
 // GEMV kernel, the kernel adds each column to x itself; for products that
 // go to cuBLAS, without a bias and with a 16-bit weight, the GEMM adds its
-// product to x (beta = 1; h untouched either way), with a bias the bias and
-// the residual sum in one pass after the GEMM (h is left without the
-// bias); otherwise MatMul then Add.
+// product to x (beta = 1; h untouched either way), with a bias and
+// cuBLASLt (gpu.epilogues) one product adding x and the bias, (a·wᵀ + x)
+// + b, else the bias and the residual sum in one pass after the GEMM (h
+// is left without the bias); otherwise MatMul then Add.
 func (b *Backend) MatMulResidual(x, h, a, w, bias backend.Tensor) error {
 	m, err := b.matmulArgs(h, a, w, bias)
 	if err != nil {
@@ -563,11 +561,7 @@ func (b *Backend) MatMulResidual(x, h, a, w, bias backend.Tensor) error {
 	return b.run(func(g *gpu) error {
 		if is16(m.w.dt) && g.epilogues(m.M) {
 			// x = (a·wᵀ + x) + bias, one cuBLASLt product.
-			xp, err := g.convertX(m.x, m.w.dt)
-			if err != nil {
-				return err
-			}
-			if ok, err := g.gemmEpilogue(xt.ptr, driver.R32F, xp, m.w, m.bias, m.M, m.N, m.K, 1, driver.EpilogueBias); ok || err != nil {
+			if ok, err := g.biasProduct(xt, m.x, m.w, m.bias, m.M, m.N, m.K, 1); ok || err != nil {
 				return err
 			}
 		}
@@ -603,18 +597,11 @@ func (g *gpu) geluMLPEpilogues(x *Tensor, m1, m2 matmulOperands, tanh bool) (boo
 	if err != nil {
 		return false, err
 	}
-	k1, err := epilogueKey(d2, m1.w, m1.bias, m1.M, m1.N, m1.K, driver.EpilogueGELUBias)
-	if err != nil {
+	if ok, err := g.hasEpilogue(d2, m1.w, m1.bias, m1.M, m1.N, m1.K, driver.EpilogueGELUBias); !ok || err != nil {
 		return false, err
 	}
-	k2, err := epilogueKey(driver.R32F, m2.w, m2.bias, m2.M, m2.N, m2.K, driver.EpilogueBias)
-	if err != nil {
+	if ok, err := g.hasEpilogue(driver.R32F, m2.w, m2.bias, m2.M, m2.N, m2.K, driver.EpilogueBias); !ok || err != nil {
 		return false, err
-	}
-	for _, k := range []ltKey{k1, k2} {
-		if p, err := g.ltPlan(k); p == nil || err != nil {
-			return false, err
-		}
 	}
 	xp, err := g.convertX(m1.x, m1.w.dt)
 	if err != nil {
@@ -687,7 +674,8 @@ func (g *gpu) swigluTo16(xp driver.DevicePtr, ga, ua matmulOperands, dt tensor.D
 // to cuBLAS with a 16-bit w2, the bias and GELU of the first are written
 // straight in w2's type as the second's input (MatMulGELU then MatMul's
 // rounding: the same bits), mid holding a·w1ᵀ and h the second product;
-// otherwise MatMulGELU then MatMulResidual.
+// with the tanh GELU, biases and cuBLASLt, two cuBLASLt products instead
+// (geluMLPEpilogues); otherwise MatMulGELU then MatMulResidual.
 func (b *Backend) GELUMLP(x, h, mid, a, w1, b1, w2, b2 backend.Tensor, tanh bool) error {
 	m1, err := b.matmulArgs(mid, a, w1, b1)
 	if err != nil {

@@ -29,6 +29,28 @@ func sameBits(t *testing.T, what string, got, want []float32) {
 	}
 }
 
+// bothEpilogues runs fn with cuBLASLt's epilogues off, then on (the
+// default, which it leaves set).
+func bothEpilogues(t *testing.T, b *Backend, fn func(epi bool)) {
+	t.Helper()
+	for _, epi := range []bool{false, true} {
+		noErrs(t, b.SetEpilogues(epi))
+		fn(epi)
+	}
+	noErrs(t, b.SetEpilogues(true))
+}
+
+// sameOrNear checks got against want bit for bit, or, where the two went
+// through different roundings (rounded), within near's tol.
+func sameOrNear(t *testing.T, what string, got, want []float32, rounded bool, tol float64) {
+	t.Helper()
+	if rounded {
+		near(t, what+", epilogues", got, want, tol)
+		return
+	}
+	sameBits(t, what, got, want)
+}
+
 // near fails unless |got-want| <= tol·(1+|want|) everywhere: two roundings
 // of one computation.
 func near(t *testing.T, what string, got, want []float32, tol float64) {
@@ -177,8 +199,7 @@ func TestGPUFusedMatMulGELUAndResidual(t *testing.T) {
 				// With a bias, MatMulResidual folds it into cuBLASLt's
 				// epilogue after the residual, (a·wᵀ + x) + b: the same bits
 				// as the sequence only with the epilogues off.
-				for _, epi := range []bool{false, true} {
-					noErrs(t, b.SetEpilogues(epi))
+				bothEpilogues(t, b, func(epi bool) {
 					rv := randVals(r, M*N, 1)
 					r1, r2 := upload(t, b, rv, M, N), upload(t, b, rv, M, N)
 					h1, h2 := alloc(t, b, M, N), alloc(t, b, M, N)
@@ -186,13 +207,8 @@ func TestGPUFusedMatMulGELUAndResidual(t *testing.T) {
 						b.MatMul(h1, x, w, bias), b.Add(r1, r1, h1),
 						b.MatMulResidual(r2, h2, x, w, bias),
 					)
-					if epi && withBias && M >= epilogueMinRows {
-						near(t, "x + (a·wᵀ+b), epilogue", download(t, b, r2), download(t, b, r1), 1e-5)
-					} else {
-						sameBits(t, "x + (a·wᵀ+b)", download(t, b, r2), download(t, b, r1))
-					}
-				}
-				noErrs(t, b.SetEpilogues(true))
+					sameOrNear(t, "x + (a·wᵀ+b)", download(t, b, r2), download(t, b, r1), epi && withBias && M >= epilogueMinRows, 1e-5)
+				})
 			})
 		}
 	}
@@ -339,21 +355,15 @@ func TestGPUFusedGELUMLP(t *testing.T) {
 				// With the epilogues, GELUMLP's tanh GELU is cuBLASLt's,
 				// rounded to 16 bits there: close to the sequence, not the
 				// same bits. Without them, the same bits.
-				for _, epi := range []bool{false, true} {
-					noErrs(t, b.SetEpilogues(epi))
+				bothEpilogues(t, b, func(epi bool) {
 					x1, a1, m1 := upload(t, b, xv, c.M, c.H), upload(t, b, av, c.M, c.H), alloc(t, b, c.M, c.FF)
 					x2, a2, m2 := upload(t, b, xv, c.M, c.H), upload(t, b, av, c.M, c.H), alloc(t, b, c.M, c.FF)
 					noErrs(t,
 						b.MatMulGELU(m1, a1, w1, b1, tanh), b.MatMulResidual(x1, a1, m1, w2, b2),
 						b.GELUMLP(x2, a2, m2, a2, w1, b1, w2, b2, tanh),
 					)
-					if epi && c.bias && c.M >= epilogueMinRows {
-						near(t, "x + mlp, epilogues", download(t, b, x2), download(t, b, x1), 5e-3)
-					} else {
-						sameBits(t, "x + mlp", download(t, b, x2), download(t, b, x1))
-					}
-				}
-				noErrs(t, b.SetEpilogues(true))
+					sameOrNear(t, "x + mlp", download(t, b, x2), download(t, b, x1), epi && c.bias && c.M >= epilogueMinRows, 5e-3)
+				})
 			})
 		}
 	}

@@ -81,6 +81,31 @@ func epilogueKey(dt driver.DataType, w, bias *Tensor, M, N, K int, ep driver.Epi
 	return k, nil
 }
 
+// hasEpilogue says whether cuBLASLt has a plan for the product with the
+// epilogue (see gemmEpilogue), before anything is queued for it.
+func (g *gpu) hasEpilogue(dt driver.DataType, w, bias *Tensor, M, N, K int, ep driver.Epilogue) (bool, error) {
+	k, err := epilogueKey(dt, w, bias, M, N, K, ep)
+	if err != nil {
+		return false, err
+	}
+	p, err := g.ltPlan(k)
+	return p != nil, err
+}
+
+// biasProduct queues d = x·wᵀ + beta·d + bias (x rounded to w's 16-bit
+// type first, or its twin) as one cuBLASLt product. It returns false,
+// having queued nothing, when cuBLASLt has no plan for it.
+func (g *gpu) biasProduct(d, x, w, bias *Tensor, M, N, K int, beta float32) (bool, error) {
+	if ok, err := g.hasEpilogue(driver.R32F, w, bias, M, N, K, driver.EpilogueBias); !ok || err != nil {
+		return false, err
+	}
+	xp, err := g.convertX(x, w.dt)
+	if err != nil {
+		return false, err
+	}
+	return g.gemmEpilogue(d.ptr, driver.R32F, xp, w, bias, M, N, K, beta, driver.EpilogueBias)
+}
+
 // gemmEpilogue queues d[M,N] (of type dt, float or w's) = xp·wᵀ +
 // beta·d, plus bias, then the epilogue's GELU, as one cuBLASLt product.
 // It returns false, having queued nothing, when cuBLASLt has no plan for

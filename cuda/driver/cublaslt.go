@@ -129,9 +129,6 @@ type LtPlan struct {
 	p *C.vla_lt_plan // C memory: it holds C pointers
 }
 
-// Workspace is the workspace the plan's algorithm needs.
-func (p *LtPlan) Workspace() int64 { return int64(p.p.workspace) }
-
 // Plan makes the descriptors of g and asks the heuristic for its best
 // algorithm.
 func (b *BLASLt) Plan(h LtHandle, g *LtGemm) (*LtPlan, error) {
@@ -163,7 +160,7 @@ func (b *BLASLt) FreePlan(p *LtPlan) error {
 
 // Matmul queues p's product on s: D = alpha·op(A)·op(B) + beta·C, then the
 // epilogue with bias (ignored without a bias epilogue). ws is the
-// workspace, at least p.Workspace() bytes.
+// workspace, at least the bytes Plan was given.
 func (b *BLASLt) Matmul(h LtHandle, p *LtPlan, alpha, beta float32, a, bm, c, d, bias, ws DevicePtr, wsBytes int64, s Stream) error {
 	st := C.vla_ltMatmul(&b.fns[0], C.uintptr_t(h), p.p, C.float(alpha), C.float(beta), C.vla_dptr(a), C.vla_dptr(bm),
 		C.vla_dptr(c), C.vla_dptr(d), C.vla_dptr(bias), C.vla_dptr(ws), C.size_t(wsBytes), C.uintptr_t(s))

@@ -115,8 +115,8 @@ func BenchmarkStandardWorkload(b *testing.B) {
 	// op: all in the same process, for their ratios.
 	cb := gpu.(*cuda.Backend)
 	for _, v := range []struct {
-		name                      string
-		noGraphs, serial, noEpilo bool
+		name                          string
+		noGraphs, serial, noEpilogues bool
 	}{
 		{"graphs", false, false, false}, {"graphs-serial", false, true, false},
 		{"graphs-no-epilogues", false, false, true}, {"op-by-op", true, false, false},
@@ -125,7 +125,7 @@ func BenchmarkStandardWorkload(b *testing.B) {
 			m.VLM.Text.NoGraphs, m.Expert.NoGraphs = v.noGraphs, v.noGraphs
 			require.NoError(b, cb.SetSerialLaunches(v.serial))
 			defer cb.SetSerialLaunches(false)
-			require.NoError(b, cb.SetEpilogues(!v.noEpilo))
+			require.NoError(b, cb.SetEpilogues(!v.noEpilogues))
 			defer cb.SetEpilogues(true)
 			var last *alpamayo.Result
 			for i := 0; i < b.N+1; i++ { // the first run warms up (kernel compile, cuBLAS)
