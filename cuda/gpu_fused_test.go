@@ -283,6 +283,90 @@ func TestGPUFusedQKNormRopeCache(t *testing.T) {
 	}
 }
 
+// TestGPUFusedQKNormRopeCacheAttention checks the decode step's fused
+// kernel (and the fallback) against the sequence, QKNormRopeCache then
+// attention over caches that hold earlier rows: the same bits in the
+// output and in both caches.
+func TestGPUFusedQKNormRopeCacheAttention(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(7, 12))
+	for _, c := range []struct {
+		rows, qh, kh, hd, crows, at int
+		cdt                         tensor.DType
+		device                      bool
+	}{
+		{1, 32, 8, 128, 300, 250, tensor.BF16, true}, // the fused kernel, group 4
+		{1, 32, 8, 128, 300, 250, tensor.BF16, false},
+		{1, 16, 16, 128, 100, 63, tensor.BF16, true}, // group 1, the last key of a split
+		{1, 16, 8, 128, 100, 64, tensor.BF16, false}, // group 2, the first key of a split
+		{1, 16, 8, 128, 100, 0, tensor.BF16, true},   // the first row
+		{1, 24, 8, 128, 100, 50, tensor.BF16, true},  // group 3: the sequence
+		{2, 32, 8, 128, 100, 50, tensor.BF16, false}, // two rows: the sequence
+		{1, 4, 2, 16, 9, 4, tensor.F32, false},       // float caches: the sequence
+	} {
+		t.Run(fmt.Sprintf("%d/%dx%d/%v/at=%d/device=%v", c.rows, c.qh, c.kh, c.cdt, c.at, c.device), func(t *testing.T) {
+			kw := c.kh * c.hd
+			qv, kv, vv := randVals(r, c.rows*c.qh*c.hd, 1), randVals(r, c.rows*kw, 1), randVals(r, c.rows*kw, 1)
+			hk, hv := randVals(r, c.crows*kw, 1), randVals(r, c.crows*kw, 1) // earlier rows
+			cs, sn := randVals(r, c.rows*c.hd/2, 1), randVals(r, c.rows*c.hd/2, 1)
+			qw, _ := weight(t, b, tensor.BF16, randVals(r, c.hd, 1), c.hd)
+			kwt, _ := weight(t, b, tensor.BF16, randVals(r, c.hd, 1), c.hd)
+			cos, sin := upload(t, b, cs, c.rows, c.hd/2), upload(t, b, sn, c.rows, c.hd/2)
+			o := backend.AttnOpts{Heads: c.qh, KVHeads: c.kh, HeadDim: c.hd, Scale: float32(1 / math.Sqrt(float64(c.hd))),
+				Causal: true, QPos0: c.at, NKV: c.at + c.rows}
+			at := backend.CacheAt{Pos: c.at}
+			if c.device {
+				p, err := b.Alloc("pos", tensor.I32, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Free(p)
+				noErrs(t, b.UploadI32(p, []int32{int32(c.at)}))
+				at, o.NKV = backend.CacheAt{PosAt: p}, c.crows
+			}
+			var outs [2][3][]float32
+			for i := range outs {
+				q, k, v := upload(t, b, qv, c.rows, c.qh*c.hd), upload(t, b, kv, c.rows, kw), upload(t, b, vv, c.rows, kw)
+				kc, err := b.Alloc("kv-cache", c.cdt, c.crows, kw)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Free(kc)
+				vc, err := b.Alloc("kv-cache", c.cdt, c.crows, kw)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Free(vc)
+				noErrs(t, b.Copy(kc, upload(t, b, hk, c.crows, kw)), b.Copy(vc, upload(t, b, hv, c.crows, kw)))
+				dst := alloc(t, b, c.rows, c.qh*c.hd)
+				if i == 0 {
+					err = backend.QKNormRopeCacheAttentionSeq(b, dst, q, k, v, qw, kwt, cos, sin, c.hd, 1e-6, kc, vc, at, o)
+				} else {
+					noErrs(t, b.StartTrace())
+					err = b.QKNormRopeCacheAttention(dst, q, k, v, qw, kwt, cos, sin, c.hd, 1e-6, kc, vc, at, o)
+					ops, terr := b.StopTrace()
+					noErrs(t, terr)
+					fused := false
+					for _, op := range ops {
+						fused = fused || strings.HasPrefix(op.Op, "attention decode+qk norm+rope+cache")
+					}
+					want := c.rows == 1 && c.hd == 128 && c.cdt == tensor.BF16 && c.qh/c.kh != 3
+					if fused != want {
+						t.Errorf("fused kernel used: %v, want %v (ops %v)", fused, want, ops)
+					}
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				outs[i] = [3][]float32{download(t, b, dst), cacheFloats(t, b, kc), cacheFloats(t, b, vc)}
+			}
+			for j, name := range []string{"attention", "k cache", "v cache"} {
+				sameBits(t, name, outs[1][j], outs[0][j])
+			}
+		})
+	}
+}
+
 // cacheFloats downloads a KV cache of F32 or BF16 as floats.
 func cacheFloats(t *testing.T, b *Backend, c backend.Tensor) []float32 {
 	t.Helper()

@@ -111,15 +111,18 @@ func BenchmarkStandardWorkload(b *testing.B) {
 	// The decode and Euler steps replayed from captured graphs, then the
 	// same with every kernel launched only once the one ahead has finished
 	// (no programmatic dependent launch), then with the biases and GELUs
-	// added by kernels of ours instead of cuBLASLt's epilogues, then op by
-	// op: all in the same process, for their ratios.
+	// added by kernels of ours instead of cuBLASLt's epilogues, then with
+	// a decode layer's q/k norms, rotary and cache stores in a kernel of
+	// their own ahead of the attention, then op by op: all in the same
+	// process, for their ratios.
 	cb := gpu.(*cuda.Backend)
 	for _, v := range []struct {
-		name                          string
-		noGraphs, serial, noEpilogues bool
+		name                                   string
+		noGraphs, serial, noEpilogues, noRopeA bool
 	}{
-		{"graphs", false, false, false}, {"graphs-serial", false, true, false},
-		{"graphs-no-epilogues", false, false, true}, {"op-by-op", true, false, false},
+		{"graphs", false, false, false, false}, {"graphs-serial", false, true, false, false},
+		{"graphs-no-epilogues", false, false, true, false}, {"graphs-unfused-rope", false, false, false, true},
+		{"op-by-op", true, false, false, false},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			m.VLM.Text.NoGraphs, m.Expert.NoGraphs = v.noGraphs, v.noGraphs
@@ -127,6 +130,8 @@ func BenchmarkStandardWorkload(b *testing.B) {
 			defer cb.SetSerialLaunches(false)
 			require.NoError(b, cb.SetEpilogues(!v.noEpilogues))
 			defer cb.SetEpilogues(true)
+			require.NoError(b, cb.SetFusedRopeAttention(!v.noRopeA))
+			defer cb.SetFusedRopeAttention(true)
 			var last *alpamayo.Result
 			for i := 0; i < b.N+1; i++ { // the first run warms up (kernel compile, cuBLAS)
 				if i == 1 {
