@@ -202,6 +202,17 @@ type Capturer interface {
 	CaptureGraph(fn func() error) (Graph, error)
 }
 
+// Argmaxer is a backend that picks a greedy token on the device (cuda): a
+// decode step then brings back one index instead of the vocabulary's
+// logits.
+type Argmaxer interface {
+	// Argmax is sample.Greedy of the values of x (F32, one row) with those
+	// at [maskLo, maskHi] taken as -Inf (none when maskHi < maskLo): the
+	// lowest index of the largest value, never a NaN's, -1 when every
+	// value is NaN.
+	Argmax(x Tensor, maskLo, maskHi int) (int, error)
+}
+
 // DevicePos is a backend whose decode-step ops can read the step's token
 // position from device memory, so that one captured graph serves every
 // step (cuda). pos is an I32 tensor of one element (Alloc with

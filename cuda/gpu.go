@@ -43,6 +43,7 @@ type gpu struct {
 	xScratch    *block // MatMul's activations in the weight's type
 	idsDev      *block // Embedding's ids
 	attnScratch *block // split attention's partial results
+	argmaxOut   *block // Argmax's index
 	biasScratch *block // a 16-bit bias widened for a cuBLASLt epilogue
 	kvScratch   *block // bf16 copies of K and V for the pipelined flash kernels
 	stage       staging

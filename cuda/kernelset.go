@@ -12,6 +12,7 @@ type kernelSet struct {
 	toF32                        driver.Function // convert.cu
 	rowsAtBF16, rowsAtF32        driver.Function // convert.cu
 	add, silu, siluMul, gelu     driver.Function // elementwise.cu
+	argmax                       driver.Function // elementwise.cu
 	// elementwise.cu: SiLUMul and the bias with its GELU, rounded to 16
 	// bits for the next product ([0] bf16, [1] f16).
 	siluMul16, addBias16       [2]driver.Function
@@ -62,6 +63,7 @@ func (k *kernelSet) entries() []kernelEntry {
 		{&k.add, "vla_add"},
 		{&k.silu, "vla_silu"},
 		{&k.siluMul, "vla_silu_mul"},
+		{&k.argmax, "vla_argmax"},
 		{&k.gelu, "vla_gelu"},
 		{&k.siluMul16[0], "vla_silu_mul_bf16"},
 		{&k.siluMul16[1], "vla_silu_mul_f16"},

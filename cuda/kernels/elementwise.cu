@@ -172,3 +172,52 @@ extern "C" __global__ void vla_add_bias_f16(u16 *__restrict__ d, const float *__
 	vla_pdl_enter();
 	vla_add_bias_16<true>(d, y, bias, bdt, rows, cols, act);
 }
+
+// vla_argmax writes to *out sample.Greedy's choice among x[0, n) with the
+// values at [mlo, mhi] taken as -inf: the lowest index of the largest
+// value, no NaN's, -1 when every value is NaN. One block; each thread
+// scans its elements in order with Greedy's rule, and pairs meet by the
+// larger value, the lower index on a tie.
+#define VLA_ARGMAX_THREADS 1024
+__device__ __forceinline__ void vla_argmax_pair(float &v, int &i, float v2, int i2) {
+	if (i2 >= 0 && (i < 0 || v2 > v || (v2 == v && i2 < i))) {
+		v = v2;
+		i = i2;
+	}
+}
+extern "C" __global__ void __launch_bounds__(VLA_ARGMAX_THREADS)
+    vla_argmax(int *out, const float *__restrict__ x, int n, int mlo, int mhi) {
+	vla_pdl_enter();
+	__shared__ float sv[VLA_ARGMAX_THREADS / 32];
+	__shared__ int si[VLA_ARGMAX_THREADS / 32];
+	float bv = VLA_NEG_INF;
+	int bi = -1;
+	for (int j = threadIdx.x; j < n; j += VLA_ARGMAX_THREADS) {
+		const float v = j >= mlo && j <= mhi ? VLA_NEG_INF : x[j];
+		if (v > bv || (bi < 0 && v == v)) {
+			bv = v;
+			bi = j;
+		}
+	}
+	for (int o = 16; o > 0; o >>= 1) {
+		const float v2 = __shfl_xor_sync(0xffffffffu, bv, o);
+		const int i2 = __shfl_xor_sync(0xffffffffu, bi, o);
+		vla_argmax_pair(bv, bi, v2, i2);
+	}
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	if (lane == 0) {
+		sv[warp] = bv;
+		si[warp] = bi;
+	}
+	__syncthreads();
+	if (warp == 0) {
+		bv = sv[lane];
+		bi = si[lane];
+		for (int o = 16; o > 0; o >>= 1) {
+			const float v2 = __shfl_xor_sync(0xffffffffu, bv, o);
+			const int i2 = __shfl_xor_sync(0xffffffffu, bi, o);
+			vla_argmax_pair(bv, bi, v2, i2);
+		}
+		if (lane == 0) *out = bi;
+	}
+}

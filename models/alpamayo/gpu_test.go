@@ -113,19 +113,22 @@ func BenchmarkStandardWorkload(b *testing.B) {
 	// (no programmatic dependent launch), then with the biases and GELUs
 	// added by kernels of ours instead of cuBLASLt's epilogues, then with
 	// a decode layer's q/k norms, rotary and cache stores in a kernel of
-	// their own ahead of the attention, then op by op: all in the same
+	// their own ahead of the attention, then with the greedy tokens picked
+	// on the host from downloaded logits, then op by op: all in the same
 	// process, for their ratios.
 	cb := gpu.(*cuda.Backend)
 	for _, v := range []struct {
-		name                                   string
-		noGraphs, serial, noEpilogues, noRopeA bool
+		name                                               string
+		noGraphs, serial, noEpilogues, noRopeA, hostGreedy bool
 	}{
-		{"graphs", false, false, false, false}, {"graphs-serial", false, true, false, false},
-		{"graphs-no-epilogues", false, false, true, false}, {"graphs-unfused-rope", false, false, false, true},
-		{"op-by-op", true, false, false, false},
+		{"graphs", false, false, false, false, false}, {"graphs-serial", false, true, false, false, false},
+		{"graphs-no-epilogues", false, false, true, false, false}, {"graphs-unfused-rope", false, false, false, true, false},
+		{"graphs-host-greedy", false, false, false, false, true}, {"op-by-op", true, false, false, false, false},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			m.VLM.Text.NoGraphs, m.Expert.NoGraphs = v.noGraphs, v.noGraphs
+			m.VLM.Text.HostGreedy = v.hostGreedy
+			defer func() { m.VLM.Text.HostGreedy = false }()
 			require.NoError(b, cb.SetSerialLaunches(v.serial))
 			defer cb.SetSerialLaunches(false)
 			require.NoError(b, cb.SetEpilogues(!v.noEpilogues))

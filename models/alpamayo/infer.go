@@ -249,11 +249,16 @@ func (m *Model) reason(ctx context.Context, sess *qwen3vl.Session, logits []floa
 		}
 	}
 	var gen []int32
+	next := -1 // greedy after the first token: picked by the decode step itself
 	for len(gen) < maxNew {
-		m.maskTrajectoryTokens(logits)
-		next, err := m.pick(logits, smp)
-		if err != nil {
-			return nil, 0, err
+		if logits != nil {
+			m.maskTrajectoryTokens(logits)
+			var err error
+			if next, err = m.pick(logits, smp); err != nil {
+				return nil, 0, err
+			}
+		} else if next < 0 {
+			return nil, 0, errors.New("alpamayo: every logit is NaN")
 		}
 		gen = append(gen, int32(next))
 		if next == m.Tokens.EOS {
@@ -262,10 +267,21 @@ func (m *Model) reason(ctx context.Context, sess *qwen3vl.Session, logits []floa
 		if len(gen) == maxNew && next != m.Tokens.FutureStart {
 			break // the last sampled token is not fed back
 		}
-		if logits, err = sess.Decode(ctx, []int32{int32(next)}, false); err != nil {
+		var err error
+		if smp == nil && next != m.Tokens.FutureStart {
+			// The next greedy token is picked where the logits are (on
+			// the GPU: one index comes back, not the vocabulary's logits),
+			// with the trajectory tokens masked as maskTrajectoryTokens
+			// does.
+			logits = nil
+			next, err = sess.DecodeGreedy(ctx, []int32{int32(next)}, m.Tokens.TrajFirst, m.Tokens.TrajLast)
+		} else {
+			logits, err = sess.Decode(ctx, []int32{int32(next)}, false)
+		}
+		if err != nil {
 			return nil, 0, fmt.Errorf("alpamayo: decode step %d: %w", len(gen), err)
 		}
-		if next == m.Tokens.FutureStart {
+		if gen[len(gen)-1] == int32(m.Tokens.FutureStart) {
 			return gen, len(gen), nil
 		}
 	}

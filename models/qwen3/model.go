@@ -39,6 +39,9 @@ type Model struct {
 	// NoGraphs runs decode steps op by op even where a graph could replay
 	// them (see Session.ForwardEmbedded): for comparisons.
 	NoGraphs bool
+	// HostGreedy makes GreedyNext refuse (ok false), so that greedy tokens
+	// are picked on the host from downloaded logits (benchmarks).
+	HostGreedy bool
 
 	embedHost *weights.Blob // the table's blob when it stays on the host
 	gathered  []float32     // gatherHost's rows, reused

@@ -329,31 +329,19 @@ func (m *Model) Logits(x backend.Tensor, all bool) ([]float32, error) {
 		}
 		x, rows = last, 1
 	}
+	if len(m.Head) == 1 || rows == 1 {
+		out, err := m.logitsOnDevice(x)
+		if err != nil {
+			return nil, err
+		}
+		defer m.be.Free(out)
+		return m.be.Download(out)
+	}
 	h, err := m.be.Alloc("activations", tensor.F32, rows, c.HiddenSize)
 	if err != nil {
 		return nil, err
 	}
 	defer m.be.Free(h)
-	if len(m.Head) == 1 || rows == 1 {
-		// One output: a block's logits are a run of the row's columns.
-		out, err := m.be.Alloc("activations", tensor.F32, rows, c.VocabSize)
-		if err != nil {
-			return nil, err
-		}
-		defer m.be.Free(out)
-		for i, b := range m.Head {
-			dst := out
-			if len(m.Head) > 1 {
-				if dst, err = columns(m.be, out, b.Lo, b.Rows); err != nil {
-					return nil, err
-				}
-			}
-			if err := m.headBlock(i, b, h, x, dst); err != nil {
-				return nil, err
-			}
-		}
-		return m.be.Download(out)
-	}
 	logits := make([]float32, rows*c.VocabSize)
 	for i, b := range m.Head {
 		dst, err := m.be.Alloc("activations", tensor.F32, rows, b.Rows)
@@ -374,6 +362,60 @@ func (m *Model) Logits(x backend.Tensor, all bool) ([]float32, error) {
 		}
 	}
 	return logits, nil
+}
+
+// logitsOnDevice returns the logits of x's rows as a new F32 tensor
+// [rows, vocab] that the caller frees: one output, a head block's logits a
+// run of each row's columns (one row, or one block).
+func (m *Model) logitsOnDevice(x backend.Tensor) (backend.Tensor, error) {
+	c := m.Config
+	rows, _ := backend.Matrix(x)
+	h, err := m.be.Alloc("activations", tensor.F32, rows, c.HiddenSize)
+	if err != nil {
+		return nil, err
+	}
+	defer m.be.Free(h)
+	out, err := m.be.Alloc("activations", tensor.F32, rows, c.VocabSize)
+	if err != nil {
+		return nil, err
+	}
+	for i, b := range m.Head {
+		dst := out
+		if len(m.Head) > 1 {
+			if dst, err = columns(m.be, out, b.Lo, b.Rows); err != nil {
+				m.be.Free(out)
+				return nil, err
+			}
+		}
+		if err := m.headBlock(i, b, h, x, dst); err != nil {
+			m.be.Free(out)
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// GreedyNext is sample.Greedy of Logits(x, false) with the logits at
+// [maskLo, maskHi] taken as -Inf, picked on the device where the backend
+// is a backend.Argmaxer: one index comes back instead of the vocabulary's
+// logits. ok is false, with nothing done, on other backends.
+func (m *Model) GreedyNext(x backend.Tensor, maskLo, maskHi int) (id int, ok bool, err error) {
+	am, isAM := m.be.(backend.Argmaxer)
+	if !isAM || m.HostGreedy {
+		return 0, false, nil
+	}
+	rows, _ := backend.Matrix(x)
+	last, err := m.be.Rows(x, rows-1, 1)
+	if err != nil {
+		return 0, true, err
+	}
+	out, err := m.logitsOnDevice(last)
+	if err != nil {
+		return 0, true, err
+	}
+	defer m.be.Free(out)
+	id, err = am.Argmax(out, maskLo, maskHi)
+	return id, true, err
 }
 
 // headBlock runs LM head block i into dst: the final norm of x into h

@@ -3,10 +3,12 @@ package qwen3vl
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"vlanode/backend"
 	"vlanode/models"
 	"vlanode/models/qwen3"
+	"vlanode/sample"
 )
 
 // Session is one sequence: the text decoder's KV cache, and the offset
@@ -104,6 +106,42 @@ func (s *Session) Prefill(ctx context.Context, p Prompt, all bool) ([]float32, e
 // NextPosition on all three axes) and returns their logits as Prefill
 // does. Image tokens here are plain tokens: images enter through Prefill.
 func (s *Session) Decode(ctx context.Context, ids []int32, all bool) ([]float32, error) {
+	x, err := s.decode(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer s.m.be.Free(x)
+	return s.m.Text.Logits(x, all)
+}
+
+// DecodeGreedy is Decode of ids, then sample.Greedy of the last row's
+// logits with those at [maskLo, maskHi] taken as -Inf: picked on the
+// device where the backend can (backend.Argmaxer), so that a decode step
+// brings back one index instead of the vocabulary's logits. It returns -1
+// when every logit is NaN.
+func (s *Session) DecodeGreedy(ctx context.Context, ids []int32, maskLo, maskHi int) (int, error) {
+	x, err := s.decode(ctx, ids)
+	if err != nil {
+		return 0, err
+	}
+	defer s.m.be.Free(x)
+	id, ok, err := s.m.Text.GreedyNext(x, maskLo, maskHi)
+	if ok || err != nil {
+		return id, err
+	}
+	logits, err := s.m.Text.Logits(x, false)
+	if err != nil {
+		return 0, err
+	}
+	for i := max(maskLo, 0); i <= maskHi && i < len(logits); i++ {
+		logits[i] = float32(math.Inf(-1))
+	}
+	return sample.Greedy(logits), nil
+}
+
+// decode runs ids through the text model after the session's tokens and
+// returns their hidden states, which the caller frees.
+func (s *Session) decode(ctx context.Context, ids []int32) (backend.Tensor, error) {
 	m := s.m
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("qwen3vl: no tokens: %w", models.ErrBadInput)
@@ -112,7 +150,6 @@ func (s *Session) Decode(ctx context.Context, ids []int32, all bool) ([]float32,
 	if err != nil {
 		return nil, err
 	}
-	defer m.be.Free(x)
 	var pos Positions
 	for a := range pos {
 		pos[a] = make([]int, len(ids))
@@ -123,9 +160,10 @@ func (s *Session) Decode(ctx context.Context, ids []int32, all bool) ([]float32,
 	cos, sin := m.ropeTables(len(ids))
 	MRopeTables(cos, sin, pos, m.invFreq, m.Config.MRopeSection)
 	if err := s.text.ForwardEmbedded(ctx, x, cos, sin, nil); err != nil {
+		m.be.Free(x)
 		return nil, err
 	}
-	return m.Text.Logits(x, all)
+	return x, nil
 }
 
 func (m *Model) ropeTables(T int) (cos, sin []float32) {

@@ -1,0 +1,70 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+
+	"vlanode/backend"
+	"vlanode/cuda/driver"
+)
+
+// argmaxThreads is VLA_ARGMAX_THREADS (kernels/elementwise.cu).
+const argmaxThreads = 1024
+
+// Argmax is sample.Greedy of x's values (F32, one row or any shape, taken
+// flat) with those at [maskLo, maskHi] taken as -Inf (see
+// backend.Argmaxer): one block of vla_argmax, then the index's 4 bytes
+// brought back instead of the values (a decode step's 155,704 logits are
+// 623 KB). It waits for the GPU.
+func (b *Backend) Argmax(x backend.Tensor, maskLo, maskHi int) (int, error) {
+	xt, err := b.f32Arg("argmax", "x", x)
+	if err != nil {
+		return 0, err
+	}
+	n := xt.elements()
+	if n > math.MaxInt32 {
+		return 0, fmt.Errorf("cuda: argmax: %d values are too many", n)
+	}
+	if n == 0 {
+		return -1, nil
+	}
+	if maskHi < maskLo { // an empty range, in int32
+		maskLo, maskHi = 0, -1
+	}
+	maskLo, maskHi = max(maskLo, 0), min(maskHi, int(n))
+	var id int32
+	err = b.run(func(g *gpu) error {
+		if err := g.inCapture("argmax"); err != nil {
+			return err
+		}
+		out, err := g.scratch(&g.argmaxOut, 4)
+		if err != nil {
+			return fmt.Errorf("cuda: argmax: %w", err)
+		}
+		g.args.Reset()
+		g.args.Ptr(out).Ptr(xt.ptr).I32(int32(n)).I32(int32(maskLo)).I32(int32(maskHi))
+		if err := g.launch("argmax", g.k.argmax, driver.Dim3{1, 1, 1}, block1D(argmaxThreads), 0); err != nil {
+			return err
+		}
+		buf, err := g.stage.take(g.drv, 4)
+		if err != nil {
+			return fmt.Errorf("cuda: argmax: %w", err)
+		}
+		if err := g.drv.CopyDtoHAsync(unsafe.Pointer(&buf[0]), out, 4, g.stream); err != nil {
+			return fmt.Errorf("cuda: argmax: %w", err)
+		}
+		if err := g.drv.StreamSynchronize(g.stream); err != nil {
+			return fmt.Errorf("cuda: argmax: %w", err)
+		}
+		g.stage.idle()
+		id = *(*int32)(unsafe.Pointer(&buf[0]))
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return int(id), nil
+}
+
+var _ backend.Argmaxer = (*Backend)(nil)
