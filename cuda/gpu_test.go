@@ -258,6 +258,24 @@ func TestGPUUploadDownload(t *testing.T) {
 	pieces := randVals(r, (2*uploadPiece+4096)/4, 1)
 	exactly(t, "pieces", download(t, b, upload(t, b, pieces, len(pieces))), pieces)
 
+	// Many uploads, of sizes from a few bytes to a third of the staging
+	// ring, with no wait between them: the ring wraps around and each
+	// waits only for the copies whose bytes it takes, and at most
+	// stagingMaxPending copies are pending. Every tensor gets its values.
+	var ts []backend.Tensor
+	var want [][]float32
+	for i := range 3 * stagingMaxPending {
+		n := 1 + r.IntN(int(stagingGrain/12))
+		if i%7 == 0 {
+			n = 1 + r.IntN(8)
+		}
+		v := randVals(r, n, 1)
+		ts, want = append(ts, upload(t, b, v, n)), append(want, v)
+	}
+	for i := range ts {
+		exactly(t, fmt.Sprintf("upload %d of the ring", i), download(t, b, ts[i]), want[i])
+	}
+
 	// A fresh allocation is zeroed, even where a freed one lay.
 	z, err := b.Alloc("activations", tensor.F32, 3<<20)
 	if err != nil {
