@@ -21,13 +21,6 @@ type Fused interface {
 	// the caches kc and vc from row at on (see CopyRows): a decoder
 	// layer's keys and values stored for attention.
 	QKNormRopeCache(q, k, v, qw, kw, cos, sin Tensor, headDim int, eps float32, kc, vc Tensor, at CacheAt) error
-	// QKNormRopeCacheAttention is QKNormRopeCache(q, k, v, qw, kw, cos,
-	// sin, headDim, eps, kc, vc, at) then the attention of q over the
-	// caches into dst (CacheAttention): a decoder layer's attention from
-	// its projections on; q and k are scratch that a fused kernel may
-	// leave holding anything.
-	QKNormRopeCacheAttention(dst, q, k, v, qw, kw, cos, sin Tensor, headDim int, eps float32, kc, vc Tensor,
-		at CacheAt, o AttnOpts) error
 	// MatMuls is MatMul(dsts[i], x, ws[i], biases[i]) for every i: several
 	// projections of one input (biases may be nil, or hold nil entries).
 	MatMuls(dsts []Tensor, x Tensor, ws, biases []Tensor) error
@@ -141,40 +134,6 @@ func QKNormRopeCacheSeq(be Backend, q, k, v, qw, kw, cos, sin Tensor, headDim in
 		return err
 	}
 	return CopyRows(be, vc, at, v)
-}
-
-// CacheAttention is the attention of q over the caches kc and vc into dst
-// with the queries at at: AttentionAt(dst, q, kc, vc, o, at.PosAt) with a
-// device position, else Attention(dst, q, kc, vc, o).
-func CacheAttention(be Backend, dst, q, kc, vc Tensor, at CacheAt, o AttnOpts) error {
-	if at.PosAt != nil {
-		dp, ok := be.(DevicePos)
-		if !ok {
-			return fmt.Errorf("backend %s has no device positions", be.Name())
-		}
-		return dp.AttentionAt(dst, q, kc, vc, o, at.PosAt)
-	}
-	return be.Attention(dst, q, kc, vc, o)
-}
-
-// QKNormRopeCacheAttention runs Fused.QKNormRopeCacheAttention on be, or
-// its sequence.
-func QKNormRopeCacheAttention(be Backend, dst, q, k, v, qw, kw, cos, sin Tensor, headDim int, eps float32, kc, vc Tensor,
-	at CacheAt, o AttnOpts) error {
-	if f, ok := be.(Fused); ok {
-		return f.QKNormRopeCacheAttention(dst, q, k, v, qw, kw, cos, sin, headDim, eps, kc, vc, at, o)
-	}
-	return QKNormRopeCacheAttentionSeq(be, dst, q, k, v, qw, kw, cos, sin, headDim, eps, kc, vc, at, o)
-}
-
-// QKNormRopeCacheAttentionSeq is the sequence of
-// Fused.QKNormRopeCacheAttention.
-func QKNormRopeCacheAttentionSeq(be Backend, dst, q, k, v, qw, kw, cos, sin Tensor, headDim int, eps float32,
-	kc, vc Tensor, at CacheAt, o AttnOpts) error {
-	if err := QKNormRopeCache(be, q, k, v, qw, kw, cos, sin, headDim, eps, kc, vc, at); err != nil {
-		return err
-	}
-	return CacheAttention(be, dst, q, kc, vc, at, o)
 }
 
 // MatMuls runs Fused.MatMuls on be, or one MatMul after another.

@@ -48,10 +48,6 @@ type attnCall struct {
 	// posAt, when not 0, holds the queries' position on the device
 	// (AttentionAt): o.NKV is then the most keys the call may see.
 	posAt driver.DevicePtr
-	// rope, when not nil, is the struct vla_dec_rope of a decode step
-	// that also normalizes, rotates and stores its new row
-	// (QKNormRopeCacheAttention).
-	rope []byte
 }
 
 func (a attnCall) causal() int32 {
@@ -162,24 +158,19 @@ func (g *gpu) attnDecode(a attnCall) error {
 		F32(float32(float64(a.o.Scale)*log2e)).I32(a.causal()).I32(int32(a.o.QPos0)).
 		I32(int32(a.o.MaskFrom)).I32(int32(a.o.MaskTo)).Struct(a.segs, 4).Ptr(a.posAt)
 	grid := driver.Dim3{uint32(nsplit), uint32(a.o.KVHeads), uint32(a.tq)}
-	kernel, name := g.k.attnDecode, "attention decode"
+	kernel := g.k.attnDecode
 	if a.k.dt == tensor.BF16 {
 		kernel = g.k.attnDecodeBF16
-		gk := g.k.attnDecodeBF16G
-		if a.rope != nil { // a group size of 1, 2 or 4 (checked by the caller)
-			gk, name = g.k.attnDecodeRope, "attention decode+qk norm+rope+cache"
-			g.args.Struct(a.rope, 8)
-		}
 		switch a.o.Heads / a.o.KVHeads { // kernels for the group size: the same bits
 		case 1:
-			kernel = gk[0]
+			kernel = g.k.attnDecodeBF16G[0]
 		case 2:
-			kernel = gk[1]
+			kernel = g.k.attnDecodeBF16G[1]
 		case 4:
-			kernel = gk[2]
+			kernel = g.k.attnDecodeBF16G[2]
 		}
 	}
-	if err := g.launch(name, kernel, grid, block1D(decThreads), 0); err != nil {
+	if err := g.launch("attention decode", kernel, grid, block1D(decThreads), 0); err != nil {
 		return err
 	}
 	return g.combine(a, nsplit, po, pml)

@@ -86,14 +86,12 @@
 // # Fused ops
 //
 // Backend implements backend.Fused: the sequences a decoder layer repeats
-// in fewer kernels (kernels/fused.cu, gemv.cu, convert.cu, norm.cu,
-// decode.cu) — q, k and v of one decode row in one GEMV launch,
-// gate·up·SiLU in one, add+RMSNorm, per-head q/k norms with the rotary
-// embedding and the KV-cache stores (in a decode step, inside the
-// attention kernel itself: QKNormRopeCacheAttention), after a cuBLAS
-// product its bias with GELU or with the residual sum, a residual added by
-// the product itself (the GEMV kernel's epilogue, cuBLAS's beta = 1: no
-// Add), and the input of a cuBLAS product
+// in fewer kernels (kernels/fused.cu, gemv.cu, convert.cu, norm.cu) — q, k
+// and v of one decode row in one GEMV launch, gate·up·SiLU in one,
+// add+RMSNorm, per-head q/k norms with the rotary embedding and the
+// KV-cache stores, after a cuBLAS product its bias with GELU or with the
+// residual sum, a residual added by the product itself (the GEMV kernel's
+// epilogue, cuBLAS's beta = 1: no Add), and the input of a cuBLAS product
 // written straight in its 16-bit type by the op before (an RMSNorm,
 // silu(gate)·up, the bias and GELU) instead of in float and then rounded.
 // Each computes the bits of its sequence (the same per-thread loops and

@@ -3,7 +3,6 @@ package cuda
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 
 	"vlanode/backend"
 	"vlanode/cuda/driver"
@@ -114,140 +113,56 @@ func (b *Backend) QKNormRope(q, k, qw, kw, cos, sin backend.Tensor, headDim int,
 // QKNormRopeCache is QKNormRope, then k's and v's rows stored into the
 // caches kc and vc at at: one kernel, whose extra warps copy v.
 func (b *Backend) QKNormRopeCache(q, k, v, qw, kw, cos, sin backend.Tensor, headDim int, eps float32, kc, vc backend.Tensor, at backend.CacheAt) error {
-	c, ok, err := b.qkCacheArgs("qk norm+rope+cache", q, k, v, qw, kw, cos, sin, headDim, kc, vc, at)
+	const op = "qk norm+rope+cache"
+	a, ok, err := b.qkArgs(op, q, k, qw, kw, cos, sin, headDim)
 	if err != nil {
 		return err
+	}
+	vt, err := b.f32Arg(op, "v", v)
+	if err != nil {
+		return err
+	}
+	kct, err := b.arg(op, "k cache", kc)
+	if err != nil {
+		return err
+	}
+	vct, err := b.arg(op, "v cache", vc)
+	if err != nil {
+		return err
+	}
+	var pos *Tensor
+	if at.PosAt != nil {
+		if pos, err = b.posArg(op, at.PosAt); err != nil {
+			return err
+		}
+	}
+	if ok {
+		crows, ccols := backend.Matrix(kct)
+		vrows, vcols := backend.Matrix(vct)
+		vr, vcc := backend.Matrix(vt)
+		ok = !kct.readOnly && !vct.readOnly && kct.dt == vct.dt && (kct.dt == tensor.BF16 || kct.dt == tensor.F32) &&
+			ccols == a.kh*a.hd && vcols == ccols && vrows == crows && vr == a.rows && vcc == ccols &&
+			!kct.overlaps(vct) && !kct.overlaps(a.k) && !kct.overlaps(vt) && !vct.overlaps(vt) && !vct.overlaps(a.k) &&
+			!vt.overlaps(a.q) && !vt.overlaps(a.k) && (pos != nil || at.Pos >= 0 && at.Pos+a.rows <= crows)
 	}
 	if !ok {
 		return backend.QKNormRopeCacheSeq(b, q, k, v, qw, kw, cos, sin, headDim, eps, kc, vc, at)
 	}
-	if c.a.rows == 0 {
+	if a.rows == 0 {
 		return nil
 	}
-	return b.run(func(g *gpu) error { return g.qkNormRopeCache(c, eps) })
-}
-
-// qkCache are QKNormRopeCache's checked operands.
-type qkCache struct {
-	a          qkOperands
-	v, kc, vc  *Tensor
-	pos        *Tensor // the device position, or nil
-	at, crows  int     // the row stored without pos; the caches' rows
-	cacheTypes tensor.DType
-}
-
-// qkCacheArgs checks QKNormRopeCache's operands for its kernel: ok is
-// false (with no error) where the ops one by one must run.
-func (b *Backend) qkCacheArgs(op string, q, k, v, qw, kw, cos, sin backend.Tensor, headDim int, kc, vc backend.Tensor,
-	at backend.CacheAt) (c qkCache, ok bool, err error) {
-	if c.a, ok, err = b.qkArgs(op, q, k, qw, kw, cos, sin, headDim); err != nil {
-		return c, false, err
-	}
-	if c.v, err = b.f32Arg(op, "v", v); err != nil {
-		return c, false, err
-	}
-	if c.kc, err = b.arg(op, "k cache", kc); err != nil {
-		return c, false, err
-	}
-	if c.vc, err = b.arg(op, "v cache", vc); err != nil {
-		return c, false, err
-	}
-	if at.PosAt != nil {
-		if c.pos, err = b.posArg(op, at.PosAt); err != nil {
-			return c, false, err
-		}
-	}
-	if !ok {
-		return c, false, nil
-	}
-	a, kct, vct, vt := c.a, c.kc, c.vc, c.v
-	crows, ccols := backend.Matrix(kct)
-	vrows, vcols := backend.Matrix(vct)
-	vr, vcc := backend.Matrix(vt)
-	ok = !kct.readOnly && !vct.readOnly && kct.dt == vct.dt && (kct.dt == tensor.BF16 || kct.dt == tensor.F32) &&
-		ccols == a.kh*a.hd && vcols == ccols && vrows == crows && vr == a.rows && vcc == ccols &&
-		!kct.overlaps(vct) && !kct.overlaps(a.k) && !kct.overlaps(vt) && !vct.overlaps(vt) && !vct.overlaps(a.k) &&
-		!vt.overlaps(a.q) && !vt.overlaps(a.k) && (c.pos != nil || at.Pos >= 0 && at.Pos+a.rows <= crows)
-	c.at, c.crows, c.cacheTypes = max(at.Pos, 0), crows, kct.dt
-	return c, ok, nil
-}
-
-// qkNormRopeCache queues vla_qk_norm_rope_cache: a warp per head of a row.
-func (g *gpu) qkNormRopeCache(c qkCache, eps float32) error {
-	a := c.a
+	crows, _ := backend.Matrix(kct)
 	var pp driver.DevicePtr
-	if c.pos != nil {
-		pp = c.pos.ptr
-	}
-	g.args.Reset()
-	g.args.Ptr(a.q.ptr).Ptr(a.k.ptr).Ptr(c.v.ptr).Ptr(a.qw.ptr).I32(dtypeCode(a.qw.dt)).Ptr(a.kw.ptr).I32(dtypeCode(a.kw.dt)).
-		Ptr(a.cos.ptr).Ptr(a.sin.ptr).U64(uint64(a.rows)).I32(int32(a.qh)).I32(int32(a.kh)).I32(int32(a.hd)).F32(eps).
-		Ptr(c.kc.ptr).Ptr(c.vc.ptr).I32(dtypeCode(c.cacheTypes)).U64(uint64(c.at)).Ptr(pp).U64(uint64(c.crows))
-	return g.launch("qk norm+rope+cache", g.k.qkNormRopeCache, warpRowsGrid(int64(a.rows)*int64(a.qh+2*a.kh)),
-		block1D(threadsPerBlock), 0)
-}
-
-// QKNormRopeCacheAttention computes QKNormRopeCache then the attention of
-// q over the caches (see backend.Fused). A decode step — one row, heads
-// of 128, bf16 caches, 1, 2 or 4 query heads a KV head, the row the last
-// key — takes one kernel for both (vla_attn_decode_rope_bf16_g*: each
-// block normalizes and rotates its query heads, and the block whose keys
-// hold the new row stores it), then the merge of its splits: the bits of
-// the sequence, one launch fewer. Anything else runs the sequence.
-func (b *Backend) QKNormRopeCacheAttention(dst, q, k, v, qw, kw, cos, sin backend.Tensor, headDim int, eps float32,
-	kc, vc backend.Tensor, at backend.CacheAt, o backend.AttnOpts) error {
-	const op = "qk norm+rope+cache+attention"
-	seq := func() error {
-		return backend.QKNormRopeCacheAttentionSeq(b, dst, q, k, v, qw, kw, cos, sin, headDim, eps, kc, vc, at, o)
-	}
-	c, ok, err := b.qkCacheArgs(op, q, k, v, qw, kw, cos, sin, headDim, kc, vc, at)
-	if err != nil || !ok || c.a.rows != 1 || c.a.hd != 128 || c.cacheTypes != tensor.BF16 {
-		if err != nil {
-			return err
-		}
-		return seq()
-	}
-	ao := o
-	if c.pos != nil {
-		ao.QPos0 = 0 // as AttentionAt
-	} else if o.QPos0 != at.Pos || o.NKV != at.Pos+1 {
-		return seq() // the new row is not the last key
-	}
-	a, err := b.attnArgs(dst, q, kc, vc, ao, c.pos)
-	if err != nil {
-		return err
-	}
-	gs := 0
-	if o.KVHeads > 0 && o.Heads%o.KVHeads == 0 {
-		gs = o.Heads / o.KVHeads
-	}
-	if a.tq != 1 || o.Heads != c.a.qh || o.KVHeads != c.a.kh || o.HeadDim != 128 || len(o.Segments) > 1 ||
-		(gs != 1 && gs != 2 && gs != 4) || a.d.overlaps(c.a.k) || a.d.overlaps(c.v) {
-		return seq()
+	if pos != nil {
+		pp = pos.ptr
 	}
 	return b.run(func(g *gpu) error {
-		if g.noRopeAttention || attnPath(a, g.exactAttention) != pathDecode {
-			if err := g.qkNormRopeCache(c, eps); err != nil {
-				return err
-			}
-			return g.attend(a)
-		}
-		a.rope = ropeBytes(c, eps)
-		return g.attnDecode(a)
+		g.args.Reset()
+		g.args.Ptr(a.q.ptr).Ptr(a.k.ptr).Ptr(vt.ptr).Ptr(a.qw.ptr).I32(dtypeCode(a.qw.dt)).Ptr(a.kw.ptr).I32(dtypeCode(a.kw.dt)).
+			Ptr(a.cos.ptr).Ptr(a.sin.ptr).U64(uint64(a.rows)).I32(int32(a.qh)).I32(int32(a.kh)).I32(int32(a.hd)).F32(eps).
+			Ptr(kct.ptr).Ptr(vct.ptr).I32(dtypeCode(kct.dt)).U64(uint64(max(at.Pos, 0))).Ptr(pp).U64(uint64(crows))
+		return g.launch(op, g.k.qkNormRopeCache, warpRowsGrid(int64(a.rows)*int64(a.qh+2*a.kh)), block1D(threadsPerBlock), 0)
 	})
-}
-
-// ropeBytes lays out struct vla_dec_rope (kernels/decode.cu).
-func ropeBytes(c qkCache, eps float32) []byte {
-	out := make([]byte, 0, 88)
-	for _, p := range []driver.DevicePtr{c.a.k.ptr, c.v.ptr, c.a.qw.ptr, c.a.kw.ptr, c.a.cos.ptr, c.a.sin.ptr, c.kc.ptr, c.vc.ptr} {
-		out = binary.NativeEndian.AppendUint64(out, uint64(p))
-	}
-	out = binary.NativeEndian.AppendUint64(out, uint64(c.crows))
-	out = binary.NativeEndian.AppendUint32(out, uint32(dtypeCode(c.a.qw.dt)))
-	out = binary.NativeEndian.AppendUint32(out, uint32(dtypeCode(c.a.kw.dt)))
-	out = binary.NativeEndian.AppendUint32(out, math.Float32bits(eps))
-	return binary.NativeEndian.AppendUint32(out, 0)
 }
 
 // gemv3Max is the most projections one vla_gemv3 launch takes.

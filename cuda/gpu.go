@@ -62,17 +62,16 @@ type gpu struct {
 	// so nothing can have written x or the scratch in between.
 	twinIn, twinOut twin
 
-	exactAttention  bool                // WithExactAttention
-	pdl             bool                // programmatic dependent launch: pdlOK and not serial
-	pdlOK           bool                // sm_90+ and cuLaunchKernelEx
-	gemvLate        bool                // benchmarks: GEMVs load no weight before the kernel ahead finishes
-	noGEMV          bool                // benchmarks: every MatMul through cuBLAS
-	noEpilogues     bool                // benchmarks: biases and GELUs by kernels of ours, not cuBLASLt
-	noRopeAttention bool                // benchmarks: QKNormRopeCacheAttention as its sequence
-	flashInPlace    bool                // tests and benchmarks: the flash kernels that read float K and V
-	capture         *capture            // the capture in progress, nil when none
-	graphs          map[*Graph]struct{} // graphs not yet closed
-	trace           *opTrace            // StartTrace's records, nil when off
+	exactAttention bool                // WithExactAttention
+	pdl            bool                // programmatic dependent launch: pdlOK and not serial
+	pdlOK          bool                // sm_90+ and cuLaunchKernelEx
+	gemvLate       bool                // benchmarks: GEMVs load no weight before the kernel ahead finishes
+	noGEMV         bool                // benchmarks: every MatMul through cuBLAS
+	noEpilogues    bool                // benchmarks: biases and GELUs by kernels of ours, not cuBLASLt
+	flashInPlace   bool                // tests and benchmarks: the flash kernels that read float K and V
+	capture        *capture            // the capture in progress, nil when none
+	graphs         map[*Graph]struct{} // graphs not yet closed
+	trace          *opTrace            // StartTrace's records, nil when off
 }
 
 // DeviceInfo describes the device and libraries a Backend runs on.

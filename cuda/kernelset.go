@@ -40,7 +40,6 @@ type kernelSet struct {
 	// decode.cu: float or bf16 K and V.
 	attnDecode, attnDecodeBF16, attnCombine driver.Function
 	attnDecodeBF16G                         [3]driver.Function // for 1, 2 and 4 query heads a KV head
-	attnDecodeRope                          [3]driver.Function // the same, with vla_qk_norm_rope_cache's work
 	// bench.cu: for benchmarks and tests.
 	fillRandom, readStream, spin driver.Function
 }
@@ -84,9 +83,6 @@ func (k *kernelSet) entries() []kernelEntry {
 		{&k.attnDecodeBF16G[0], "vla_attn_decode_bf16_g1"},
 		{&k.attnDecodeBF16G[1], "vla_attn_decode_bf16_g2"},
 		{&k.attnDecodeBF16G[2], "vla_attn_decode_bf16_g4"},
-		{&k.attnDecodeRope[0], "vla_attn_decode_rope_bf16_g1"},
-		{&k.attnDecodeRope[1], "vla_attn_decode_rope_bf16_g2"},
-		{&k.attnDecodeRope[2], "vla_attn_decode_rope_bf16_g4"},
 		{&k.fillRandom, "vla_fill_random"},
 		{&k.readStream, "vla_read_stream"},
 		{&k.spin, "vla_spin"},

@@ -112,17 +112,6 @@ func (b *Backend) SetEpilogues(on bool) error {
 	})
 }
 
-// SetFusedRopeAttention says whether QKNormRopeCacheAttention takes its
-// fused decode kernel where the shapes allow (on, the default) or runs
-// the sequence (off), for the ops queued after the call: for benchmarks
-// that compare the two in one process. The results are the same bits.
-func (b *Backend) SetFusedRopeAttention(on bool) error {
-	return b.run(func(g *gpu) error {
-		g.noRopeAttention = !on
-		return nil
-	})
-}
-
 // SetSerialLaunches turns programmatic dependent launch off (serial) or
 // back on, where the device has it, for the ops queued after the call (see
 // WithSerialLaunches): for benchmarks that measure the overlap in one

@@ -286,38 +286,3 @@ __device__ __forceinline__ void vla_rmsnorm_warp(float *yr, const float *xr, con
 	const float s = (float)(1.0 / sqrt((double)(ms + eps)));
 	for (int i = lane; i < n; i += 32) yr[i] = __fmul_rn(vla_load(w, wdt, i), __fmul_rn(xr[i], s));
 }
-
-// vla_head128_norm_rope normalizes one 128-wide head r (RMSNorm with
-// weight w) and rotates it (cos and sin of its row, 64 each) with one
-// warp: lane l gets elements l + 32u in e[u]. Every load (r, w, cos, sin)
-// is issued at once, and each rotation pair (i, i + 64) lies in one lane:
-// the sums, products and roundings of vla_rmsnorm_warp then vla_rope.
-__device__ __forceinline__ void vla_head128_norm_rope(const float *r, const void *__restrict__ w, int wdt,
-                                                      const float *__restrict__ cs, const float *__restrict__ sn,
-                                                      float eps, int lane, float (&e)[4]) {
-	float wv[4], c[2], sv[2];
-#pragma unroll
-	for (int u = 0; u < 4; u++) {
-		e[u] = r[lane + 32 * u];
-		wv[u] = vla_load(w, wdt, lane + 32 * u);
-	}
-#pragma unroll
-	for (int u = 0; u < 2; u++) {
-		c[u] = cs[lane + 32 * u];
-		sv[u] = sn[lane + 32 * u];
-	}
-	double ss = 0.0;
-#pragma unroll
-	for (int u = 0; u < 4; u++) ss += (double)e[u] * (double)e[u];
-	ss = vla_warp_sum_d(ss);
-	const float ms = (float)(ss / 128.0);
-	const float sc = (float)(1.0 / sqrt((double)(ms + eps)));
-#pragma unroll
-	for (int u = 0; u < 4; u++) e[u] = __fmul_rn(wv[u], __fmul_rn(e[u], sc));
-#pragma unroll
-	for (int u = 0; u < 2; u++) {
-		const float a = e[u], b = e[u + 2];
-		e[u] = __fsub_rn(__fmul_rn(a, c[u]), __fmul_rn(b, sv[u]));
-		e[u + 2] = __fadd_rn(__fmul_rn(b, c[u]), __fmul_rn(a, sv[u]));
-	}
-}

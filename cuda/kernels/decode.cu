@@ -65,28 +65,12 @@ template <int C> __device__ __forceinline__ void vla_dec_scatter_sum(float *v, i
 	}
 }
 
-// vla_dec_rope is what vla_attn_decode_rope_* take on top of the decode
-// kernel's arguments: the step's new row as the q, k and v projections
-// wrote it, and what vla_qk_norm_rope_cache (fused.cu) would do with it
-// first. The kernel's q is then the raw q.
-struct vla_dec_rope {
-	const float *k, *v;    // the row's k and v [kvheads·128]
-	const void *qw, *kw;   // the per-head norms' weights [128]
-	const float *cs, *sn;  // the row's cos and sin [64]
-	u16 *kc, *vc;          // the bf16 caches the kernel reads as k and v
-	u64 crows;             // their rows: the row is not stored at or past them
-	int qwdt, kwdt;
-	float eps;
-	int pad;
-};
-
-template <typename T, int GT, bool ROPE>
+template <typename T, int GT>
 __device__ __forceinline__ void vla_attn_decode_t(float *__restrict__ part_o, float *__restrict__ part_ml,
                                                   const float *__restrict__ q, const T *__restrict__ k,
                                                   const T *__restrict__ v, int heads, int kvheads, int hd, int tq,
                                                   int nkv, float sl2, int causal, int qpos0, int mask_from,
-                                                  int mask_to, const vla_segments &segs, const int *pos_at,
-                                                  const vla_dec_rope &rp) {
+                                                  int mask_to, const vla_segments &segs, const int *pos_at) {
 	constexpr int QG = GT > 0 ? GT : VLA_DEC_MAX_G;        // query heads held
 	__shared__ float s[QG][VLA_DEC_CHUNK];                        // scores, then weights
 	__shared__ __align__(16) float red[VLA_DEC_WARPS][QG][128]; // the warps' partial P·V
@@ -135,57 +119,9 @@ __device__ __forceinline__ void vla_attn_decode_t(float *__restrict__ part_o, fl
 		vv[u] = (vis[u] && dl) ? vla_ld4(vb + (u64)j * kstride) : zero4;
 	}
 	float4 qr[QG];
-	if constexpr (ROPE) {
-		// One query row, hd 128 (checked in Go): warp r normalizes and
-		// rotates query head r of the group, and the warp whose keys hold
-		// the row jn = qpos0 does its key head kvh and stores it and its
-		// value head into the caches (the rows this block loaded there are
-		// replaced). The same values as vla_qk_norm_rope_cache then the
-		// decode kernel: q in float, k and v rounded to the cache's bf16.
-		__shared__ __align__(16) float qn[QG][128];
-		__shared__ __align__(16) float kvn[2][128];
-		const int jn = qpos0, own = jn - jw; // the row's key in this warp, if 0 <= own < VLA_DEC_KEYS
-		const bool owner = own >= 0 && own < VLA_DEC_KEYS;
-		for (int r = warp; r < G; r += VLA_DEC_WARPS) {
-			float e[4];
-			vla_head128_norm_rope(q + (u64)(kvh * G + r) * 128, rp.qw, rp.qwdt, rp.cs, rp.sn, rp.eps, lane, e);
 #pragma unroll
-			for (int u = 0; u < 4; u++) qn[r][lane + 32 * u] = e[u];
-		}
-		if (owner) {
-			float e[4];
-			vla_head128_norm_rope(rp.k + (u64)kvh * 128, rp.kw, rp.kwdt, rp.cs, rp.sn, rp.eps, lane, e);
-			const bool store = (u64)jn < rp.crows;
-			const u64 off = (u64)jn * kstride + (u64)kvh * 128;
-#pragma unroll
-			for (int u = 0; u < 4; u++) {
-				const int d = lane + 32 * u;
-				const u16 kb = vla_f32_to_bf16(e[u]), vb = vla_f32_to_bf16(rp.v[(u64)kvh * 128 + d]);
-				if (store) {
-					rp.kc[off + d] = kb;
-					rp.vc[off + d] = vb;
-				}
-				kvn[0][d] = __uint_as_float((u32)kb << 16);
-				kvn[1][d] = __uint_as_float((u32)vb << 16);
-			}
-		}
-		__syncthreads();
-#pragma unroll
-		for (int r = 0; r < QG; r++) qr[r] = r < G ? *(const float4 *)&qn[r][lane * 4] : zero4;
-		if (owner) {
-#pragma unroll
-			for (int u = 0; u < VLA_DEC_KEYS; u++) {
-				if (u == own && vis[u]) {
-					kv[u] = *(const float4 *)&kvn[0][lane * 4];
-					vv[u] = *(const float4 *)&kvn[1][lane * 4];
-				}
-			}
-		}
-	} else {
-#pragma unroll
-		for (int r = 0; r < QG; r++)
-			qr[r] = (r < G && dl) ? *(const float4 *)(q + (u64)i * qstride + (u64)(kvh * G + r) * hd + lane * 4) : zero4;
-	}
+	for (int r = 0; r < QG; r++)
+		qr[r] = (r < G && dl) ? *(const float4 *)(q + (u64)i * qstride + (u64)(kvh * G + r) * hd + lane * 4) : zero4;
 
 	if (GT > 0 && VLA_DEC_KEYS * GT <= 32) {
 		// Every lane's partial products of the 8 keys × GT heads, then
@@ -275,9 +211,8 @@ extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)
                     int nkv, float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs,
                     const int *pos_at) {
 	vla_pdl_enter();
-	const vla_dec_rope none{};
-	vla_attn_decode_t<float, 0, false>(part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0,
-	                                   mask_from, mask_to, segs, pos_at, none);
+	vla_attn_decode_t<float, 0>(part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0, mask_from,
+	                            mask_to, segs, pos_at);
 }
 
 // vla_attn_decode_bf16_gN are for G = heads/kvheads = N (checked in Go),
@@ -290,34 +225,14 @@ extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)
 	         const u16 *__restrict__ k, const u16 *__restrict__ v, int heads, int kvheads, int hd, int tq, int nkv,  \
 	         float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs, const int *pos_at) {  \
 		vla_pdl_enter();                                                                                        \
-		const vla_dec_rope none{};                                                                                \
-		vla_attn_decode_t<u16, GT, false>(part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal,     \
-		                                  qpos0, mask_from, mask_to, segs, pos_at, none);                          \
+		vla_attn_decode_t<u16, GT>(part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0,     \
+		                           mask_from, mask_to, segs, pos_at);                                               \
 	}
 
 VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16, 0, 1) // any G up to 8: too many registers to fit 6
 VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16_g1, 1, VLA_DEC_MIN_BLOCKS)
 VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16_g2, 2, VLA_DEC_MIN_BLOCKS)
 VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16_g4, 4, VLA_DEC_MIN_BLOCKS)
-
-// vla_attn_decode_rope_bf16_gN are vla_attn_decode_bf16_gN for one query
-// row and hd 128 that first do vla_qk_norm_rope_cache's work (see
-// vla_dec_rope): a decode step's attention without that kernel, in the
-// same bits.
-#define VLA_DEC_ROPE_KERNEL(name, GT)                                                                                 \
-	extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS, VLA_DEC_MIN_BLOCKS)                                 \
-	    name(float *__restrict__ part_o, float *__restrict__ part_ml, const float *__restrict__ q,                  \
-	         const u16 *__restrict__ k, const u16 *__restrict__ v, int heads, int kvheads, int hd, int tq, int nkv,  \
-	         float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs, const int *pos_at,    \
-	         vla_dec_rope rp) {                                                                                      \
-		vla_pdl_enter();                                                                                        \
-		vla_attn_decode_t<u16, GT, true>(part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal,      \
-		                                 qpos0, mask_from, mask_to, segs, pos_at, rp);                             \
-	}
-
-VLA_DEC_ROPE_KERNEL(vla_attn_decode_rope_bf16_g1, 1)
-VLA_DEC_ROPE_KERNEL(vla_attn_decode_rope_bf16_g2, 2)
-VLA_DEC_ROPE_KERNEL(vla_attn_decode_rope_bf16_g4, 4)
 
 // vla_attn_combine merges nsplit partial results of rows (query, head):
 // out = Σ_z 2^(m_z - M)·o_z / Σ_z 2^(m_z - M)·l_z with M = max_z m_z; a row

@@ -72,9 +72,36 @@ __device__ __forceinline__ void vla_qk_norm_rope_t(float *q, float *k, const flo
 		w = kw;
 		wdt = kwdt;
 	}
-	if (hd == 128) { // the usual head, from registers
-		float e[4];
-		vla_head128_norm_rope(r, w, wdt, cs + t * 64, sn + t * 64, eps, lane, e);
+	if (hd == 128) {
+		// The usual head: the lane's four elements lane + 32u held in
+		// registers, every load (x, w, cos, sin) issued at once, and each
+		// rotation pair (i, i + 64) in one lane: the same sums, products
+		// and roundings as the loops below, without their round trips.
+		float e[4], wv[4], c[2], sv[2];
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			e[u] = r[lane + 32 * u];
+			wv[u] = vla_load(w, wdt, lane + 32 * u);
+		}
+#pragma unroll
+		for (int u = 0; u < 2; u++) {
+			c[u] = cs[t * 64 + lane + 32 * u];
+			sv[u] = sn[t * 64 + lane + 32 * u];
+		}
+		double ss = 0.0;
+#pragma unroll
+		for (int u = 0; u < 4; u++) ss += (double)e[u] * (double)e[u];
+		ss = vla_warp_sum_d(ss);
+		const float ms = (float)(ss / (double)hd);
+		const float sc = (float)(1.0 / sqrt((double)(ms + eps)));
+#pragma unroll
+		for (int u = 0; u < 4; u++) e[u] = __fmul_rn(wv[u], __fmul_rn(e[u], sc));
+#pragma unroll
+		for (int u = 0; u < 2; u++) {
+			const float a = e[u], b = e[u + 2];
+			e[u] = __fsub_rn(__fmul_rn(a, c[u]), __fmul_rn(b, sv[u]));
+			e[u + 2] = __fadd_rn(__fmul_rn(b, c[u]), __fmul_rn(a, sv[u]));
+		}
 #pragma unroll
 		for (int u = 0; u < 4; u++) r[lane + 32 * u] = e[u];
 		if (CACHE && h >= qh && kc) {

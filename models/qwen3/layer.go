@@ -110,7 +110,11 @@ func (l *Layer) Attend(be backend.Backend, x backend.Tensor, kc, vc backend.Tens
 			return backend.RMSNormMatMuls(be, []backend.Tensor{s.q, s.k, s.v}, s.h, x, l.InputNorm, eps,
 				[]backend.Tensor{l.Q, l.K, l.V}, []backend.Tensor{l.QBias, l.KBias, l.VBias})
 		}},
-		{"q, k norms and rope, k and v to the cache, attention", func() error {
+		{"q, k norms and rope, k and v to the cache", func() error {
+			return backend.QKNormRopeCache(be, s.q, s.k, s.v, l.QNorm, l.KNorm, s.cos, s.sin, c.HeadDim, eps,
+				kc, vc, backend.CacheAt{Pos: sp.Pos, PosAt: sp.PosAt})
+		}},
+		{"attention", func() error {
 			o := backend.AttnOpts{
 				Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim,
 				NKV: pos + s.t, Scale: s.scale, MaskFrom: sp.MaskFrom, MaskTo: sp.MaskTo,
@@ -119,10 +123,14 @@ func (l *Layer) Attend(be backend.Backend, x backend.Tensor, kc, vc backend.Tens
 				o.Causal, o.QPos0 = true, pos
 			}
 			if sp.PosAt != nil {
+				dp, ok := be.(backend.DevicePos)
+				if !ok {
+					return fmt.Errorf("backend %s has no device positions", be.Name())
+				}
 				o.NKV, _ = backend.Matrix(kc)
+				return dp.AttentionAt(s.attn, s.q, kc, vc, o, sp.PosAt)
 			}
-			return backend.QKNormRopeCacheAttention(be, s.attn, s.q, s.k, s.v, l.QNorm, l.KNorm, s.cos, s.sin,
-				c.HeadDim, eps, kc, vc, backend.CacheAt{Pos: sp.Pos, PosAt: sp.PosAt}, o)
+			return be.Attention(s.attn, s.q, kc, vc, o)
 		}},
 		{"o and attention residual", func() error { return backend.MatMulResidual(be, x, s.h, s.attn, l.O, l.OBias) }},
 		{"post norm, mlp and residual", func() error {
