@@ -133,6 +133,8 @@ func (b *Backend) Sync() error {
 		err := g.drv.StreamSynchronize(g.stream)
 		if err != nil {
 			err = fmt.Errorf("cuda: sync: %w", err)
+		} else {
+			g.stage.idle() // every staged copy has run
 		}
 		d := g.deferred
 		g.deferred = nil

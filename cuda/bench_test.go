@@ -404,3 +404,43 @@ func BenchmarkGPUDecodeMLP(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGPUStepUploads measures a decode step's host-to-device
+// preparation: four small uploads (its token id, two rotary rows of 64
+// floats, its position) then a wait for the GPU. "queued": through the
+// staging ring, each upload queued behind the last without waiting;
+// "waited": the GPU waited for after each upload, as the single staging
+// buffer did before the ring (each upload waited for the previous copy).
+func BenchmarkGPUStepUploads(b *testing.B) {
+	be := gpuBackend(b)
+	ts := make([]backend.Tensor, 4)
+	vals := make([][]float32, 4)
+	for i, n := range []int{1, 64, 64, 1} {
+		ts[i] = devRandom(b, be, tensor.F32, 1, n)
+		defer be.Free(ts[i])
+		vals[i] = make([]float32, n)
+	}
+	for _, waited := range []bool{false, true} {
+		name := "queued"
+		if waited {
+			name = "waited"
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				for i, t := range ts {
+					if err := be.Upload(t, vals[i]); err != nil {
+						b.Fatal(err)
+					}
+					if waited {
+						if err := be.Sync(); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				if err := be.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
