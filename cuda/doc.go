@@ -61,9 +61,11 @@
 // behind a layering executor's copies (DFB slots, which another stream
 // writes, are freed at once).
 //
-// Uploads, downloads and token ids pass through one pinned staging buffer
-// with an event, so transfers are asynchronous DMA in stream order. Weight
-// copies from Go memory and waits.
+// Uploads, downloads and token ids pass through one pinned staging buffer,
+// used as a ring with an event after each copy, so transfers are
+// asynchronous DMA in stream order and a small upload waits only for the
+// copies whose bytes it reuses. Weight copies from Go memory and waits.
+// Argmax picks a greedy token on the GPU and brings back its index alone.
 //
 // # Kernels
 //
