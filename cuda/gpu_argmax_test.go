@@ -47,26 +47,14 @@ func TestGPUArgmax(t *testing.T) {
 			v[0] = inf // the largest, and first
 			return v
 		}, 3001, -1, -1},
-		{"all nan", func(n int) []float32 {
-			v := make([]float32, n)
-			for i := range v {
-				v[i] = nan
-			}
-			return v
-		}, 2048, -1, -1},
+		{"all nan", func(n int) []float32 { return filled(n, nan) }, 2048, -1, -1},
 		{"all -inf but nans", func(n int) []float32 {
-			v := make([]float32, n)
-			for i := range v {
-				v[i] = -inf
-			}
+			v := filled(n, -inf)
 			v[0], v[1] = nan, nan
 			return v
 		}, 7, -1, -1},
 		{"nans, the rest masked", func(n int) []float32 {
-			v := make([]float32, n)
-			for i := range v {
-				v[i] = nan
-			}
+			v := filled(n, nan)
 			v[40] = 3
 			return v
 		}, 64, 30, 50},
@@ -89,4 +77,13 @@ func TestGPUArgmax(t *testing.T) {
 			}
 		})
 	}
+}
+
+// filled is n copies of v.
+func filled(n int, v float32) []float32 {
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
 }
