@@ -29,10 +29,10 @@ func (b *Backend) Argmax(x backend.Tensor, maskLo, maskHi int) (int, error) {
 	if n == 0 {
 		return -1, nil
 	}
-	if maskHi < maskLo { // an empty range, in int32
-		maskLo, maskHi = 0, -1
+	maskLo, maskHi = max(maskLo, 0), min(maskHi, int(n)-1) // within [0, n), in int32
+	if maskHi < maskLo {
+		maskLo, maskHi = 0, -1 // none
 	}
-	maskLo, maskHi = max(maskLo, 0), min(maskHi, int(n))
 	var id int32
 	err = b.run(func(g *gpu) error {
 		if err := g.inCapture("argmax"); err != nil {

@@ -59,6 +59,8 @@ func TestGPUArgmax(t *testing.T) {
 			return v
 		}, 64, 30, 50},
 		{"one", func(n int) []float32 { return []float32{-2} }, 1, -1, -1},
+		{"a mask past the end", func(n int) []float32 { return randVals(r, n, 1) }, 100, 1 << 40, 1 << 41},
+		{"a mask over the end", func(n int) []float32 { return randVals(r, n, 1) }, 100, 90, 1 << 41},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
