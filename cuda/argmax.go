@@ -29,10 +29,7 @@ func (b *Backend) Argmax(x backend.Tensor, maskLo, maskHi int) (int, error) {
 	if n == 0 {
 		return -1, nil
 	}
-	maskLo, maskHi = max(maskLo, 0), min(maskHi, int(n)-1) // within [0, n), in int32
-	if maskHi < maskLo {
-		maskLo, maskHi = 0, -1 // none
-	}
+	lo, hi := argmaxMask(maskLo, maskHi, int(n))
 	var id int32
 	err = b.run(func(g *gpu) error {
 		if err := g.inCapture("argmax"); err != nil {
@@ -43,7 +40,7 @@ func (b *Backend) Argmax(x backend.Tensor, maskLo, maskHi int) (int, error) {
 			return fmt.Errorf("cuda: argmax: %w", err)
 		}
 		g.args.Reset()
-		g.args.Ptr(out).Ptr(xt.ptr).I32(int32(n)).I32(int32(maskLo)).I32(int32(maskHi))
+		g.args.Ptr(out).Ptr(xt.ptr).I32(int32(n)).I32(lo).I32(hi)
 		if err := g.launch("argmax", g.k.argmax, driver.Dim3{1, 1, 1}, block1D(argmaxThreads), 0); err != nil {
 			return err
 		}
@@ -65,6 +62,16 @@ func (b *Backend) Argmax(x backend.Tensor, maskLo, maskHi int) (int, error) {
 		return 0, err
 	}
 	return int(id), nil
+}
+
+// argmaxMask is the masked range [lo, hi] of Argmax within [0, n), as
+// the kernel takes it (int32; lo > hi: none).
+func argmaxMask(lo, hi, n int) (int32, int32) {
+	lo, hi = max(lo, 0), min(hi, n-1)
+	if hi < lo {
+		return 0, -1
+	}
+	return int32(lo), int32(hi)
 }
 
 var _ backend.Argmaxer = (*Backend)(nil)

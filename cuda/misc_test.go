@@ -111,3 +111,21 @@ func TestAvailableWithoutGPU(t *testing.T) {
 		t.Errorf("New() without CUDA: %v; want the same reason as Available: %v", nerr, err)
 	}
 }
+
+func TestArgmaxMask(t *testing.T) {
+	for _, c := range []struct {
+		lo, hi, n int
+		wlo, whi  int32
+	}{
+		{151669, 155703, 155704, 151669, 155703},
+		{5, 3, 10, 0, -1},              // empty
+		{-4, 2, 10, 0, 2},              // from before the start
+		{90, 1 << 41, 100, 90, 99},     // over the end
+		{1 << 40, 1 << 41, 100, 0, -1}, // past the end: none, not wrapped
+		{-1, -1, 100, 0, -1},
+	} {
+		if lo, hi := argmaxMask(c.lo, c.hi, c.n); lo != c.wlo || hi != c.whi {
+			t.Errorf("argmaxMask(%d, %d, %d) = [%d, %d], want [%d, %d]", c.lo, c.hi, c.n, lo, hi, c.wlo, c.whi)
+		}
+	}
+}
