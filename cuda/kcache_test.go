@@ -151,6 +151,7 @@ func TestKernelConstants(t *testing.T) {
 		"VLA_ATT_TILE":            attTile,
 		"VLA_ATT_DIMS_PER_THREAD": attMaxHeadDim / attThreads,
 		"VLA_ATT_MAX_BOUNDS":      attMaxBounds,
+		"VLA_ARGMAX_THREADS":      argmaxThreads,
 	} {
 		m := regexp.MustCompile(`#define ` + name + ` +(\d+)`).FindStringSubmatch(src)
 		if m == nil {
