@@ -44,19 +44,11 @@ func (b *Backend) Argmax(x backend.Tensor, maskLo, maskHi int) (int, error) {
 		if err := g.launch("argmax", g.k.argmax, driver.Dim3{1, 1, 1}, block1D(argmaxThreads), 0); err != nil {
 			return err
 		}
-		buf, err := g.stage.take(g.drv, 4)
-		if err != nil {
-			return fmt.Errorf("cuda: argmax: %w", err)
+		buf, err := g.fetch("argmax", out, 4)
+		if err == nil {
+			id = *(*int32)(unsafe.Pointer(&buf[0]))
 		}
-		if err := g.drv.CopyDtoHAsync(unsafe.Pointer(&buf[0]), out, 4, g.stream); err != nil {
-			return fmt.Errorf("cuda: argmax: %w", err)
-		}
-		if err := g.drv.StreamSynchronize(g.stream); err != nil {
-			return fmt.Errorf("cuda: argmax: %w", err)
-		}
-		g.stage.idle()
-		id = *(*int32)(unsafe.Pointer(&buf[0]))
-		return nil
+		return err
 	})
 	if err != nil {
 		return 0, err

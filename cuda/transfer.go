@@ -73,28 +73,36 @@ func (b *Backend) Download(src backend.Tensor) ([]float32, error) {
 		return out, nil
 	}
 	err = b.run(func(g *gpu) error {
-		if err := g.inCapture("download"); err != nil {
-			return err
+		buf, err := g.fetch("download", s.ptr, s.bytes())
+		if err == nil {
+			copy(out, unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), len(out)))
 		}
-		n := s.bytes()
-		buf, err := g.stage.take(g.drv, n)
-		if err != nil {
-			return fmt.Errorf("cuda: download: %w", err)
-		}
-		if err := g.drv.CopyDtoHAsync(unsafe.Pointer(&buf[0]), s.ptr, n, g.stream); err != nil {
-			return fmt.Errorf("cuda: download: %w", err)
-		}
-		if err := g.drv.StreamSynchronize(g.stream); err != nil {
-			return fmt.Errorf("cuda: download: %w", err)
-		}
-		g.stage.idle()
-		copy(out, unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), len(out)))
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// fetch waits for the queued work and copies n bytes at p to the staging
+// buffer, whose bytes it returns: valid until the next transfer.
+func (g *gpu) fetch(op string, p driver.DevicePtr, n int64) ([]byte, error) {
+	if err := g.inCapture(op); err != nil {
+		return nil, err
+	}
+	buf, err := g.stage.take(g.drv, n)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: %s: %w", op, err)
+	}
+	if err := g.drv.CopyDtoHAsync(unsafe.Pointer(&buf[0]), p, n, g.stream); err != nil {
+		return nil, fmt.Errorf("cuda: %s: %w", op, err)
+	}
+	if err := g.drv.StreamSynchronize(g.stream); err != nil {
+		return nil, fmt.Errorf("cuda: %s: %w", op, err)
+	}
+	g.stage.idle()
+	return buf, nil
 }
 
 // parallelCopy copies src into dst (equal lengths) on every core when it

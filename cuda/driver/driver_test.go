@@ -95,12 +95,20 @@ func TestLibraryLookup(t *testing.T) {
 // gets. On a GPU machine the driver loads and there is nothing to check.
 func TestOpenDriverWithoutGPU(t *testing.T) {
 	d, err := OpenDriver()
+	missingLibrary(t, d, err, "OpenDriver", "libcuda.so.1", hintDriver)
+}
+
+// missingLibrary checks the error of opening a library that this machine
+// lacks (its message names soname and carries hint); where the library
+// loaded (lib, err nil), it closes it and skips.
+func missingLibrary[L interface{ Close() error }](t *testing.T, lib L, err error, open, soname, hint string) {
+	t.Helper()
 	if err == nil {
-		d.Close()
-		t.Skip("libcuda is present: the no-driver message cannot be checked here")
+		lib.Close()
+		t.Skipf("%s is present: the missing-library message cannot be checked here", soname)
 	}
-	if !strings.HasPrefix(err.Error(), "cuda: libcuda.so.1 not found") || !strings.Contains(err.Error(), hintDriver) {
-		t.Errorf("OpenDriver without a driver: %q", err)
+	if !strings.HasPrefix(err.Error(), "cuda: "+soname+" not found") || !strings.Contains(err.Error(), hint) {
+		t.Errorf("%s without %s: %q", open, soname, err)
 	}
 }
 
@@ -144,13 +152,7 @@ func TestArgsLayout(t *testing.T) {
 
 func TestOpenBLASLtWithoutLibrary(t *testing.T) {
 	b, err := OpenBLASLt()
-	if err == nil {
-		b.Close()
-		t.Skip("libcublasLt is present: the missing-library message cannot be checked here")
-	}
-	if !strings.HasPrefix(err.Error(), "cuda: libcublasLt.so.13 not found") || !strings.Contains(err.Error(), hintBLASLt) {
-		t.Errorf("OpenBLASLt without cuBLASLt: %q", err)
-	}
+	missingLibrary(t, b, err, "OpenBLASLt", "libcublasLt.so.13", hintBLASLt)
 }
 
 // TestLtFunctionNames checks that every slot of the C function table has
