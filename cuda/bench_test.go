@@ -52,7 +52,7 @@ func BenchmarkGPUMatMul(b *testing.B) {
 	for _, c := range []struct {
 		name    string
 		M, N, K int
-		cublas  bool // through cuBLAS even where the GEMV kernel applies
+		cublas  bool // through cuBLAS even where the GEMV or row-product kernel applies
 	}{
 		{"gemv_bf16_1x4096x12288", 1, 12288, 4096, false},
 		{"gemv_bf16_1x4096x12288_cublas", 1, 12288, 4096, true},
@@ -61,17 +61,22 @@ func BenchmarkGPUMatMul(b *testing.B) {
 		{"gemv_bf16_1x4096x6144", 1, 6144, 4096, false}, // its q, k, v together
 		{"matmul_bf16_4x4096x12288", 4, 12288, 4096, false},
 		{"gemm_bf16_3030x4096x12288", 3030, 12288, 4096, false},
-		// The action expert's projections (64 tokens; bench/results/cuda-kernels.md).
-		{"gemm_bf16_64x2048x2048", 64, 2048, 2048, false},
-		{"gemm_bf16_64x1024x2048", 64, 1024, 2048, false},
-		{"gemm_bf16_64x8256x2048", 64, 8256, 2048, false},
-		{"gemm_bf16_64x2048x8256", 64, 2048, 8256, false},
+		// The action expert's projections (64 tokens; bench/results/cuda-kernels.md):
+		// vla_gemm_rows against cuBLAS.
+		{"rows_bf16_64x2048x2048", 64, 2048, 2048, false},
+		{"rows_bf16_64x1024x2048", 64, 1024, 2048, false},
+		{"rows_bf16_64x8256x2048", 64, 8256, 2048, false},
+		{"rows_bf16_64x2048x8256", 64, 2048, 8256, false},
+		{"gemm_bf16_64x2048x2048_cublas", 64, 2048, 2048, true},
+		{"gemm_bf16_64x1024x2048_cublas", 64, 1024, 2048, true},
+		{"gemm_bf16_64x8256x2048_cublas", 64, 8256, 2048, true},
+		{"gemm_bf16_64x2048x8256_cublas", 64, 2048, 8256, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			if err := be.run(func(g *gpu) error { g.noGEMV = c.cublas; return nil }); err != nil {
+			if err := be.run(func(g *gpu) error { g.noGEMV, g.noRows = c.cublas, c.cublas; return nil }); err != nil {
 				b.Fatal(err)
 			}
-			defer be.run(func(g *gpu) error { g.noGEMV = false; return nil })
+			defer be.run(func(g *gpu) error { g.noGEMV, g.noRows = false, false; return nil })
 			wBytes := float64(c.N) * float64(c.K) * 2
 			n := rotation(wBytes)
 			ws := make([]backend.Tensor, n)
@@ -110,7 +115,7 @@ func BenchmarkGPUMatMul(b *testing.B) {
 				b.Fatal(err)
 			}
 			for _, o := range ops {
-				if strings.HasPrefix(o.Op, "gemm ") || strings.HasPrefix(o.Op, "matmul gemv") {
+				if strings.HasPrefix(o.Op, "gemm ") || strings.HasPrefix(o.Op, "matmul gemv") || strings.HasPrefix(o.Op, "rows ") {
 					us := o.Ms * 1e3 / float64(o.Count)
 					b.ReportMetric(us, "kernel-us")
 					b.ReportMetric(w.flops/us/1e6, "kernel-TFLOP/s")

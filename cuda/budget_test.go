@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"vlanode/cuda/driver"
+	"vlanode/residency"
 )
 
 // fakeMemory is device memory without a device: it hands out addresses
@@ -318,5 +319,19 @@ func TestReportString(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Errorf("report lacks %q:\n%s", want, s)
 		}
+	}
+}
+
+// The planner counts the row products' scratch (residency.RowProductsBytes):
+// their three buffers at their largest, as the allocator accounts them.
+func TestRowsScratchPlanned(t *testing.T) {
+	ws := max(scratchMin, accountedSize(rowsMaxSlots*rowsTileFloats*4))
+	out := max(scratchMin, accountedSize(rowsMaxM*rowsCounters*rowsBN*2))
+	count := accountedSize(rowsCounters * 4)
+	if got := ws + out + count; got > residency.RowProductsBytes {
+		t.Errorf("the row products keep up to %d bytes; the planner counts %d", got, residency.RowProductsBytes)
+	}
+	if RowsScratchBytes > residency.RowProductsBytes {
+		t.Errorf("RowsScratchBytes %d > residency.RowProductsBytes %d", RowsScratchBytes, residency.RowProductsBytes)
 	}
 }

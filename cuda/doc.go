@@ -78,11 +78,18 @@
 // activations rounded to the weight's type, F32 weights multiply float32
 // activations; the output is float32. A GEMV (one row of x, a 16-bit
 // weight: decoding) takes a kernel of its own that streams the weight once
-// (kernels/gemv.cu). Attention takes one of three kernels by shape: split
-// flash decoding for up to 4 queries (float32), flash attention on the
-// tensor cores (bf16 operands, float32 softmax and sums) for more, and a
-// float32 kernel for head dims the others do not cover (see Attention and
-// WithExactAttention). bench_test.go measures every kernel against the
+// (kernels/gemv.cu). A product of 2 to 64 rows with a 16-bit weight (the
+// action expert's 64 tokens, short prompts) takes vla_gemm_rows
+// (kernels/gemm_rows.cu): tensor cores on 64 × 64 tiles, K split so that
+// about 256 blocks share the weight, the splits' partial sums added in
+// slot order by each tile's last block, so the bits depend on the shapes
+// alone; q, k and v (or gate and up) in one launch, gate and up with
+// silu(gate)·up written in 16 bits as the down product's input
+// (Backend.SetRowProducts(false) sends them to cuBLAS). Attention takes
+// one of three kernels by shape: split flash decoding for up to 4 queries
+// (float32), flash attention on the tensor cores (bf16 operands, float32
+// softmax and sums) for more, and a float32 kernel for head dims the
+// others do not cover (see Attention and WithExactAttention). bench_test.go measures every kernel against the
 // device's copy bandwidth and GEMM rate (bench/results/cuda-kernels.md).
 //
 // # Fused ops
@@ -109,6 +116,6 @@
 // for the second, and a residual sum with a bias ((a·wᵀ + x) + b). These
 // round differently from the sequences above (TestGPUFused* checks them
 // within a tolerance, and with Backend.SetEpilogues(false) bit for bit);
-// without cuBLASLt, and for fewer rows (the action expert's products,
-// faster through cublasGemmEx), kernels of ours add the biases.
+// without cuBLASLt, kernels of ours add the biases, and for 2 to 64 rows
+// vla_gemm_rows adds them itself.
 package cuda

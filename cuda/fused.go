@@ -271,6 +271,11 @@ func (b *Backend) RMSNormMatMuls(dsts []backend.Tensor, h, x, nw backend.Tensor,
 // gemmsFrom queues the cuBLAS products of ops from xp, their common input
 // already in their weights' type.
 func (g *gpu) gemmsFrom(xp driver.DevicePtr, ops []matmulOperands) error {
+	if len(ops) > 1 && g.rowsAll(xp, ops) {
+		if ok, err := g.gemmRows(xp, ops, rowsPlain, 0); ok || err != nil {
+			return err
+		}
+	}
 	for _, a := range ops {
 		if err := g.gemm(a.d, xp, a.w, a.bias, a.M, a.N, a.K); err != nil {
 			return err
@@ -651,12 +656,24 @@ func (b *Backend) SwiGLUDown(dst, gate, up, x, wg, wu, wd backend.Tensor) error 
 // scratch, whose address it returns: the next product's input, as MatMul
 // would round it.
 func (g *gpu) swigluTo16(xp driver.DevicePtr, ga, ua matmulOperands, dt tensor.DType) (driver.DevicePtr, error) {
+	ops := []matmulOperands{ga, ua}
+	n := ga.d.elements()
+	if dt == ga.w.dt && g.rowsAll(xp, ops) && layoutRows(ops, rowsSwiGLU).ok {
+		// One vla_gemm_rows launch writes silu(gate)·up in dt itself, into
+		// a buffer of its own (xp is in the MatMul scratch).
+		hp, err := g.scratch(&g.rowsOut, n*2)
+		if err != nil {
+			return 0, err
+		}
+		if ok, err := g.gemmRows(xp, ops, rowsSwiGLU, hp); ok || err != nil {
+			return hp, err
+		}
+	}
 	if err := g.gateUp(xp, ga, ua); err != nil {
 		return 0, err
 	}
 	// The products above are queued before the scratch is rewritten
 	// (or, to grow it, waited for).
-	n := ga.d.elements()
 	hp, err := g.scratch(&g.xScratch, n*2)
 	if err != nil {
 		return 0, err

@@ -137,6 +137,16 @@ func (g *gpu) gemmBeta(d *Tensor, xp driver.DevicePtr, w, bias *Tensor, M, N, K 
 	if err != nil {
 		return err
 	}
+	if (beta == 0 || beta == 1) && g.useRows(w, xp, M, K) {
+		mode := int32(rowsPlain)
+		if beta == 1 {
+			mode = rowsResidual
+		}
+		ops := []matmulOperands{{d: d, w: w, bias: bias, M: M, N: N, K: K}}
+		if ok, err := g.gemmRows(xp, ops, mode, 0); ok || err != nil {
+			return err
+		}
+	}
 	if bias != nil && g.epilogues(M) {
 		// The bias in cuBLASLt's epilogue: (x·wᵀ + beta·dst) + bias in
 		// float, as below, in one pass.

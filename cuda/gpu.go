@@ -46,6 +46,9 @@ type gpu struct {
 	argmaxOut   *block // Argmax's index
 	biasScratch *block // a 16-bit bias widened for a cuBLASLt epilogue
 	kvScratch   *block // bf16 copies of K and V for the pipelined flash kernels
+	rowsScratch *block // the row products' partial tiles (rows.go)
+	rowsCount   *block // the row products' tile counters, zero between launches
+	rowsOut     *block // silu(gate)·up of a row product, the down product's input
 	stage       staging
 
 	info  DeviceInfo
@@ -67,6 +70,7 @@ type gpu struct {
 	pdlOK          bool                // sm_90+ and cuLaunchKernelEx
 	gemvLate       bool                // benchmarks: GEMVs load no weight before the kernel ahead finishes
 	noGEMV         bool                // benchmarks: every MatMul through cuBLAS
+	noRows         bool                // benchmarks: products of 2 to 64 rows through cuBLAS, not vla_gemm_rows
 	noEpilogues    bool                // benchmarks: biases and GELUs by kernels of ours, not cuBLASLt
 	flashInPlace   bool                // tests and benchmarks: the flash kernels that read float K and V
 	capture        *capture            // the capture in progress, nil when none
@@ -278,7 +282,11 @@ func (g *gpu) openKernels(o options) (err error) {
 		return fmt.Errorf("cuda: loading the kernels for %s: %w", info.Arch, err)
 	}
 	g.kinfo = info
-	return g.k.load(g.drv, g.module)
+	if err := g.k.load(g.drv, g.module); err != nil {
+		return err
+	}
+	g.allowRowsSmem()
+	return nil
 }
 
 // loadModule charges and loads a CUBIN as the kernel module.

@@ -152,6 +152,12 @@ func TestKernelConstants(t *testing.T) {
 		"VLA_ATT_DIMS_PER_THREAD": attMaxHeadDim / attThreads,
 		"VLA_ATT_MAX_BOUNDS":      attMaxBounds,
 		"VLA_ARGMAX_THREADS":      argmaxThreads,
+		"VLA_ROWS_BN":             rowsBN,
+		"VLA_ROWS_BK":             rowsBK,
+		"VLA_ROWS_THREADS":        rowsThreads,
+		"VLA_ROWS_OPS":            rowsOps,
+		"VLA_ROWS_STAGES":         rowsStages,
+		"VLA_ROWS_MAX_SPLITS":     rowsMaxSplits,
 	} {
 		m := regexp.MustCompile(`#define ` + name + ` +(\d+)`).FindStringSubmatch(src)
 		if m == nil {

@@ -30,6 +30,8 @@ type kernelSet struct {
 	// gemv.cu: three projections of one row, and gate·up with SiLU
 	// ([0] bf16, [1] f16 weights).
 	gemv3, gemvSwiGLU [2]driver.Function
+	// gemm_rows.cu: products of 2 to 64 rows ([0] bf16, [1] f16 weights).
+	gemmRows [2]driver.Function
 	// fused.cu.
 	addRMSNorm, qkNormRope, qkNormRopeCache driver.Function
 	biasResidual                            driver.Function // convert.cu
@@ -92,6 +94,8 @@ func (k *kernelSet) entries() []kernelEntry {
 		{&k.gemv3[1], "vla_gemv3_f16"},
 		{&k.gemvSwiGLU[0], "vla_gemv_swiglu_bf16"},
 		{&k.gemvSwiGLU[1], "vla_gemv_swiglu_f16"},
+		{&k.gemmRows[0], "vla_gemm_rows_bf16"},
+		{&k.gemmRows[1], "vla_gemm_rows_f16"},
 		{&k.addRMSNorm, "vla_add_rmsnorm"},
 		{&k.qkNormRope, "vla_qk_norm_rope"},
 		{&k.qkNormRopeCache, "vla_qk_norm_rope_cache"},

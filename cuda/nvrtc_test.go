@@ -60,12 +60,14 @@ func TestKernelsEnterPDL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The templates the GEMV kernels call, which load weights before they
-	// wait: each waits (the first string) before it reads x (the second).
+	// The templates the GEMV and row-product kernels call, which load
+	// weights before they wait: each waits (the first string) before it
+	// reads x (the second).
 	gemvBodies := map[string][2]string{
 		"vla_gemv<":        {"vla_gemv_enter(", "vla_gemv_dot<"},
 		"vla_gemv3<":       {"vla_gemv_enter(", "vla_gemv_dot<"},
 		"vla_gemv_swiglu<": {"vla_gemv_enter(", "vla_gemv_dot<"},
+		"vla_gemm_rows<":   {"vla_pdl_enter(", "vla_rows_stream_at(x"},
 	}
 	for name, marks := range gemvBodies {
 		def := "void " + strings.TrimSuffix(name, "<") + "("

@@ -112,6 +112,18 @@ func (b *Backend) SetEpilogues(on bool) error {
 	})
 }
 
+// SetRowProducts says whether products of 2 to 64 rows with a 16-bit
+// weight take vla_gemm_rows (on, the default) or cuBLAS (off), for the
+// ops queued after the call: for benchmarks and tests that compare the
+// two in one process. The results differ in the order of float sums
+// only.
+func (b *Backend) SetRowProducts(on bool) error {
+	return b.run(func(g *gpu) error {
+		g.noRows = !on
+		return nil
+	})
+}
+
 // SetSerialLaunches turns programmatic dependent launch off (serial) or
 // back on, where the device has it, for the ops queued after the call (see
 // WithSerialLaunches): for benchmarks that measure the overlap in one

@@ -29,6 +29,12 @@ const (
 	flashHeadAlign = 16
 )
 
+// RowProductsBytes is the CUDA backend's scratch for its products of 2 to
+// 64 rows (the action expert's, short prompts'): their partial sums, tile
+// counters and SwiGLU output at their largest (cuda.RowsScratchBytes, in
+// whole pages; cuda's tests check the two agree).
+const RowProductsBytes = 20 << 20
+
 // fixedCosts are the bytes a plan needs whatever its placement: KV cache,
 // activations, workspaces and context.
 func (a *Arch) fixedCosts(w Workload, p *Profile) map[Purpose]int64 {
@@ -150,8 +156,8 @@ func (a *Arch) backendScratchBytes(g geometry) int64 {
 		kv = max(kv, 2*int64(g.expertCtx)*int64(e.NumKeyValueHeads*alignUp(e.HeadDim, flashHeadAlign)))
 	}
 	// The bf16 GEMM input and K/V copies, and decode attention's partial
-	// results, each grown to whole pages.
-	return pages(x*bf16Bytes) + pages(kv*bf16Bytes) + 2*pageBytes
+	// results, each grown to whole pages; the row products' scratch.
+	return pages(x*bf16Bytes) + pages(kv*bf16Bytes) + 2*pageBytes + RowProductsBytes
 }
 
 func alignUp(n, m int) int { return (n + m - 1) / m * m }

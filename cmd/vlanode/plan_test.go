@@ -66,7 +66,7 @@ func TestPlanAlpamayo10B(t *testing.T) {
 			out := planJSONOf(t, "--model", dir, "--budget", tc.budget)
 			assert.Equal(t, tc.bytes, out.BudgetBytes)
 			assert.Equal(t, tc.bytes == 0, out.Unlimited)
-			assert.InDelta(t, 2.90e9, float64(out.MinBudgetBytes), 0.01e9)
+			assert.InDelta(t, 2.92e9, float64(out.MinBudgetBytes), 0.01e9)
 			for _, k := range []string{"vision", "prefill", "decode", "diffusion", "total"} {
 				assert.Positive(t, out.PredictedMs[k], k)
 			}
@@ -122,8 +122,8 @@ func TestPlanErrors(t *testing.T) {
 	dir := configOnly(t, synth.AlpamayoR1_10B)
 	code, _, stderr := runCmd("plan", "--model", dir, "--budget", "2G")
 	assert.Equal(t, 1, code)
-	assert.Contains(t, stderr, "below the minimum of 2,897,")
-	assert.Contains(t, stderr, "(2.90 GB)")
+	assert.Contains(t, stderr, "below the minimum of 2,918,")
+	assert.Contains(t, stderr, "(2.92 GB)")
 
 	for _, tc := range []struct {
 		args []string

@@ -55,7 +55,7 @@ type Driver struct {
 		memHostUnregister, memcpyHtoDAsync, memcpyDtoHAsync, memcpyDtoDAsync, memsetD8Async,
 		streamCreate, streamDestroy, streamSynchronize, streamWaitEvent,
 		eventCreate, eventDestroy, eventRecord, eventSynchronize, eventQuery, eventElapsedTime,
-		moduleLoadData, moduleUnload, moduleGetFunction, launchKernel, launchKernelEx,
+		moduleLoadData, moduleUnload, moduleGetFunction, funcSetAttribute, launchKernel, launchKernelEx,
 		streamBeginCapture, streamEndCapture, streamIsCapturing,
 		graphInstantiate, graphLaunch, graphExecDestroy, graphDestroy, graphGetNodes unsafe.Pointer
 	}
@@ -110,6 +110,7 @@ func OpenDriver() (*Driver, error) {
 		sym(&f.moduleLoadData, "cuModuleLoadData"),
 		sym(&f.moduleUnload, "cuModuleUnload"),
 		sym(&f.moduleGetFunction, "cuModuleGetFunction"),
+		sym(&f.funcSetAttribute, "cuFuncSetAttribute"),
 		sym(&f.launchKernel, "cuLaunchKernel"),
 		sym(&f.streamBeginCapture, "cuStreamBeginCapture_v2"),
 		sym(&f.streamEndCapture, "cuStreamEndCapture"),

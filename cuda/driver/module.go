@@ -38,6 +38,19 @@ func (d *Driver) Function(m Module, name string) (Function, error) {
 	return Function(f), nil
 }
 
+// FuncAttribute is a CUfunction_attribute that SetFuncAttribute sets.
+type FuncAttribute int32
+
+// FuncMaxDynamicSharedBytes (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+// is the most dynamic shared memory a launch of the kernel may ask for:
+// above 48 KB, a kernel must be allowed it first.
+const FuncMaxDynamicSharedBytes FuncAttribute = 8
+
+// SetFuncAttribute sets attribute attr of kernel f to v (cuFuncSetAttribute).
+func (d *Driver) SetFuncAttribute(f Function, attr FuncAttribute, v int) error {
+	return d.check("cuFuncSetAttribute", C.vla_cuFuncSetAttribute(d.f.funcSetAttribute, C.uintptr_t(f), C.int(attr), C.int(v)))
+}
+
 // Launch queues kernel f on s with the parameters in a.
 func (d *Driver) Launch(f Function, grid, block Dim3, sharedBytes uint32, s Stream, a *Args) error {
 	return d.launch(f, grid, block, sharedBytes, s, a, false)

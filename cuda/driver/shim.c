@@ -182,6 +182,9 @@ vla_status vla_cuModuleGetFunction(void *fn, uintptr_t *f, uintptr_t m, const ch
 	*f = (uintptr_t)h;
 	return r;
 }
+vla_status vla_cuFuncSetAttribute(void *fn, uintptr_t f, int attrib, int value) {
+	return ((vla_status(*)(H, int, int))fn)((H)f, attrib, value);
+}
 // vla_params points params[i] at parameter i, buf+offs[i]; 0 when nargs is
 // out of range.
 static int vla_params(void **params, void *buf, const int *offs, int nargs) {

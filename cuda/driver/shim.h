@@ -83,6 +83,7 @@ vla_status vla_cuGraphGetNodes(void *fn, uintptr_t graph, size_t *n);
 vla_status vla_cuModuleLoadData(void *fn, uintptr_t *m, const void *image);
 vla_status vla_cuModuleUnload(void *fn, uintptr_t m);
 vla_status vla_cuModuleGetFunction(void *fn, uintptr_t *f, uintptr_t m, const char *name);
+vla_status vla_cuFuncSetAttribute(void *fn, uintptr_t f, int attrib, int value);
 // Launches f with nargs parameters, parameter i at buf+offs[i].
 vla_status vla_cuLaunchKernel(void *fn, uintptr_t f, unsigned gx, unsigned gy, unsigned gz,
                               unsigned bx, unsigned by, unsigned bz, unsigned shmem, uintptr_t stream,
