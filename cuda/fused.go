@@ -172,8 +172,9 @@ const gemv3Max = 3
 // 16-bit weights of one type that the GEMV kernel takes, up to three
 // projections (q, k and v) run in one launch, each column exactly as
 // MatMul computes it. For more rows and 16-bit weights of one type, x is
-// rounded to that type once for every cuBLAS product. Otherwise one
-// MatMul runs after another.
+// rounded to that type once for every product (for 2 to 64 rows, up to
+// three in one vla_gemm_rows launch, again each as MatMul computes it).
+// Otherwise one MatMul runs after another.
 func (b *Backend) MatMuls(dsts []backend.Tensor, x backend.Tensor, ws, biases []backend.Tensor) error {
 	if len(ws) != len(dsts) || (biases != nil && len(biases) != len(dsts)) || len(dsts) < 2 {
 		return backend.MatMulsInTurn(b, dsts, x, ws, biases)
@@ -268,8 +269,10 @@ func (b *Backend) RMSNormMatMuls(dsts []backend.Tensor, h, x, nw backend.Tensor,
 	})
 }
 
-// gemmsFrom queues the cuBLAS products of ops from xp, their common input
-// already in their weights' type.
+// gemmsFrom queues the products of ops from xp, their common input
+// already in their weights' type: of 2 to 64 rows, several in one
+// vla_gemm_rows launch (each as MatMul computes it: the kernel's sums
+// depend on a product's shape alone), else one cuBLAS call each.
 func (g *gpu) gemmsFrom(xp driver.DevicePtr, ops []matmulOperands) error {
 	if len(ops) > 1 && g.rowsAll(xp, ops) {
 		if ok, err := g.gemmRows(xp, ops, rowsPlain, 0); ok || err != nil {
@@ -651,10 +654,12 @@ func (b *Backend) SwiGLUDown(dst, gate, up, x, wg, wu, wd backend.Tensor) error 
 	})
 }
 
-// swigluTo16 queues the cuBLAS products gate and up of xp (x in their
-// type), then silu(gate)·up written in dt (a 16-bit type) into the MatMul
-// scratch, whose address it returns: the next product's input, as MatMul
-// would round it.
+// swigluTo16 queues the products gate and up of xp (x in their type),
+// then silu(gate)·up written in dt (a 16-bit type), and returns where: the
+// next product's input, as MatMul would round it. For 2 to 64 rows one
+// vla_gemm_rows launch does it all (into a buffer of its own, leaving gate
+// and up holding anything); else two cuBLAS products and a kernel writing
+// into the MatMul scratch.
 func (g *gpu) swigluTo16(xp driver.DevicePtr, ga, ua matmulOperands, dt tensor.DType) (driver.DevicePtr, error) {
 	ops := []matmulOperands{ga, ua}
 	n := ga.d.elements()

@@ -45,8 +45,9 @@ func blasType(dt tensor.DType) (driver.DataType, error) {
 // to the weight's type (cuBLAS needs both operands of one type); the
 // product and the output stay float32. One row of x with a 16-bit weight
 // (decoding) takes one GEMV kernel that streams the weight at memory speed
-// and rounds x as it reads it; larger products go to cuBLAS, after a
-// kernel that rounds x into a scratch buffer. dst must not overlap x.
+// and rounds x as it reads it; larger products go, after a kernel that
+// rounds x into a scratch buffer, to vla_gemm_rows (2 to 64 rows with a
+// 16-bit weight: rows.go) or cuBLAS. dst must not overlap x.
 func (b *Backend) MatMul(dst, x, w, bias backend.Tensor) error {
 	a, err := b.matmulArgs(dst, x, w, bias)
 	if err != nil || a.M == 0 || a.N == 0 {
@@ -131,7 +132,8 @@ func (g *gpu) gemm(d *Tensor, xp driver.DevicePtr, w, bias *Tensor, M, N, K int)
 }
 
 // gemmBeta is gemm with dst = xp·wᵀ + beta·dst (then + bias): beta 1 adds
-// the product to what dst holds, in float as Add would.
+// the product to what dst holds, in float as Add would. Products of 2 to
+// 64 rows with a 16-bit weight take vla_gemm_rows (useRows).
 func (g *gpu) gemmBeta(d *Tensor, xp driver.DevicePtr, w, bias *Tensor, M, N, K int, beta float32) error {
 	wType, err := blasType(w.dt)
 	if err != nil {
