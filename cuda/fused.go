@@ -663,15 +663,15 @@ func (b *Backend) SwiGLUDown(dst, gate, up, x, wg, wu, wd backend.Tensor) error 
 func (g *gpu) swigluTo16(xp driver.DevicePtr, ga, ua matmulOperands, dt tensor.DType) (driver.DevicePtr, error) {
 	ops := []matmulOperands{ga, ua}
 	n := ga.d.elements()
-	if dt == ga.w.dt && g.rowsAll(xp, ops) && layoutRows(ops, rowsSwiGLU).ok {
-		// One vla_gemm_rows launch writes silu(gate)·up in dt itself, into
-		// a buffer of its own (xp is in the MatMul scratch).
-		hp, err := g.scratch(&g.rowsOut, n*2)
-		if err != nil {
-			return 0, err
-		}
-		if ok, err := g.gemmRows(xp, ops, rowsSwiGLU, hp); ok || err != nil {
-			return hp, err
+	if dt == ga.w.dt && g.rowsAll(xp, ops) {
+		if l := layoutRows(ops, rowsSwiGLU); l.ok {
+			// One vla_gemm_rows launch writes silu(gate)·up in dt itself,
+			// into a buffer of its own (xp is in the MatMul scratch).
+			hp, err := g.scratch(&g.rowsOut, n*2)
+			if err != nil {
+				return 0, err
+			}
+			return hp, g.launchRows(xp, ops, l, rowsSwiGLU, hp)
 		}
 	}
 	if err := g.gateUp(xp, ga, ua); err != nil {

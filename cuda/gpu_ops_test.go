@@ -37,26 +37,33 @@ func TestGPUMatMul(t *testing.T) {
 					if err := b.MatMul(dst, x, w, bias); err != nil {
 						t.Fatal(err)
 					}
-					xr := roundTo(dt, xv)
-					want, tol := make([]float64, M*N), make([]float64, M*N)
-					for i := 0; i < M; i++ {
-						for j := 0; j < N; j++ {
-							var s, mag float64
-							for l := 0; l < K; l++ {
-								p := float64(xr[i*K+l]) * float64(wv[j*K+l])
-								s, mag = s+p, mag+math.Abs(p)
-							}
-							if bv != nil {
-								s += float64(bv[j])
-							}
-							want[i*N+j], tol[i*N+j] = s, 1e-6+1e-5*mag
-						}
-					}
+					want, tol := refProduct(roundTo(dt, xv), wv, bv, M, N, K)
 					closeTo(t, "matmul", download(t, b, dst), want, 0, 0, tol)
 				})
 			}
 		}
 	}
+}
+
+// refProduct is x·wᵀ (+ bias) in float64 for x [M, K] (already rounded as
+// the GPU rounds it) and w [N, K], with each element's tolerance: 1e-6 +
+// 1e-5·Σ|products| for float32 sums in another order.
+func refProduct(x, w, bias []float32, M, N, K int) (want, tol []float64) {
+	want, tol = make([]float64, M*N), make([]float64, M*N)
+	for i := range M {
+		for j := range N {
+			var s, mag float64
+			for l := range K {
+				p := float64(x[i*K+l]) * float64(w[j*K+l])
+				s, mag = s+p, mag+math.Abs(p)
+			}
+			if bias != nil {
+				s += float64(bias[j])
+			}
+			want[i*N+j], tol[i*N+j] = s, 1e-6+1e-5*mag
+		}
+	}
+	return want, tol
 }
 
 func refRMSNorm(x, w []float32, n int, eps float32) []float64 {

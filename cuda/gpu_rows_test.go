@@ -11,30 +11,9 @@ import (
 )
 
 // vla_gemm_rows (products of 2 to 64 rows) against float64 references of
-// the rounded operands, and against cuBLAS. TestGPUMatMul covers its plain
+// the rounded operands (refProduct), and against cuBLAS. TestGPUMatMul covers its plain
 // mode for more shapes; gpu_fused_test.go checks that the fused ops built
 // on it give the bits of their sequences.
-
-// refProduct is x·wᵀ (+ bias) in float64 for x [M, K] (already rounded as
-// the GPU rounds it) and w [N, K], with each element's tolerance: 1e-6 +
-// 1e-5·Σ|products|, as TestGPUMatMul allows.
-func refProduct(x, w, bias []float32, M, N, K int) (want, tol []float64) {
-	want, tol = make([]float64, M*N), make([]float64, M*N)
-	for i := range M {
-		for j := range N {
-			var s, mag float64
-			for l := range K {
-				p := float64(x[i*K+l]) * float64(w[j*K+l])
-				s, mag = s+p, mag+math.Abs(p)
-			}
-			if bias != nil {
-				s += float64(bias[j])
-			}
-			want[i*N+j], tol[i*N+j] = s, 1e-6+1e-5*mag
-		}
-	}
-	return want, tol
-}
 
 func TestGPURowProducts(t *testing.T) {
 	b := gpuBackend(t)

@@ -151,10 +151,15 @@ func (g *gpu) gemmRows(xp driver.DevicePtr, ops []matmulOperands, mode int32, y1
 	if !l.ok {
 		return false, nil
 	}
+	return true, g.launchRows(xp, ops, l, mode, y16)
+}
+
+// launchRows queues gemmRows' launch laid out as l (layoutRows, l.ok).
+func (g *gpu) launchRows(xp driver.DevicePtr, ops []matmulOperands, l rowsLayout, mode int32, y16 driver.DevicePtr) error {
 	a := ops[0]
 	ws, count, err := g.rowsBuffers(l.slots)
 	if err != nil {
-		return false, fmt.Errorf("cuda: matmul %d×%d×%d: %w", a.M, a.N, a.K, err)
+		return fmt.Errorf("cuda: matmul %d×%d×%d: %w", a.M, a.N, a.K, err)
 	}
 	// vla_rows_args: u16 *w[3]; float *y[3]; void *bias[3]; int bdt[3],
 	// n[3], splits[3], block[4], tile[3], slot[3], pad; u16 *y16; float
@@ -196,9 +201,9 @@ func (g *gpu) gemmRows(xp driver.DevicePtr, ops []matmulOperands, mode int32, y1
 	}
 	err = g.launch(name, g.k.gemmRows[kind16(a.w.dt)], driver.Dim3{uint32(l.blocks), 1, 1}, block1D(rowsThreads), rowsSmem)
 	if err != nil {
-		return false, fmt.Errorf("cuda: matmul %d×%d×%d %v: %w", a.M, a.N, a.K, a.w.dt, err)
+		return fmt.Errorf("cuda: matmul %d×%d×%d %v: %w", a.M, a.N, a.K, a.w.dt, err)
 	}
-	return true, nil
+	return nil
 }
 
 // rowsBuffers returns the workspace for slots partial tiles (0 when
