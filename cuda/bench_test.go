@@ -53,30 +53,35 @@ func BenchmarkGPUMatMul(b *testing.B) {
 		name    string
 		M, N, K int
 		cublas  bool // through cuBLAS even where the GEMV or row-product kernel applies
+		warp    bool // one row on the warp-per-column GEMV, not vla_gemv_stream
 	}{
-		{"gemv_bf16_1x4096x12288", 1, 12288, 4096, false},
-		{"gemv_bf16_1x4096x12288_cublas", 1, 12288, 4096, true},
-		{"gemv_bf16_1x12288x4096", 1, 4096, 12288, false},
-		{"gemv_bf16_1x4096x4096", 1, 4096, 4096, false}, // a decode layer's o
-		{"gemv_bf16_1x4096x6144", 1, 6144, 4096, false}, // its q, k, v together
-		{"matmul_bf16_4x4096x12288", 4, 12288, 4096, false},
-		{"gemm_bf16_3030x4096x12288", 3030, 12288, 4096, false},
+		{"gemv_bf16_1x4096x12288", 1, 12288, 4096, false, false},
+		{"gemv_bf16_1x4096x12288_warp", 1, 12288, 4096, false, true},
+		{"gemv_bf16_1x4096x12288_cublas", 1, 12288, 4096, true, false},
+		{"gemv_bf16_1x12288x4096", 1, 4096, 12288, false, false},
+		{"gemv_bf16_1x12288x4096_warp", 1, 4096, 12288, false, true},
+		{"gemv_bf16_1x4096x4096", 1, 4096, 4096, false, false}, // a decode layer's o
+		{"gemv_bf16_1x4096x4096_warp", 1, 4096, 4096, false, true},
+		{"gemv_bf16_1x4096x6144", 1, 6144, 4096, false, false}, // its q, k, v together
+		{"gemv_bf16_1x4096x6144_warp", 1, 6144, 4096, false, true},
+		{"matmul_bf16_4x4096x12288", 4, 12288, 4096, false, false},
+		{"gemm_bf16_3030x4096x12288", 3030, 12288, 4096, false, false},
 		// The action expert's projections (64 tokens; bench/results/cuda-kernels.md):
 		// vla_gemm_rows against cuBLAS.
-		{"rows_bf16_64x2048x2048", 64, 2048, 2048, false},
-		{"rows_bf16_64x1024x2048", 64, 1024, 2048, false},
-		{"rows_bf16_64x8256x2048", 64, 8256, 2048, false},
-		{"rows_bf16_64x2048x8256", 64, 2048, 8256, false},
-		{"gemm_bf16_64x2048x2048_cublas", 64, 2048, 2048, true},
-		{"gemm_bf16_64x1024x2048_cublas", 64, 1024, 2048, true},
-		{"gemm_bf16_64x8256x2048_cublas", 64, 8256, 2048, true},
-		{"gemm_bf16_64x2048x8256_cublas", 64, 2048, 8256, true},
+		{"rows_bf16_64x2048x2048", 64, 2048, 2048, false, false},
+		{"rows_bf16_64x1024x2048", 64, 1024, 2048, false, false},
+		{"rows_bf16_64x8256x2048", 64, 8256, 2048, false, false},
+		{"rows_bf16_64x2048x8256", 64, 2048, 8256, false, false},
+		{"gemm_bf16_64x2048x2048_cublas", 64, 2048, 2048, true, false},
+		{"gemm_bf16_64x1024x2048_cublas", 64, 1024, 2048, true, false},
+		{"gemm_bf16_64x8256x2048_cublas", 64, 8256, 2048, true, false},
+		{"gemm_bf16_64x2048x8256_cublas", 64, 2048, 8256, true, false},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			if err := be.run(func(g *gpu) error { g.noGEMV, g.noRows = c.cublas, c.cublas; return nil }); err != nil {
+			if err := be.run(func(g *gpu) error { g.noGEMV, g.noRows, g.noStream = c.cublas, c.cublas, c.warp; return nil }); err != nil {
 				b.Fatal(err)
 			}
-			defer be.run(func(g *gpu) error { g.noGEMV, g.noRows = false, false; return nil })
+			defer be.run(func(g *gpu) error { g.noGEMV, g.noRows, g.noStream = false, false, false; return nil })
 			wBytes := float64(c.N) * float64(c.K) * 2
 			n := rotation(wBytes)
 			ws := make([]backend.Tensor, n)
@@ -335,21 +340,31 @@ func BenchmarkGPUGraph(b *testing.B) {
 		name         string
 		graph        bool
 		serial, late bool
+		warp         bool // the warp-per-column GEMVs, not vla_gemv_stream
+		slots        int  // vla_gemv_stream's ring (0: gstreamSlots)
 	}{
-		{"decode_4_layers_direct", false, false, false},
-		{"decode_4_layers_graph", true, false, false},
-		{"decode_4_layers_graph_serial", true, true, false},
-		{"decode_4_layers_graph_late", true, false, true},
+		{"decode_4_layers_direct", false, false, false, false, 0},
+		{"decode_4_layers_graph", true, false, false, false, 0},
+		{"decode_4_layers_graph_warp", true, false, false, true, 0},
+		{"decode_4_layers_graph_slots16", true, false, false, false, 16},
+		{"decode_4_layers_graph_slots48", true, false, false, false, 48},
+		{"decode_4_layers_graph_serial", true, true, false, false, 0},
+		{"decode_4_layers_graph_late", true, false, true, false, 0},
+		{"decode_4_layers_graph_late_warp", true, false, true, true, 0},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			if err := be.SetSerialLaunches(c.serial); err != nil {
 				b.Fatal(err)
 			}
 			defer be.SetSerialLaunches(false)
-			if err := be.run(func(g *gpu) error { g.gemvLate = c.late; return nil }); err != nil {
+			slots := c.slots
+			if slots == 0 {
+				slots = gstreamSlots
+			}
+			if err := be.run(func(g *gpu) error { g.gemvLate, g.noStream, g.gstreamSlots = c.late, c.warp, slots; return nil }); err != nil {
 				b.Fatal(err)
 			}
-			defer be.run(func(g *gpu) error { g.gemvLate = false; return nil })
+			defer be.run(func(g *gpu) error { g.gemvLate, g.noStream, g.gstreamSlots = false, false, gstreamSlots; return nil })
 			st := newDecodeStack(b, be, decodeFull, 4)
 			fn := st.step
 			if c.graph {

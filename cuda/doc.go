@@ -77,8 +77,11 @@
 // float32 accumulation (CUBLAS_COMPUTE_32F): F16/BF16 weights multiply
 // activations rounded to the weight's type, F32 weights multiply float32
 // activations; the output is float32. A GEMV (one row of x, a 16-bit
-// weight: decoding) takes a kernel of its own that streams the weight once
-// (kernels/gemv.cu). A product of 2 to 64 rows with a 16-bit weight (the
+// weight: decoding) takes a kernel of its own that streams the weight once:
+// on sm_90, vla_gemv_stream (kernels/gemv_stream.cu), the weight brought
+// into shared memory by bulk copies issued before the kernel ahead has
+// ended; elsewhere, or with Backend.SetStreamGEMV(false), a warp per
+// column (kernels/gemv.cu), the same bits. A product of 2 to 64 rows with a 16-bit weight (the
 // action expert's 64 tokens, short prompts) takes vla_gemm_rows
 // (kernels/gemm_rows.cu): tensor cores on 64 × 64 tiles, K split so that
 // about 256 blocks share the weight, the splits' partial sums added in

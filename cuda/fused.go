@@ -384,6 +384,9 @@ func (g *gpu) matmulsInTurn(ops []matmulOperands) error {
 
 // gemv3 queues up to three one-row projections in one vla_gemv3 launch.
 func (g *gpu) gemv3(ops []matmulOperands) error {
+	if g.useStream(ops[0].K) {
+		return g.gemvStream("matmuls gemv stream", ops, gstreamModeSet)
+	}
 	// vla_gemv3_args: float *y[3]; const uint4 *w[3]; const void
 	// *bias[3]; int bdt[3]; int n[3] — 96 bytes, 8-byte aligned.
 	var st [96]byte
@@ -410,6 +413,9 @@ func (g *gpu) gemv3(ops []matmulOperands) error {
 // gemvSwiGLU queues gate = silu(x·wgᵀ)·(x·wuᵀ) for one row of x in one
 // vla_gemv_swiglu launch.
 func (g *gpu) gemvSwiGLU(ga, ua matmulOperands) error {
+	if g.useStream(ga.K) {
+		return g.gemvStream("swiglu gemv stream", []matmulOperands{ga, ua}, gstreamModeGLU)
+	}
 	f := g.k.gemvSwiGLU[kind16(ga.w.dt)]
 	g.args.Reset()
 	g.args.Ptr(ga.d.ptr).Ptr(ga.x.ptr).Ptr(ga.w.ptr).Ptr(ua.w.ptr).I32(int32(ga.N)).I32(int32(ga.K)).

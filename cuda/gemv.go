@@ -28,6 +28,13 @@ func useGEMV(x, w *Tensor, M, K int) bool {
 // accum, dst += x·wᵀ + bias (MatMulResidual's residual add, in the same
 // float steps as the product into scratch and Add).
 func (g *gpu) gemv(d, x, w, bias *Tensor, M, N, K int, accum bool) error {
+	if g.useStream(K) {
+		mode, name := int32(gstreamModeSet), "matmul gemv stream"
+		if accum {
+			mode, name = gstreamModeAdd, "matmul+residual gemv stream"
+		}
+		return g.gemvStream(name, []matmulOperands{{d: d, x: x, w: w, bias: bias, M: M, N: N, K: K}}, mode)
+	}
 	bp, bdt := biasArg(bias)
 	g.args.Reset()
 	g.args.Ptr(d.ptr).Ptr(x.ptr).Ptr(w.ptr).Ptr(bp).I32(bdt).I32(int32(N)).I32(int32(K)).I32(boolArg(accum)).

@@ -71,6 +71,9 @@ type gpu struct {
 	gemvLate       bool                // benchmarks: GEMVs load no weight before the kernel ahead finishes
 	noGEMV         bool                // benchmarks: every MatMul through cuBLAS
 	noRows         bool                // benchmarks: products of 2 to 64 rows through cuBLAS, not vla_gemm_rows
+	gstreamOK      bool                // vla_gemv_stream is built and granted its shared memory
+	noStream       bool                // benchmarks: one-row products on the warp-per-column GEMVs
+	gstreamSlots   int                 // vla_gemv_stream's ring slots (gstreamSlots; tests change it)
 	noEpilogues    bool                // benchmarks: biases and GELUs by kernels of ours, not cuBLASLt
 	flashInPlace   bool                // tests and benchmarks: the flash kernels that read float K and V
 	capture        *capture            // the capture in progress, nil when none
@@ -286,6 +289,7 @@ func (g *gpu) openKernels(o options) (err error) {
 		return err
 	}
 	g.allowRowsSmem()
+	g.allowStreamSmem(arch, major)
 	return nil
 }
 

@@ -158,6 +158,10 @@ func TestKernelConstants(t *testing.T) {
 		"VLA_ROWS_OPS":            rowsOps,
 		"VLA_ROWS_STAGES":         rowsStages,
 		"VLA_ROWS_MAX_SPLITS":     rowsMaxSplits,
+		"VLA_GSTREAM_WARPS":       gstreamWarps,
+		"VLA_GSTREAM_PIECE":       gstreamPiece,
+		"VLA_GSTREAM_ROWS":        gstreamRows,
+		"VLA_GSTREAM_OPS":         gstreamOps,
 	} {
 		m := regexp.MustCompile(`#define ` + name + ` +(\d+)`).FindStringSubmatch(src)
 		if m == nil {

@@ -30,6 +30,9 @@ type kernelSet struct {
 	// gemv.cu: three projections of one row, and gate·up with SiLU
 	// ([0] bf16, [1] f16 weights).
 	gemv3, gemvSwiGLU [2]driver.Function
+	// gemv_stream.cu: the same products with the weight streamed by
+	// bulk copies ([0] bf16, [1] f16 weights).
+	gemvStream [2]driver.Function
 	// gemm_rows.cu: products of 2 to 64 rows ([0] bf16, [1] f16 weights).
 	gemmRows [2]driver.Function
 	// fused.cu.
@@ -94,6 +97,8 @@ func (k *kernelSet) entries() []kernelEntry {
 		{&k.gemv3[1], "vla_gemv3_f16"},
 		{&k.gemvSwiGLU[0], "vla_gemv_swiglu_bf16"},
 		{&k.gemvSwiGLU[1], "vla_gemv_swiglu_f16"},
+		{&k.gemvStream[0], "vla_gemv_stream_bf16"},
+		{&k.gemvStream[1], "vla_gemv_stream_f16"},
 		{&k.gemmRows[0], "vla_gemm_rows_bf16"},
 		{&k.gemmRows[1], "vla_gemm_rows_f16"},
 		{&k.addRMSNorm, "vla_add_rmsnorm"},

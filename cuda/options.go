@@ -124,6 +124,19 @@ func (b *Backend) SetRowProducts(on bool) error {
 	})
 }
 
+// SetStreamGEMV says whether the products of one row with a 16-bit
+// weight take vla_gemv_stream, the weight brought in by bulk copies (on,
+// the default where it is built: sm_90 and NVRTC 12 or later), or the
+// warp-per-column GEMV kernels (off), for the ops queued after the call:
+// for benchmarks that compare the two in one process. Both compute the
+// same bits.
+func (b *Backend) SetStreamGEMV(on bool) error {
+	return b.run(func(g *gpu) error {
+		g.noStream = !on
+		return nil
+	})
+}
+
 // SetSerialLaunches turns programmatic dependent launch off (serial) or
 // back on, where the device has it, for the ops queued after the call (see
 // WithSerialLaunches): for benchmarks that measure the overlap in one

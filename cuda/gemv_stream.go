@@ -1,0 +1,110 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"vlanode/cuda/driver"
+)
+
+// The streamed GEMV kernel (kernels/gemv_stream.cu): the one-row products
+// of gemv.go with the weight brought into shared memory by bulk copies
+// (sm_90), one block an SM over a contiguous range of columns, its first
+// copies issued before it waits for the kernel ahead. It computes the bits
+// of vla_gemv, vla_gemv3 and vla_gemv_swiglu; where it is built (sm_90 and
+// NVRTC 12 or later) it takes their launches. Measured on the H200
+// (bench/results/cuda-kernels.md run 13): the standard workload's decode
+// 104 ms against 111 ms on vla_gemv, the same bits.
+const (
+	gstreamWarps   = 8                 // VLA_GSTREAM_WARPS: warps a block
+	gstreamRows    = 2                 // VLA_GSTREAM_ROWS: rows a warp reads at once
+	gstreamThreads = 32 * gstreamWarps // VLA_GSTREAM_THREADS
+	gstreamPiece   = 4096              // VLA_GSTREAM_PIECE: bytes of a row a step (a slot)
+	gstreamOps     = 3                 // VLA_GSTREAM_OPS
+	gstreamMaxSmem = 227 << 10         // the most shared memory a block may have on sm_90
+	gstreamSlots   = 32                // the default: two steps in flight a warp, 128 KB (16 slots: 4% slower)
+	gstreamModeSet = 0                 // y = x·wᵀ + bias
+	gstreamModeAdd = 1                 // y += x·wᵀ + bias
+	gstreamModeGLU = 2                 // y = silu(x·wgᵀ)·(x·wuᵀ)
+	gstreamArgLen  = 112               // sizeof(vla_gstream_args)
+	gstreamMinArch = 90                // cp.async.bulk and mbarrier transaction counts
+	gstreamMinRTC  = 12                // the NVRTC that knows them (kernels built by older ones trap)
+	gstreamBarrier = 8                 // bytes of shared memory a buffer's barrier takes
+)
+
+// gstreamSmem is a block's dynamic shared memory for slots (a multiple of
+// gstreamWarps·gstreamRows: each warp has slots/gstreamWarps, a buffer
+// of gstreamRows slots for each of its steps in flight, and a barrier a
+// buffer) and x of depth K (rounded, as floats).
+func gstreamSmem(slots, K int) int {
+	return slots*gstreamPiece + slots/gstreamRows*gstreamBarrier + 4*K
+}
+
+// allowStreamSmem turns the streamed GEMV on where it is built: sm_90 or
+// later, an NVRTC of version 12 or later, and the device granting a block
+// 227 KB of shared memory.
+func (g *gpu) allowStreamSmem(arch, rtcMajor int) {
+	g.gstreamSlots = gstreamSlots
+	if arch < gstreamMinArch || rtcMajor < gstreamMinRTC {
+		return
+	}
+	for _, f := range g.k.gemvStream {
+		if err := g.drv.SetFuncAttribute(f, driver.FuncMaxDynamicSharedBytes, gstreamMaxSmem); err != nil {
+			return
+		}
+	}
+	g.gstreamOK = true
+}
+
+// useStream says whether the one-row products of depth K take
+// vla_gemv_stream: where it is built and its ring and x fit a block's
+// shared memory. The choice depends on K alone, and both kernels compute
+// the same bits.
+func (g *gpu) useStream(K int) bool {
+	return g.gstreamOK && !g.noStream && gstreamSmem(g.gstreamSlots, K) <= gstreamMaxSmem
+}
+
+// gemvStream queues the one-row products of ops (one K, one weight type;
+// the caller checked useGEMV for each and useStream(K)) in one vla_gemv_stream launch:
+// mode gstreamModeSet for up to three ops, gstreamModeAdd for one,
+// gstreamModeGLU for gate and up (ops[0].d gets silu(gate)·up).
+func (g *gpu) gemvStream(name string, ops []matmulOperands, mode int32) error {
+	var st [gstreamArgLen]byte
+	le := binary.LittleEndian
+	items := 0
+	for i, a := range ops {
+		bp, bdt := biasArg(a.bias)
+		le.PutUint64(st[8*i:], uint64(a.w.ptr))
+		le.PutUint64(st[24+8*i:], uint64(a.d.ptr))
+		le.PutUint64(st[48+8*i:], uint64(bp))
+		le.PutUint32(st[72+4*i:], uint32(bdt))
+		le.PutUint32(st[84+4*i:], uint32(a.N))
+		items += a.N
+	}
+	if mode == gstreamModeGLU {
+		items = ops[0].N
+	}
+	slots := g.gstreamSlots
+	if slots < gstreamWarps*gstreamRows || slots%(gstreamWarps*gstreamRows) != 0 {
+		return fmt.Errorf("cuda: matmul 1×%d×%d: %d ring slots: want a multiple of %d", items, ops[0].K, slots,
+			gstreamWarps*gstreamRows)
+	}
+	le.PutUint32(st[96:], uint32(mode))
+	le.PutUint32(st[100:], uint32(slots))
+	early := true
+	for _, a := range ops {
+		early = early && g.gemvEarly(a.w)
+	}
+	groups := items // of gstreamRows rows: pairs of columns, or gate and up rows
+	if mode != gstreamModeGLU {
+		groups = (items + 1) / 2
+	}
+	blocks := max(1, min(g.info.SMs, groups))
+	g.args.Reset()
+	g.args.Struct(st[:], 8).Ptr(ops[0].x.ptr).I32(int32(ops[0].K)).I32(boolArg(early))
+	f := g.k.gemvStream[kind16(ops[0].w.dt)]
+	if err := g.launch(name, f, driver.Dim3{uint32(blocks), 1, 1}, block1D(gstreamThreads), uint32(gstreamSmem(slots, ops[0].K))); err != nil {
+		return fmt.Errorf("cuda: matmul 1×%d×%d: %w", items, ops[0].K, err)
+	}
+	return nil
+}
