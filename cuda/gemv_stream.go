@@ -65,20 +65,17 @@ func (g *gpu) useStream(K int) bool {
 }
 
 // gemvStream queues the one-row products of ops (one K, one weight type;
-// the caller checked useGEMV for each and useStream(K)) in one vla_gemv_stream launch:
-// mode gstreamModeSet for up to three ops, gstreamModeAdd for one,
-// gstreamModeGLU for gate and up (ops[0].d gets silu(gate)·up).
+// the caller checked useGEMV for each and useStream(K)) in one
+// vla_gemv_stream launch: mode gstreamModeSet for up to three ops,
+// gstreamModeAdd for one, gstreamModeGLU for gate and up (ops[0].d gets
+// silu(gate)·up).
 func (g *gpu) gemvStream(name string, ops []matmulOperands, mode int32) error {
+	// vla_gstream_args: the ops (putOpArgs), then int mode, slots, pad.
 	var st [gstreamArgLen]byte
 	le := binary.LittleEndian
+	putOpArgs(st[:], ops)
 	items := 0
-	for i, a := range ops {
-		bp, bdt := biasArg(a.bias)
-		le.PutUint64(st[8*i:], uint64(a.w.ptr))
-		le.PutUint64(st[24+8*i:], uint64(a.d.ptr))
-		le.PutUint64(st[48+8*i:], uint64(bp))
-		le.PutUint32(st[72+4*i:], uint32(bdt))
-		le.PutUint32(st[84+4*i:], uint32(a.N))
+	for _, a := range ops {
 		items += a.N
 	}
 	if mode == gstreamModeGLU {

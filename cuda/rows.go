@@ -166,13 +166,8 @@ func (g *gpu) launchRows(xp driver.DevicePtr, ops []matmulOperands, l rowsLayout
 	// *ws; u32 *count — 176 bytes, 8-byte aligned.
 	var st [176]byte
 	le := binary.LittleEndian
-	for i, o := range ops {
-		bp, bdt := biasArg(o.bias)
-		le.PutUint64(st[8*i:], uint64(o.w.ptr))
-		le.PutUint64(st[24+8*i:], uint64(o.d.ptr))
-		le.PutUint64(st[48+8*i:], uint64(bp))
-		le.PutUint32(st[72+4*i:], uint32(bdt))
-		le.PutUint32(st[84+4*i:], uint32(o.N))
+	putOpArgs(st[:], ops)
+	for i := range ops {
 		le.PutUint32(st[96+4*i:], uint32(l.splits[i]))
 		le.PutUint32(st[124+4*i:], uint32(l.tile[i]))
 	}
@@ -229,4 +224,19 @@ func (g *gpu) rowsBuffers(slots int) (ws, count driver.DevicePtr, err error) {
 		}
 	}
 	return ws, g.rowsCount.ptr, nil
+}
+
+// putOpArgs writes the head that vla_rows_args and vla_gstream_args
+// share (96 bytes): the weights, outputs, biases, bias types and column
+// counts of up to three ops, in that order, three slots of each.
+func putOpArgs(st []byte, ops []matmulOperands) {
+	le := binary.LittleEndian
+	for i, o := range ops {
+		bp, bdt := biasArg(o.bias)
+		le.PutUint64(st[8*i:], uint64(o.w.ptr))
+		le.PutUint64(st[24+8*i:], uint64(o.d.ptr))
+		le.PutUint64(st[48+8*i:], uint64(bp))
+		le.PutUint32(st[72+4*i:], uint32(bdt))
+		le.PutUint32(st[84+4*i:], uint32(o.N))
+	}
 }
