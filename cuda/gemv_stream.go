@@ -21,7 +21,7 @@ const (
 	gstreamThreads = 32 * gstreamWarps // VLA_GSTREAM_THREADS
 	gstreamPiece   = 4096              // VLA_GSTREAM_PIECE: bytes of a row a step (a slot)
 	gstreamOps     = 3                 // VLA_GSTREAM_OPS
-	gstreamMaxSmem = 227 << 10         // the most shared memory a block may have on sm_90
+	gstreamMaxSmem = 227 << 10         // the most shared memory a block may have on sm_90: all dynamic (see allowStreamSmem)
 	gstreamSlots   = 32                // the default: two steps in flight a warp, 128 KB (16 slots: 4% slower)
 	gstreamModeSet = 0                 // y = x·wᵀ + bias
 	gstreamModeAdd = 1                 // y += x·wᵀ + bias
@@ -42,14 +42,19 @@ func gstreamSmem(slots, K int) int {
 
 // allowStreamSmem turns the streamed GEMV on where it is built: sm_90 or
 // later, an NVRTC of version 12 or later, and the device granting a block
-// 227 KB of shared memory.
+// 227 KB of dynamic shared memory. (The kernel has no static shared
+// memory: a __shared__ array would make the device refuse this and turn
+// the kernel off, which TestGPUStreamGEMV reports.) gstreamOff says why
+// it is off.
 func (g *gpu) allowStreamSmem(arch, rtcMajor int) {
 	g.gstreamSlots = gstreamSlots
 	if arch < gstreamMinArch || rtcMajor < gstreamMinRTC {
+		g.gstreamOff = fmt.Sprintf("needs sm_%d and NVRTC %d or later (sm_%d, NVRTC %d)", gstreamMinArch, gstreamMinRTC, arch, rtcMajor)
 		return
 	}
 	for _, f := range g.k.gemvStream {
 		if err := g.drv.SetFuncAttribute(f, driver.FuncMaxDynamicSharedBytes, gstreamMaxSmem); err != nil {
+			g.gstreamOff = fmt.Sprintf("%d bytes of shared memory refused: %v", gstreamMaxSmem, err)
 			return
 		}
 	}

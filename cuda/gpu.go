@@ -72,6 +72,7 @@ type gpu struct {
 	noGEMV         bool                // benchmarks: every MatMul through cuBLAS
 	noRows         bool                // benchmarks: products of 2 to 64 rows through cuBLAS, not vla_gemm_rows
 	gstreamOK      bool                // vla_gemv_stream is built and granted its shared memory
+	gstreamOff     string              // why not, when not
 	noStream       bool                // benchmarks: one-row products on the warp-per-column GEMVs
 	gstreamSlots   int                 // vla_gemv_stream's ring slots (gstreamSlots; tests change it)
 	noEpilogues    bool                // benchmarks: biases and GELUs by kernels of ours, not cuBLASLt

@@ -19,7 +19,7 @@ func streamSlots(t *testing.T, b *Backend, slots, K int, fn func()) {
 	t.Helper()
 	noErrs(t, b.run(func(g *gpu) error {
 		if !g.gstreamOK {
-			return fmt.Errorf("vla_gemv_stream is not built here (sm_%d, %s)", g.info.ComputeCapability, g.info.NVRTC)
+			return fmt.Errorf("vla_gemv_stream is off here (sm_%d, %s): %s", g.info.ComputeCapability, g.info.NVRTC, g.gstreamOff)
 		}
 		g.gstreamSlots = slots
 		if !g.useStream(K) {
