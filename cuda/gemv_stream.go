@@ -63,10 +63,11 @@ func (g *gpu) allowStreamSmem(arch, rtcMajor int) {
 
 // useStream says whether the one-row products of depth K take
 // vla_gemv_stream: where it is built and its ring and x fit a block's
-// shared memory. The choice depends on K alone, and both kernels compute
-// the same bits.
+// shared memory (K = 0, an empty sum, stays with the warp kernels, which
+// write the bias alone). The choice depends on K alone, and both kernels
+// compute the same bits.
 func (g *gpu) useStream(K int) bool {
-	return g.gstreamOK && !g.noStream && gstreamSmem(g.gstreamSlots, K) <= gstreamMaxSmem
+	return g.gstreamOK && !g.noStream && K > 0 && gstreamSmem(g.gstreamSlots, K) <= gstreamMaxSmem
 }
 
 // gemvStream queues the one-row products of ops (one K, one weight type;
