@@ -10,10 +10,12 @@ import (
 // StepGraph replays a pass that repeats with the same tensors (a decode
 // step, an Euler step) from one captured graph, on a backend that captures
 // (backend.Capturer) with every unit computed in place (Direct): the first
-// step runs op by op, which sizes the backend's scratch; the second is
-// captured and launched; later ones are launched. A graph is an
-// optimization: when the first step or the capture is refused, Err says
-// why and the caller runs op by op from then on. The zero value is ready.
+// step runs op by op, which sizes the backend's scratch, and is captured
+// right after it is queued, so that the capture and the graph's
+// instantiation run on the host while the GPU runs that step; every later
+// step is launched. A graph is an optimization: when the first step or the
+// capture is refused, Err says why and the caller runs op by op from then
+// on. The zero value is ready.
 type StepGraph struct {
 	g   backend.Graph
 	ran bool
@@ -28,33 +30,37 @@ func (s *StepGraph) Usable(be backend.Backend, exec Runner) bool {
 
 // Run runs one step. It returns false, with Err set, when the first step
 // failed for another reason than ctx: the caller then redoes the step op
-// by op. A refused capture runs the step op by op itself.
+// by op. A refused capture leaves the first step done; a later call (the
+// caller should have checked Usable) then runs its step op by op.
 func (s *StepGraph) Run(ctx context.Context, be backend.Backend, step func() error) (bool, error) {
 	switch {
 	case s.g != nil:
 		return true, s.g.Launch()
-	case !s.ran:
-		s.ran = true
-		if err := step(); err != nil {
-			if ctx.Err() != nil {
-				return true, err
-			}
-			s.err = err
-			return false, nil
+	case s.ran:
+		return true, step()
+	}
+	s.ran = true
+	if err := step(); err != nil {
+		if ctx.Err() != nil {
+			return true, err
 		}
-		return true, nil
+		s.err = err
+		return false, nil
 	}
 	cp, ok := be.(backend.Capturer)
 	if !ok {
-		return false, errors.New("models: step graph on a backend that does not capture")
+		s.err = errors.New("models: step graph on a backend that does not capture")
+		return true, nil
 	}
+	// Nothing runs while capturing: the step queued above is still on the
+	// GPU, and the next step launches the graph.
 	gr, err := cp.CaptureGraph(step)
 	if err != nil {
 		s.err = err
-		return true, step()
+		return true, nil
 	}
 	s.g = gr
-	return true, gr.Launch()
+	return true, nil
 }
 
 // Fail stops the graph: later steps run op by op, and Err says why.

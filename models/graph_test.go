@@ -41,7 +41,7 @@ func TestStepGraph(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, done)
 	}
-	assert.Equal(t, 4, runs, "op by op once, then the graph's three launches")
+	assert.Equal(t, 4, runs, "op by op once (then captured), then the graph's three launches")
 	assert.Equal(t, 1, r.Captures)
 	assert.Equal(t, 3, r.Launches)
 	assert.True(t, g.Captured())

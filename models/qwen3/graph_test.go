@@ -50,7 +50,8 @@ func sameBits(t *testing.T, want, got [][]float32) {
 
 // TestStepGraphLogic decodes through the step graph on the replaying
 // backend and op by op: the same logits at every step; the first step
-// runs op by op, the second is captured, every later one launches it.
+// runs op by op and is captured right after, every later one launches
+// the graph.
 // When the device-position ops refuse, decoding goes on op by op and says
 // why.
 func TestStepGraphLogic(t *testing.T) {
@@ -77,8 +78,8 @@ func TestStepGraphLogic(t *testing.T) {
 	got, graphed, gerr := decode(r)
 	require.NoError(t, gerr)
 	require.True(t, graphed)
-	require.Equal(t, 1, r.Captures, "captured once, on the second step")
-	require.Equal(t, steps-1, r.Launches, "the second step and every later one launch the graph")
+	require.Equal(t, 1, r.Captures, "captured once, right after the first step")
+	require.Equal(t, steps-1, r.Launches, "every step after the first launches the graph")
 	same(got)
 
 	r = replay.New(host)

@@ -29,7 +29,8 @@ type Session struct {
 // memory (backend.DevicePos), with every unit computed in place
 // (models.Direct), a step costs one launch instead of ~20 per layer. The
 // first step runs op by op with the position on the device, which sizes
-// the backend's scratch; the second is captured; later ones replay it.
+// the backend's scratch, and is captured while the GPU runs it; later
+// ones replay the graph.
 // The results are those of the op-by-op path, bit for bit.
 type stepGraph struct {
 	x, pos backend.Tensor // the step's hidden state [1, hidden], its position (I32)

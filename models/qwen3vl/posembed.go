@@ -90,15 +90,10 @@ func (t posTable) row(dst []float32, r int) error {
 
 // gridCache keeps the interpolated position embeddings of the grids seen
 // last: a camera's frames keep their size, so every request after the first
-// reuses them. It also keeps the rows of the last list of grids, put
-// together: building the 16 cameras' 53 MB again for every request cost
-// more than the rest of the vision pass's host work. It is safe for
-// concurrent use.
+// reuses them. It is safe for concurrent use.
 type gridCache struct {
 	mu      sync.Mutex
 	entries map[Grid][]float32
-	lastKey string    // the grids of last
-	last    []float32 // interpolatePositions of those grids
 }
 
 // maxCachedGrids bounds the cache (each 1×20×36 grid holds 720 × 1152
@@ -125,40 +120,16 @@ func (c *gridCache) get(g Grid, compute func() ([]float32, error)) ([]float32, e
 	return v, nil
 }
 
-// interpolatePositions returns the position embeddings of all patches of
-// grids, [patches, hidden] row-major: for each patch the sum, in float32
-// and in transformers' order, of its four table rows times their weights.
-// Each distinct grid is computed once (and kept in cache), and the result
-// for the same list of grids as the last call is that call's: the slice
+// gridPositions returns the position embeddings of the patches of one
+// image of grid g, [g.Patches(), hidden] row-major: for each patch the sum,
+// in float32 and in transformers' order, of its four table rows times
+// their weights. Each grid is computed once and kept in cache: the slice
 // must not be modified.
-func interpolatePositions(t posTable, cache *gridCache, grids []Grid, side, merge int) ([]float32, error) {
-	key := fmt.Sprint(grids, side, merge)
-	cache.mu.Lock()
-	if cache.lastKey == key {
-		out := cache.last
-		cache.mu.Unlock()
-		return out, nil
-	}
-	cache.mu.Unlock()
-	total := 0
-	for _, g := range grids {
-		total += g.Patches()
-	}
-	out := make([]float32, 0, total*t.hidden)
-	for _, g := range grids {
-		v, err := cache.get(g, func() ([]float32, error) { return interpolateGrid(t, g, side, merge) })
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v...)
-	}
-	cache.mu.Lock()
-	cache.lastKey, cache.last = key, out
-	cache.mu.Unlock()
-	return out, nil
+func gridPositions(t posTable, cache *gridCache, g Grid, side, merge int) ([]float32, error) {
+	return cache.get(g, func() ([]float32, error) { return interpolateGrid(t, g, side, merge) })
 }
 
-// interpolateGrid is interpolatePositions for one grid.
+// interpolateGrid computes gridPositions for one grid.
 func interpolateGrid(t posTable, g Grid, side, merge int) ([]float32, error) {
 	out := make([]float32, 0, g.Patches()*t.hidden)
 	rows := make([][]float32, 4)

@@ -205,6 +205,36 @@ func TestVisionMatchesTransformers(t *testing.T) {
 	}
 }
 
+// TestVisionRepeatedGrids embeds images whose grids repeat (the first
+// image again after the others): a repeated grid's position rows are copied
+// on the device from its first image's, and every image's rows must still
+// be transformers' embedding of that image.
+func TestVisionRepeatedGrids(t *testing.T) {
+	var c refCase
+	for _, rc := range referenceCases(t) {
+		if len(rc.prompt.Images.Grids) > 1 {
+			c = rc
+			break
+		}
+	}
+	require.NotNil(t, c.prompt.Images, "no reference case with several images")
+	m, be := loadModel(t, c.dir)
+	im := c.prompt.Images
+	dim := len(im.Pixels) / im.Patches()
+	first := im.Grids[0].Patches()
+	rep := qwen3vl.Images{
+		Pixels: append(append([]float32(nil), im.Pixels...), im.Pixels[:first*dim]...),
+		Grids:  append(append([]qwen3vl.Grid(nil), im.Grids...), im.Grids[0]),
+	}
+	p, err := m.Vision.Begin(&rep)
+	require.NoError(t, err)
+	defer p.Close()
+	want, _ := expectedF32(t, c, "vision_input")
+	hidden := len(want) / im.Patches()
+	want = append(want, want[:first*hidden]...)
+	assertClose(t, "vision_input with the first image repeated", download(t, be, p.Hidden()), want, visionAtol, visionRtol)
+}
+
 func TestLogitsMatchTransformers(t *testing.T) {
 	for _, c := range referenceCases(t) {
 		t.Run(c.String(), func(t *testing.T) {
