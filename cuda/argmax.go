@@ -9,14 +9,22 @@ import (
 	"vlanode/cuda/driver"
 )
 
-// argmaxThreads is VLA_ARGMAX_THREADS (kernels/elementwise.cu).
-const argmaxThreads = 1024
+// The shape of vla_argmax (kernels/elementwise.cu): VLA_ARGMAX_THREADS a
+// block, at most VLA_ARGMAX_BLOCKS blocks, each over a chunk of at least
+// argmaxChunk values; its buffer holds the index, the blocks' counter and
+// a (value, index) pair a block.
+const (
+	argmaxThreads = 256
+	argmaxBlocks  = 128
+	argmaxChunk   = 4 * argmaxThreads
+	argmaxBytes   = 8 + 8*argmaxBlocks
+)
 
 // Argmax is sample.Greedy of x's values (F32, one row or any shape, taken
 // flat) with those at [maskLo, maskHi] taken as -Inf (see
-// backend.Argmaxer): one block of vla_argmax, then the index's 4 bytes
-// brought back instead of the values (a decode step's 155,704 logits are
-// 623 KB). It waits for the GPU.
+// backend.Argmaxer): vla_argmax over up to argmaxBlocks blocks, then the
+// index's 4 bytes brought back instead of the values (a decode step's
+// 155,704 logits are 623 KB). It waits for the GPU.
 func (b *Backend) Argmax(x backend.Tensor, maskLo, maskHi int) (int, error) {
 	xt, err := b.f32Arg("argmax", "x", x)
 	if err != nil {
@@ -35,13 +43,14 @@ func (b *Backend) Argmax(x backend.Tensor, maskLo, maskHi int) (int, error) {
 		if err := g.inCapture("argmax"); err != nil {
 			return err
 		}
-		out, err := g.scratch(&g.argmaxOut, 4)
+		out, err := g.argmaxBuffer()
 		if err != nil {
 			return fmt.Errorf("cuda: argmax: %w", err)
 		}
+		blocks := min(argmaxBlocks, (n+argmaxChunk-1)/argmaxChunk)
 		g.args.Reset()
 		g.args.Ptr(out).Ptr(xt.ptr).I32(int32(n)).I32(lo).I32(hi)
-		if err := g.launch("argmax", g.k.argmax, driver.Dim3{1, 1, 1}, block1D(argmaxThreads), 0); err != nil {
+		if err := g.launch("argmax", g.k.argmax, driver.Dim3{uint32(blocks), 1, 1}, block1D(argmaxThreads), 0); err != nil {
 			return err
 		}
 		buf, err := g.fetch("argmax", out, 4)
@@ -54,6 +63,22 @@ func (b *Backend) Argmax(x backend.Tensor, maskLo, maskHi int) (int, error) {
 		return 0, err
 	}
 	return int(id), nil
+}
+
+// argmaxBuffer returns vla_argmax's buffer, allocated and zeroed on first
+// use (the kernel leaves its counter at zero).
+func (g *gpu) argmaxBuffer() (driver.DevicePtr, error) {
+	if g.argmaxOut != nil {
+		return g.argmaxOut.ptr, nil
+	}
+	p, err := g.scratch(&g.argmaxOut, argmaxBytes)
+	if err != nil {
+		return 0, err
+	}
+	if err := g.drv.MemsetD8Async(p, 0, argmaxBytes, g.stream); err != nil {
+		return 0, fmt.Errorf("zeroing the argmax counter: %w", err)
+	}
+	return p, nil
 }
 
 // argmaxMask is the masked range [lo, hi] of Argmax within [0, n), as

@@ -190,12 +190,13 @@ func flashTiles(tq int, segments []int) int {
 }
 
 // flashSplits is the key splits of a flash launch: 1 when tiles × heads
-// fill the GPU, else as many as one wave of resident blocks holds (a
-// second, partial wave would double the time), each split keeping at
-// least one key tile.
-func flashSplits(tiles, heads, keyTiles, sms int) int {
+// fill the GPU's want blocks (one wave of resident blocks: flashPerSM an
+// SM; 1 and 4 were slower for the expert, bench/results/cuda-kernels.md
+// run 14), else as many as that wave holds (a second, partial wave would
+// double the time), each split keeping at least one key tile.
+func flashSplits(tiles, heads, keyTiles, want int) int {
 	blocks := tiles * heads
-	want := flashPerSM * max(sms, 1)
+	want = max(want, 1)
 	if blocks >= want || keyTiles < 2 {
 		return 1
 	}
@@ -215,7 +216,7 @@ func (g *gpu) attnFlash(a attnCall) error {
 		if a.o.Causal {
 			keys = min(keys, a.o.QPos0+a.tq)
 		}
-		nsplit = flashSplits(tiles, a.o.Heads, (keys+flashBlockK-1)/flashBlockK, g.info.SMs)
+		nsplit = flashSplits(tiles, a.o.Heads, (keys+flashBlockK-1)/flashBlockK, flashPerSM*g.info.SMs)
 	}
 	var po, pml driver.DevicePtr
 	if nsplit > 1 {

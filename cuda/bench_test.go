@@ -54,34 +54,45 @@ func BenchmarkGPUMatMul(b *testing.B) {
 		M, N, K int
 		cublas  bool // through cuBLAS even where the GEMV or row-product kernel applies
 		warp    bool // one row on the warp-per-column GEMV, not vla_gemv_stream
+		mma     bool // 2 to 64 rows on vla_gemm_rows' mma.sync kernel, not its wgmma one
 	}{
-		{"gemv_bf16_1x4096x12288", 1, 12288, 4096, false, false},
-		{"gemv_bf16_1x4096x12288_warp", 1, 12288, 4096, false, true},
-		{"gemv_bf16_1x4096x12288_cublas", 1, 12288, 4096, true, false},
-		{"gemv_bf16_1x12288x4096", 1, 4096, 12288, false, false},
-		{"gemv_bf16_1x12288x4096_warp", 1, 4096, 12288, false, true},
-		{"gemv_bf16_1x4096x4096", 1, 4096, 4096, false, false}, // a decode layer's o
-		{"gemv_bf16_1x4096x4096_warp", 1, 4096, 4096, false, true},
-		{"gemv_bf16_1x4096x6144", 1, 6144, 4096, false, false}, // its q, k, v together
-		{"gemv_bf16_1x4096x6144_warp", 1, 6144, 4096, false, true},
-		{"matmul_bf16_4x4096x12288", 4, 12288, 4096, false, false},
-		{"gemm_bf16_3030x4096x12288", 3030, 12288, 4096, false, false},
+		{"gemv_bf16_1x4096x12288", 1, 12288, 4096, false, false, false},
+		{"gemv_bf16_1x4096x12288_warp", 1, 12288, 4096, false, true, false},
+		{"gemv_bf16_1x4096x12288_cublas", 1, 12288, 4096, true, false, false},
+		{"gemv_bf16_1x12288x4096", 1, 4096, 12288, false, false, false},
+		{"gemv_bf16_1x12288x4096_warp", 1, 4096, 12288, false, true, false},
+		{"gemv_bf16_1x4096x4096", 1, 4096, 4096, false, false, false}, // a decode layer's o
+		{"gemv_bf16_1x4096x4096_warp", 1, 4096, 4096, false, true, false},
+		{"gemv_bf16_1x4096x6144", 1, 6144, 4096, false, false, false}, // its q, k, v together
+		{"gemv_bf16_1x4096x6144_warp", 1, 6144, 4096, false, true, false},
+		{"matmul_bf16_4x4096x12288", 4, 12288, 4096, false, false, false},
+		{"gemm_bf16_3030x4096x12288", 3030, 12288, 4096, false, false, false},
 		// The action expert's projections (64 tokens; bench/results/cuda-kernels.md):
-		// vla_gemm_rows against cuBLAS.
-		{"rows_bf16_64x2048x2048", 64, 2048, 2048, false, false},
-		{"rows_bf16_64x1024x2048", 64, 1024, 2048, false, false},
-		{"rows_bf16_64x8256x2048", 64, 8256, 2048, false, false},
-		{"rows_bf16_64x2048x8256", 64, 2048, 8256, false, false},
-		{"gemm_bf16_64x2048x2048_cublas", 64, 2048, 2048, true, false},
-		{"gemm_bf16_64x1024x2048_cublas", 64, 1024, 2048, true, false},
-		{"gemm_bf16_64x8256x2048_cublas", 64, 8256, 2048, true, false},
-		{"gemm_bf16_64x2048x8256_cublas", 64, 2048, 8256, true, false},
+		// vla_gemm_rows (wgmma where built, and mma.sync) against cuBLAS.
+		{"rows_bf16_64x2048x2048", 64, 2048, 2048, false, false, false},
+		{"rows_bf16_64x1024x2048", 64, 1024, 2048, false, false, false},
+		{"rows_bf16_64x8256x2048", 64, 8256, 2048, false, false, false},
+		{"rows_bf16_64x2048x8256", 64, 2048, 8256, false, false, false},
+		{"rows_bf16_64x2048x2048_mma", 64, 2048, 2048, false, false, true},
+		{"rows_bf16_64x1024x2048_mma", 64, 1024, 2048, false, false, true},
+		{"rows_bf16_64x8256x2048_mma", 64, 8256, 2048, false, false, true},
+		{"rows_bf16_64x2048x8256_mma", 64, 2048, 8256, false, false, true},
+		{"gemm_bf16_64x2048x2048_cublas", 64, 2048, 2048, true, false, false},
+		{"gemm_bf16_64x1024x2048_cublas", 64, 1024, 2048, true, false, false},
+		{"gemm_bf16_64x8256x2048_cublas", 64, 8256, 2048, true, false, false},
+		{"gemm_bf16_64x2048x8256_cublas", 64, 2048, 8256, true, false, false},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			if err := be.run(func(g *gpu) error { g.noGEMV, g.noRows, g.noStream = c.cublas, c.cublas, c.warp; return nil }); err != nil {
+			if err := be.run(func(g *gpu) error {
+				g.noGEMV, g.noRows, g.noStream, g.noRowsWG = c.cublas, c.cublas, c.warp, c.mma
+				return nil
+			}); err != nil {
 				b.Fatal(err)
 			}
-			defer be.run(func(g *gpu) error { g.noGEMV, g.noRows, g.noStream = false, false, false; return nil })
+			defer be.run(func(g *gpu) error {
+				g.noGEMV, g.noRows, g.noStream, g.noRowsWG = false, false, false, false
+				return nil
+			})
 			wBytes := float64(c.N) * float64(c.K) * 2
 			n := rotation(wBytes)
 			ws := make([]backend.Tensor, n)
@@ -163,6 +174,8 @@ func BenchmarkGPUAttention(b *testing.B) {
 			flops: 4 * 128 * 32 * T, rotateKV: true},
 		{name: "expert_64_over_3094", tq: 64, rows: T + 64, o: backend.AttnOpts{Heads: 32, KVHeads: 8, HeadDim: 128, NKV: T + 64},
 			flops: 4 * 128 * 32 * 64 * (T + 64), rotateKV: true},
+		{name: "expert_64_16x8_over_3126", tq: 64, rows: T + 96, o: backend.AttnOpts{Heads: 16, KVHeads: 8, HeadDim: 128, NKV: T + 96},
+			flops: 4 * 128 * 16 * 64 * (T + 96), rotateKV: true},
 		{name: "expert_64_over_3094_inplace", tq: 64, rows: T + 64, o: backend.AttnOpts{Heads: 32, KVHeads: 8, HeadDim: 128, NKV: T + 64},
 			flops: 4 * 128 * 32 * 64 * (T + 64), rotateKV: true, inPlace: true},
 		{name: "vision_16x720_16x72", tq: 16 * 720, rows: 16 * 720, o: vis, flops: 4 * 72 * 16 * 16 * 720 * 720},
@@ -461,6 +474,86 @@ func BenchmarkGPUStepUploads(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkGPUExpertProducts times the action expert's products as a
+// layer queues them (64 tokens, Alpamayo's expert sizes: RMSNorm with q, k
+// and v; o with the residual; RMSNorm with gate, up, SiLU and down), four
+// layers' weights in turn so that none stays in L2, replayed from a
+// graph, on each kernel of vla_gemm_rows (wgmma, where it is built; mma.sync)
+// and on cuBLAS. µs are per layer.
+func BenchmarkGPUExpertProducts(b *testing.B) {
+	be := gpuBackend(b)
+	needCeilings(b, be)
+	const M, H, Q, KV, F, layers, eps = 64, 2048, 2048, 1024, 8256, 4, 1e-6
+	var all []backend.Tensor
+	mk := func(dt tensor.DType, scale float32, shape ...int) backend.Tensor {
+		t := devRandom(b, be, dt, scale, shape...)
+		all = append(all, t)
+		return t
+	}
+	defer func() {
+		for _, t := range all {
+			be.Free(t)
+		}
+	}()
+	type layer struct{ norm1, norm2, wq, wk, wv, wo, wg, wu, wd backend.Tensor }
+	var ls []layer
+	bytes := 0.0
+	w := func(n, k int) backend.Tensor {
+		bytes += 2 * float64(n) * float64(k)
+		return mk(tensor.BF16, float32(1/math.Sqrt(float64(k))), n, k)
+	}
+	for range layers {
+		ls = append(ls, layer{mk(tensor.BF16, 1, H), mk(tensor.BF16, 1, H), w(Q, H), w(KV, H), w(KV, H), w(H, Q), w(F, H), w(F, H), w(H, F)})
+	}
+	x, h := mk(tensor.F32, 1, M, H), mk(tensor.F32, 1, M, H)
+	q, k, v := mk(tensor.F32, 1, M, Q), mk(tensor.F32, 1, M, KV), mk(tensor.F32, 1, M, KV)
+	gate, up := mk(tensor.F32, 1, M, F), mk(tensor.F32, 1, M, F)
+	if err := be.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range ls { // written by nothing from now on, as loaded weights
+		for _, t := range []backend.Tensor{l.norm1, l.norm2, l.wq, l.wk, l.wv, l.wo, l.wg, l.wu, l.wd} {
+			t.(*Tensor).readOnly = true
+		}
+	}
+	step := func() error {
+		for _, l := range ls {
+			if err := backend.RMSNormMatMuls(be, []backend.Tensor{q, k, v}, h, x, l.norm1, eps, []backend.Tensor{l.wq, l.wk, l.wv}, nil); err != nil {
+				return err
+			}
+			if err := backend.MatMulResidual(be, x, h, q, l.wo, nil); err != nil {
+				return err
+			}
+			if err := backend.RMSNormMLP(be, x, h, gate, up, l.norm2, eps, l.wg, l.wu, l.wd); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, kind := range []string{"wgmma", "mma", "cublas"} {
+		b.Run(kind, func(b *testing.B) {
+			if err := be.SetRowProducts(kind != "cublas"); err != nil {
+				b.Fatal(err)
+			}
+			defer be.SetRowProducts(true)
+			if err := be.SetRowsWGMMA(kind == "wgmma"); err != nil {
+				b.Fatal(err)
+			}
+			defer be.SetRowsWGMMA(true)
+			if err := step(); err != nil { // sizes the scratch buffers
+				b.Fatal(err)
+			}
+			gr, err := be.Capture(step)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer gr.Close()
+			med := gpuBench(b, be, benchWork{bytes: bytes}, gr.Launch)
+			b.ReportMetric(float64(med.Nanoseconds())/1e3/layers, "us/layer")
 		})
 	}
 }

@@ -71,7 +71,8 @@
 //
 // The kernels are CUDA C sources embedded from kernels/ (header-free: bf16
 // and f16 are handled as bits), compiled by NVRTC for the device's
-// architecture on first use into a CUBIN, cached under
+// architecture (sm_90a on an sm_90 device with NVRTC 12 or later, for
+// wgmma) on first use into a CUBIN, cached under
 // $XDG_CACHE_HOME/vlanode/kernels (or ~/.cache/vlanode/kernels) by a hash
 // of source, options and NVRTC version. GEMMs go to cublasGemmEx with
 // float32 accumulation (CUBLAS_COMPUTE_32F): F16/BF16 weights multiply
@@ -83,11 +84,13 @@
 // ended; elsewhere, or with Backend.SetStreamGEMV(false), a warp per
 // column (kernels/gemv.cu), the same bits. A product of 2 to 64 rows with a 16-bit weight (the
 // action expert's 64 tokens, short prompts) takes vla_gemm_rows
-// (kernels/gemm_rows.cu): tensor cores on 64 × 64 tiles, K split so that
-// about 256 blocks share the weight, the splits' partial sums added in
-// slot order by each tile's last block, so the bits depend on the shapes
-// alone; q, k and v (or gate and up) in one launch, gate and up with
-// silu(gate)·up written in 16 bits as the down product's input
+// (kernels/gemm_rows.cu): tensor cores on 64 × 64 tiles (on sm_90a the
+// asynchronous warpgroup MMA, wgmma, reading both operands from shared
+// memory; elsewhere, or with Backend.SetRowsWGMMA(false), mma.sync), K
+// split so that about 256 blocks share the weight, the splits' partial
+// sums added in slot order by each tile's last block, so the bits depend
+// on the shapes alone; q, k and v (or gate and up) in one launch, gate and
+// up with silu(gate)·up written in 16 bits as the down product's input
 // (Backend.SetRowProducts(false) sends them to cuBLAS). Attention takes
 // one of three kernels by shape: split flash decoding for up to 4 queries
 // (float32), flash attention on the tensor cores (bf16 operands, float32

@@ -71,6 +71,9 @@ type gpu struct {
 	gemvLate       bool                // benchmarks: GEMVs load no weight before the kernel ahead finishes
 	noGEMV         bool                // benchmarks: every MatMul through cuBLAS
 	noRows         bool                // benchmarks: products of 2 to 64 rows through cuBLAS, not vla_gemm_rows
+	rowsWG         bool                // vla_gemm_rows_wg is built (sm_90a) and granted its shared memory
+	rowsWGOff      string              // why not, when not
+	noRowsWG       bool                // benchmarks: vla_gemm_rows on mma.sync where the wgmma kernel is built
 	gstreamOK      bool                // vla_gemv_stream is built and granted its shared memory
 	gstreamOff     string              // why not, when not
 	noStream       bool                // benchmarks: one-row products on the warp-per-column GEMVs
@@ -271,13 +274,14 @@ func (g *gpu) openKernels(o options) (err error) {
 	if err != nil {
 		return err
 	}
-	cubin, info, err := buildKernels(g.rtc, arch, o.cacheDir, o.noCache)
+	name := archName(arch, major)
+	cubin, info, err := buildKernels(g.rtc, name, o.cacheDir, o.noCache)
 	if err != nil {
 		return err
 	}
 	err = g.loadModule(cubin)
 	if err != nil && info.FromCache && !errors.Is(err, ErrOverBudget) { // a stale or damaged cache entry: rebuild it
-		if cubin, info, err = buildKernels(g.rtc, arch, o.cacheDir, true); err != nil {
+		if cubin, info, err = buildKernels(g.rtc, name, o.cacheDir, true); err != nil {
 			return err
 		}
 		err = g.loadModule(cubin)
@@ -289,7 +293,7 @@ func (g *gpu) openKernels(o options) (err error) {
 	if err := g.k.load(g.drv, g.module); err != nil {
 		return err
 	}
-	g.allowRowsSmem()
+	g.allowRowsSmem(name)
 	g.allowStreamSmem(arch, major)
 	return nil
 }

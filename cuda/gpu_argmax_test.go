@@ -11,8 +11,9 @@ import (
 
 // TestGPUArgmax checks Argmax against sample.Greedy of the values with the
 // masked range set to -Inf: ties to the lowest index (within one thread's
-// elements and across threads), NaNs skipped, masked maxima ignored, every
-// value NaN (-1), every value -Inf, and the vocabulary's size.
+// elements, across threads and across blocks), NaNs skipped, masked maxima
+// ignored, blocks whose values are all NaN, every value NaN (-1), every
+// value -Inf, and the vocabulary's size.
 func TestGPUArgmax(t *testing.T) {
 	b := gpuBackend(t)
 	r := rand.New(rand.NewPCG(7, 13))
@@ -48,6 +49,13 @@ func TestGPUArgmax(t *testing.T) {
 			return v
 		}, 3001, -1, -1},
 		{"all nan", func(n int) []float32 { return filled(n, nan) }, 2048, -1, -1},
+		{"the first blocks all nan", func(n int) []float32 {
+			v := randVals(r, n, 1)
+			for i := range 2500 { // blocks 0, 1 and half of 2 (5 blocks of 1,000)
+				v[i] = nan
+			}
+			return v
+		}, 5000, -1, -1},
 		{"all -inf but nans", func(n int) []float32 {
 			v := filled(n, -inf)
 			v[0], v[1] = nan, nan

@@ -239,13 +239,13 @@ func TestAttnPath(t *testing.T) {
 			t.Errorf("tq %d, %d/%d heads × %d, exact %v: path %d, want %d", c.a.tq, c.a.o.Heads, c.a.o.KVHeads, c.a.o.HeadDim, c.exact, got, c.want)
 		}
 	}
-	if s := flashSplits(1, 32, 49, 132); s != 8 {
+	if s := flashSplits(1, 32, 49, flashPerSM*132); s != 8 {
 		t.Errorf("expert: %d splits, want 8 (256 blocks: one wave of 264)", s)
 	}
-	if s := flashSplits(1, 8, 3, 132); s != 3 {
+	if s := flashSplits(1, 8, 3, flashPerSM*132); s != 3 {
 		t.Errorf("8 heads over 3 key tiles: %d splits, want 3", s)
 	}
-	if s := flashSplits(48, 32, 48, 132); s != 1 {
+	if s := flashSplits(48, 32, 48, flashPerSM*132); s != 1 {
 		t.Errorf("prefill: %d splits, want 1", s)
 	}
 	if n := flashTiles(11520, []int{0, 720, 1440}); n != 24 {

@@ -11,12 +11,43 @@ import (
 )
 
 // vla_gemm_rows (products of 2 to 64 rows) against float64 references of
-// the rounded operands (refProduct), and against cuBLAS. TestGPUMatMul covers its plain
-// mode for more shapes; gpu_fused_test.go checks that the fused ops built
-// on it give the bits of their sequences.
+// the rounded operands (refProduct), and against cuBLAS, on each of its
+// kernels the device has (mma.sync; wgmma on sm_90a). TestGPUMatMul covers
+// its plain mode for more shapes; gpu_fused_test.go checks that the fused
+// ops built on it give the bits of their sequences.
+
+// rowsKernels runs fn as a subtest on the mma.sync kernel, and on the
+// wgmma kernel where it is built. Where it should be (an sm_90 device,
+// NVRTC 12 or later) and is not, the test fails with the reason.
+func rowsKernels(t *testing.T, b *Backend, fn func(t *testing.T)) {
+	var wg bool
+	var why string
+	noErrs(t, b.run(func(g *gpu) error {
+		wg, why = g.rowsWG, g.rowsWGOff
+		major, _, err := g.rtc.Version()
+		if !wg && err == nil && g.info.ComputeCapability == 90 && major >= 12 {
+			return fmt.Errorf("vla_gemm_rows_wg is off on sm_90 with %s: %s", g.info.NVRTC, why)
+		}
+		return err
+	}))
+	for _, kind := range []string{"mma", "wgmma"} {
+		t.Run(kind, func(t *testing.T) {
+			if kind == "wgmma" && !wg {
+				t.Skipf("SKIPPED: the wgmma kernel is not built here: %s", why)
+			}
+			noErrs(t, b.SetRowsWGMMA(kind == "wgmma"))
+			defer b.SetRowsWGMMA(true)
+			fn(t)
+		})
+	}
+}
 
 func TestGPURowProducts(t *testing.T) {
 	b := gpuBackend(t)
+	rowsKernels(t, b, func(t *testing.T) { testRowProducts(t, b) })
+}
+
+func testRowProducts(t *testing.T, b *Backend) {
 	r := rand.New(rand.NewPCG(11, 1))
 	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
 		// Splits of K: 4 ({2, 1024, 2048}) and 8 ({33, 200, 8256}); the
@@ -66,6 +97,10 @@ func TestGPURowProducts(t *testing.T) {
 
 func TestGPURowProductsShared(t *testing.T) {
 	b := gpuBackend(t)
+	rowsKernels(t, b, func(t *testing.T) { testRowProductsShared(t, b) })
+}
+
+func testRowProductsShared(t *testing.T, b *Backend) {
 	r := rand.New(rand.NewPCG(11, 2))
 	// q, k and v of the expert's shape, scaled down: three weights with
 	// different splits in one launch, a bias on one.
@@ -112,6 +147,10 @@ func TestGPURowProductsShared(t *testing.T) {
 
 func TestGPURowProductsSwiGLU(t *testing.T) {
 	b := gpuBackend(t)
+	rowsKernels(t, b, func(t *testing.T) { testRowProductsSwiGLU(t, b) })
+}
+
+func testRowProductsSwiGLU(t *testing.T, b *Backend) {
 	r := rand.New(rand.NewPCG(11, 3))
 	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
 		// {64, 1000, 1024}: K split in two; {3, 8256, 128}: one block a

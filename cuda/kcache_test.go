@@ -126,9 +126,17 @@ func TestPickArch(t *testing.T) {
 }
 
 func TestCompileOptions(t *testing.T) {
-	got := strings.Join(compileOptions(90, []string{"/usr/local/cuda/include"}), " ")
-	if got != "--gpu-architecture=sm_90 --std=c++17 -I/usr/local/cuda/include" {
+	got := strings.Join(compileOptions("sm_90a", []string{"/usr/local/cuda/include"}), " ")
+	if got != "--gpu-architecture=sm_90a --std=c++17 -I/usr/local/cuda/include" {
 		t.Errorf("options %q", got)
+	}
+	for _, c := range []struct {
+		arch, rtc int
+		want      string
+	}{{90, 13, "sm_90a"}, {90, 12, "sm_90a"}, {90, 11, "sm_90"}, {89, 13, "sm_89"}, {100, 13, "sm_100"}} {
+		if got := archName(c.arch, c.rtc); got != c.want {
+			t.Errorf("archName(%d, NVRTC %d) = %s, want %s", c.arch, c.rtc, got, c.want)
+		}
 	}
 	dir := t.TempDir()
 	if got := existingDirs([]string{dir, filepath.Join(dir, "missing"), dir}); len(got) != 1 || got[0] != dir {
@@ -152,6 +160,7 @@ func TestKernelConstants(t *testing.T) {
 		"VLA_ATT_DIMS_PER_THREAD": attMaxHeadDim / attThreads,
 		"VLA_ATT_MAX_BOUNDS":      attMaxBounds,
 		"VLA_ARGMAX_THREADS":      argmaxThreads,
+		"VLA_ARGMAX_BLOCKS":       argmaxBlocks,
 		"VLA_ROWS_BN":             rowsBN,
 		"VLA_ROWS_BK":             rowsBK,
 		"VLA_ROWS_THREADS":        rowsThreads,

@@ -82,9 +82,19 @@ func existingDirs(dirs []string) []string {
 	return out
 }
 
-// compileOptions are the NVRTC options for an architecture (90 = sm_90).
-func compileOptions(arch int, includes []string) []string {
-	opts := []string{fmt.Sprintf("--gpu-architecture=sm_%d", arch), "--std=c++17"}
+// archName is the architecture the kernels are compiled for: sm_90a (the
+// features of sm_90 alone, such as wgmma) where the device is sm_90 and
+// NVRTC knows it (12 and later), else sm_<arch>.
+func archName(arch, rtcMajor int) string {
+	if arch == 90 && rtcMajor >= 12 {
+		return "sm_90a"
+	}
+	return fmt.Sprintf("sm_%d", arch)
+}
+
+// compileOptions are the NVRTC options for an architecture (archName).
+func compileOptions(arch string, includes []string) []string {
+	opts := []string{"--gpu-architecture=" + arch, "--std=c++17"}
 	for _, d := range includes {
 		opts = append(opts, "-I"+d)
 	}
@@ -127,7 +137,7 @@ type KernelInfo struct {
 // buildKernels returns the CUBIN of every kernel for arch, from the disk
 // cache when it holds one for this source, options and NVRTC version, else
 // compiled by NVRTC (and stored). skipCache forces a compilation.
-func buildKernels(rtc *driver.NVRTC, arch int, cacheDir string, skipCache bool) ([]byte, KernelInfo, error) {
+func buildKernels(rtc *driver.NVRTC, arch string, cacheDir string, skipCache bool) ([]byte, KernelInfo, error) {
 	src, err := kernelSource()
 	if err != nil {
 		return nil, KernelInfo{}, err
@@ -137,7 +147,7 @@ func buildKernels(rtc *driver.NVRTC, arch int, cacheDir string, skipCache bool) 
 		return nil, KernelInfo{}, fmt.Errorf("cuda: nvrtc version: %w", err)
 	}
 	opts := compileOptions(arch, existingDirs(includeCandidates()))
-	info := KernelInfo{Arch: fmt.Sprintf("sm_%d", arch), Options: opts}
+	info := KernelInfo{Arch: arch, Options: opts}
 	key := kernelCacheKey(src, opts, fmt.Sprintf("%d.%d", major, minor))
 	if cacheDir != "" {
 		info.CacheFile = filepath.Join(cacheDir, key+".cubin")

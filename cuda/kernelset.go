@@ -34,7 +34,8 @@ type kernelSet struct {
 	// bulk copies ([0] bf16, [1] f16 weights).
 	gemvStream [2]driver.Function
 	// gemm_rows.cu: products of 2 to 64 rows ([0] bf16, [1] f16 weights).
-	gemmRows [2]driver.Function
+	gemmRows   [2]driver.Function
+	gemmRowsWG [2]driver.Function // sm_90a: on wgmma (gpu.rowsWG)
 	// fused.cu.
 	addRMSNorm, qkNormRope, qkNormRopeCache driver.Function
 	biasResidual                            driver.Function // convert.cu
@@ -101,6 +102,8 @@ func (k *kernelSet) entries() []kernelEntry {
 		{&k.gemvStream[1], "vla_gemv_stream_f16"},
 		{&k.gemmRows[0], "vla_gemm_rows_bf16"},
 		{&k.gemmRows[1], "vla_gemm_rows_f16"},
+		{&k.gemmRowsWG[0], "vla_gemm_rows_wg_bf16"},
+		{&k.gemmRowsWG[1], "vla_gemm_rows_wg_f16"},
 		{&k.addRMSNorm, "vla_add_rmsnorm"},
 		{&k.qkNormRope, "vla_qk_norm_rope"},
 		{&k.qkNormRopeCache, "vla_qk_norm_rope_cache"},

@@ -124,6 +124,18 @@ func (b *Backend) SetRowProducts(on bool) error {
 	})
 }
 
+// SetRowsWGMMA says whether the products of 2 to 64 rows that take
+// vla_gemm_rows run on its wgmma kernel (on, the default where it is
+// built: sm_90a, NVRTC 12 or later) or on its mma.sync kernel (off), for
+// the ops queued after the call: for benchmarks that compare the two in
+// one process.
+func (b *Backend) SetRowsWGMMA(on bool) error {
+	return b.run(func(g *gpu) error {
+		g.noRowsWG = !on
+		return nil
+	})
+}
+
 // SetStreamGEMV says whether the products of one row with a 16-bit
 // weight take vla_gemv_stream, the weight brought in by bulk copies (on,
 // the default where it is built: sm_90 and NVRTC 12 or later), or the

@@ -11,7 +11,8 @@ import (
 // The products of 2 to 64 rows with a 16-bit weight take vla_gemm_rows
 // (kernels/gemm_rows.cu) instead of cuBLAS: 64 columns of one weight and a
 // slice of K a block, the partial sums of a tile's slices added by its
-// last block in slot order.
+// last block in slot order. On sm_90a they take vla_gemm_rows_wg, the same
+// kernel on wgmma (gpu.rowsWG).
 const (
 	rowsMaxM    = 64  // rows of x a launch takes
 	rowsBN      = 64  // VLA_ROWS_BN: columns a tile
@@ -42,7 +43,29 @@ const (
 	// products (at most rowsBlocks an op) and of mode 2 (one a gate
 	// tile); a launch that needs more goes to cuBLAS.
 	rowsCounters = rowsMaxSlots
+
+	// The wgmma kernel: the mma.sync kernel's geometry, its stages aligned
+	// to VLA_ROWS_ALIGN bytes.
+	rowsAlign  = 1024
+	rowsWGSmem = rowsSmem + rowsAlign
 )
+
+// rowsGeom is the kernel of a vla_gemm_rows launch (by weight type) and
+// its shared memory.
+type rowsGeom struct {
+	wg   bool
+	f    [2]driver.Function
+	smem uint32
+}
+
+// geom is the kernel that products of 2 to 64 rows take: the same for
+// every shape, which sets the bits a product computes.
+func (g *gpu) geom() rowsGeom {
+	if g.rowsWG && !g.noRowsWG {
+		return rowsGeom{wg: true, f: g.k.gemmRowsWG, smem: rowsWGSmem}
+	}
+	return rowsGeom{f: g.k.gemmRows, smem: rowsSmem}
+}
 
 // RowsScratchBytes is the device memory the row products keep at most:
 // their workspace of partial tiles, the tiles' counters and mode 2's
@@ -58,8 +81,9 @@ const (
 
 // rowsSplits is how many slices of K a product of N columns and depth K
 // is split into: about rowsBlocks blocks in all, at most rowsMaxSplits,
-// and rowsMinStages stages a slice where K has that many. It depends on N and K alone, so a product computes the same bits
-// in every launch it is part of.
+// and rowsMinStages stages a slice where K has that many. It depends on N
+// and K alone, so a product computes the same bits in every launch it is
+// part of.
 func rowsSplits(N, K int) int {
 	tiles := (N + rowsBN - 1) / rowsBN
 	return max(1, min(rowsBlocks/tiles, rowsMaxSplits, (K+rowsBK-1)/rowsBK/rowsMinStages))
@@ -67,13 +91,26 @@ func rowsSplits(N, K int) int {
 
 // allowRowsSmem lets the vla_gemm_rows kernels have rowsSmem bytes of
 // shared memory (above the 48 KB a kernel gets unasked); where the device
-// refuses, the products go to cuBLAS.
-func (g *gpu) allowRowsSmem() {
+// refuses, the products go to cuBLAS. The wgmma kernels, built where the
+// module is compiled for sm_90a (arch), get rowsWGSmem; where refused,
+// the mma.sync kernels run, and rowsWGOff says why.
+func (g *gpu) allowRowsSmem(arch string) {
 	for _, f := range []*driver.Function{&g.k.gemmRows[0], &g.k.gemmRows[1]} {
 		if err := g.drv.SetFuncAttribute(*f, driver.FuncMaxDynamicSharedBytes, rowsSmem); err != nil {
 			*f = 0
 		}
 	}
+	if arch != "sm_90a" {
+		g.rowsWGOff = fmt.Sprintf("needs sm_90a (compiled for %s)", arch)
+		return
+	}
+	for _, f := range g.k.gemmRowsWG {
+		if err := g.drv.SetFuncAttribute(f, driver.FuncMaxDynamicSharedBytes, rowsWGSmem); err != nil {
+			g.rowsWGOff = fmt.Sprintf("%d bytes of shared memory refused: %v", rowsWGSmem, err)
+			return
+		}
+	}
+	g.rowsWG = true
 }
 
 // useRows says whether a product of M rows of xp (in w's type) by w takes
@@ -194,7 +231,11 @@ func (g *gpu) launchRows(xp driver.DevicePtr, ops []matmulOperands, l rowsLayout
 		}
 		name += " " + a.w.dt.String()
 	}
-	err = g.launch(name, g.k.gemmRows[kind16(a.w.dt)], driver.Dim3{uint32(l.blocks), 1, 1}, block1D(rowsThreads), rowsSmem)
+	ge := g.geom()
+	if ge.wg {
+		name += " wgmma"
+	}
+	err = g.launch(name, ge.f[kind16(a.w.dt)], driver.Dim3{uint32(l.blocks), 1, 1}, block1D(rowsThreads), ge.smem)
 	if err != nil {
 		return fmt.Errorf("cuda: matmul %d×%d×%d %v: %w", a.M, a.N, a.K, a.w.dt, err)
 	}

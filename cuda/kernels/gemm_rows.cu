@@ -35,13 +35,25 @@
 // VLA_ROWS_MAX_SPLITS slices of K a tile: its last block loads all their
 // partial sums at once.
 
+//
+// On sm_90a (vla_gemm_rows_wg_*, where NVRTC builds for it) the products
+// run on the asynchronous warpgroup MMA instead: the same tiles, stages,
+// splits, slots, counters, modes and epilogue, but the two warpgroups each
+// take one 64-wide half of every stage's k for the whole 64 × 64 tile with
+// four wgmma m64n64k16 straight from shared memory (no ldmatrix: a handful
+// of instructions a stage instead of 48 a warp), the stages laid out in
+// the 128-byte swizzle that wgmma reads. On the H200 it computes the same
+// bits as the mma.sync kernel (the workload's hash is unchanged) and the
+// expert's products run in 76 µs a layer against 84
+// (bench/results/cuda-kernels.md run 14).
+
 #define VLA_ROWS_BN 64
 #define VLA_ROWS_BK 128
 #define VLA_ROWS_STAGES 3
 #define VLA_ROWS_THREADS 256
 #define VLA_ROWS_MAX_SPLITS 8
 #define VLA_ROWS_OPS 3
-#define VLA_ROWS_TILE (64 * VLA_ROWS_BN) // floats of one partial tile
+#define VLA_ROWS_ALIGN 1024 // the wgmma stages' alignment (the swizzle's period)
 
 // vla_rows_args: the weights of one launch. Op i has n[i] columns in
 // ceil(n[i]/64) tiles of splits[i] blocks each; its blocks start at
@@ -78,35 +90,40 @@ template <bool F16> __device__ __forceinline__ void vla_mma16(float *d, const u3
 	}
 }
 
-// A stage holds 64 rows of VLA_ROWS_BK 16-bit values, VLA_ROWS_CPR
-// 16-byte chunks a row; chunk ch of row r sits at chunk ch ^ (r & 7) (the
-// eight rows that one ldmatrix matrix reads land in eight different bank
-// groups). Thread t copies chunk t % CPR of rows t / CPR + RSi, i < NC, of
-// each operand: the same chunk and swizzle in every stage, so that the
-// addresses are worked out once (a stage's copies are then an add and a
-// cp.async each).
+// A stage holds NR rows of VLA_ROWS_BK 16-bit values (64 of x, BN of
+// w), VLA_ROWS_CPR 16-byte chunks a row; chunk ch of row r sits at chunk
+// ch ^ (r & 7) (the eight rows that one ldmatrix matrix reads land in
+// eight different bank groups). With SW (wgmma) a stage is two halves of
+// 64 k, NR rows of 128 bytes each, chunk c of a half's row r at c ^ (r &
+// 7): the canonical K-major layout with the 128-byte swizzle (rows of an
+// 8-row group 128 bytes apart, groups 1,024 apart). Thread t copies chunk
+// t % CPR of rows t / CPR + RS·i, i < NR/RS, of each operand: the same
+// chunk and swizzle in every stage, so that the addresses are worked out
+// once (a stage's copies are then an add and a cp.async each).
 #define VLA_ROWS_CPR (VLA_ROWS_BK / 8)                 // chunks a row
 #define VLA_ROWS_RB (VLA_ROWS_BK * 2)                  // bytes a row
 #define VLA_ROWS_RS (VLA_ROWS_THREADS / VLA_ROWS_CPR)  // rows one round of copies covers
-#define VLA_ROWS_NC (64 / VLA_ROWS_RS)                 // rounds: copies a thread and stage
-struct vla_rows_stream {
-	const char *src[VLA_ROWS_NC]; // the thread's chunks at the slice's first k (a valid row where out of range)
-	u32 size[VLA_ROWS_NC];        // 16, or 0 for a row out of range (read as zeros)
-	u32 dst;                      // the first chunk's shared offset within a stage
-	int kcol;                     // the chunk's column at the slice's first k
+template <int NR> struct vla_rows_stream {
+	const char *src[NR / VLA_ROWS_RS]; // the thread's chunks at the slice's first k (a valid row where out of range)
+	u32 size[NR / VLA_ROWS_RS];        // 16, or 0 for a row out of range (read as zeros)
+	u32 dst;                           // the first chunk's shared offset within a stage
+	int kcol;                          // the chunk's column at the slice's first k
 };
 
-__device__ __forceinline__ vla_rows_stream vla_rows_stream_at(const u16 *__restrict__ a, int r0, int rows, int K, int k0) {
+template <int NR, bool SW>
+__device__ __forceinline__ vla_rows_stream<NR> vla_rows_stream_at(const u16 *__restrict__ a, int r0, int rows, int K,
+                                                                  int k0) {
 	const int r = threadIdx.x / VLA_ROWS_CPR, ch = threadIdx.x % VLA_ROWS_CPR;
-	vla_rows_stream s;
+	vla_rows_stream<NR> s;
 #pragma unroll
-	for (int i = 0; i < VLA_ROWS_NC; i++) {
+	for (int i = 0; i < NR / VLA_ROWS_RS; i++) {
 		const int ri = r0 + r + VLA_ROWS_RS * i;
 		const bool ok = ri < rows;
 		s.src[i] = (const char *)(a + (u64)(ok ? ri : r0) * K + k0 + ch * 8);
 		s.size[i] = ok ? 16 : 0;
 	}
-	s.dst = (u32)(r * VLA_ROWS_RB + ((ch ^ (r & 7)) << 4));
+	if (SW) s.dst = (u32)((ch >> 3) * NR * 128 + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
+	else s.dst = (u32)(r * VLA_ROWS_RB + ((ch ^ (r & 7)) << 4));
 	s.kcol = k0 + ch * 8;
 	return s;
 }
@@ -114,23 +131,25 @@ __device__ __forceinline__ vla_rows_stream vla_rows_stream_at(const u16 *__restr
 // vla_rows_copy queues this thread's copies of the stage kofs columns
 // past the slice's first k into the stage at smem; columns from K on read
 // as zeros (K's last stage may be part of one).
-__device__ __forceinline__ void vla_rows_copy(const vla_rows_stream &s, u32 smem, int kofs, int K) {
+template <int NR, bool SW>
+__device__ __forceinline__ void vla_rows_copy(const vla_rows_stream<NR> &s, u32 smem, int kofs, int K) {
 	const bool kin = s.kcol + kofs < K;
+	constexpr u32 step = VLA_ROWS_RS * (SW ? 128 : VLA_ROWS_RB); // a round's rows further on
 #pragma unroll
-	for (int i = 0; i < VLA_ROWS_NC; i++)
-		asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem + s.dst + VLA_ROWS_RS * VLA_ROWS_RB * i),
+	for (int i = 0; i < NR / VLA_ROWS_RS; i++)
+		asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem + s.dst + step * i),
 		             "l"(kin ? s.src[i] + 2 * kofs : s.src[i]), "r"(kin ? s.size[i] : 0u)
 		             : "memory");
 }
 
 // vla_rows_sum sets v to the sum of the S partial tiles' float4 at p (the
-// tiles VLA_ROWS_TILE floats apart), added in slot order; every load is
-// issued before the first add.
-__device__ __forceinline__ void vla_rows_sum(float *v, const float *p, int S) {
+// tiles TILE floats apart), added in slot order; every load is issued
+// before the first add.
+template <int TILE> __device__ __forceinline__ void vla_rows_sum(float *v, const float *p, int S) {
 	float4 q[VLA_ROWS_MAX_SPLITS];
 #pragma unroll
 	for (int j = 0; j < VLA_ROWS_MAX_SPLITS; j++)
-		if (j < S) q[j] = __ldcg((const float4 *)(p + (u64)j * VLA_ROWS_TILE));
+		if (j < S) q[j] = __ldcg((const float4 *)(p + (u64)j * TILE));
 	float4 a = q[0];
 #pragma unroll
 	for (int j = 1; j < VLA_ROWS_MAX_SPLITS; j++)
@@ -138,14 +157,66 @@ __device__ __forceinline__ void vla_rows_sum(float *v, const float *p, int S) {
 	v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
 }
 
+// The asynchronous warpgroup MMA (sm_90a): D[64×64] += A[64×16]·B[64×16]ᵀ
+// for the 128 threads of a warpgroup, A and B in shared memory as the
+// descriptors da and db say, D in 32 registers a thread (thread 32w + 4g
+// + q holds rows 16w + g and 16w + g + 8, columns 8j + 2q and 8j + 2q + 1
+// of n8-tile j: d[4j..4j+3]). Issued, not waited for: see
+// vla_wgmma_commit_wait.
+#define VLA_WGMMA_M64N64K16(TY)                                                                                        \
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                             \
+	             "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {"                                             \
+	             "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"                                  \
+	             "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"                         \
+	             "}, %32, %33, p, 1, 1, 0, 0;\n}"                                                                         \
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),                    \
+	               "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),                \
+	               "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),             \
+	               "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),             \
+	               "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                                                     \
+	             : "l"(da), "l"(db), "r"(1))
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define VLA_ROWS_WG_BUILT 1
+template <bool F16> __device__ __forceinline__ void vla_wgmma(float *d, u64 da, u64 db) {
+	if (F16) VLA_WGMMA_M64N64K16("f16");
+	else VLA_WGMMA_M64N64K16("bf16");
+}
+// vla_wgmma_desc describes a K-major operand tile at shared address addr
+// (its 8-row groups 1,024 bytes apart, 128-byte swizzle; addr is the tile's
+// 1,024-aligned base plus 32 bytes a k16 step).
+__device__ __forceinline__ u64 vla_wgmma_desc(u32 addr) {
+	return (u64)((addr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+__device__ __forceinline__ void vla_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+// vla_wgmma_commit_wait ends the warpgroup's batch of wgmma and waits for
+// it; then d (the 32 accumulators) may be read again.
+__device__ __forceinline__ void vla_wgmma_commit_wait(float *d) {
+	asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+	asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+	for (int i = 0; i < 32; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+// The copies by cp.async (the generic proxy) are made visible to wgmma's
+// reads (the async proxy).
+__device__ __forceinline__ void vla_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+#endif
+
 // vla_gemm_rows is the kernel (see the top of the file); early: the
 // weights are written by no kernel, so the first stages' weight copies go
-// before the wait for the kernel ahead.
-template <bool F16>
+// before the wait for the kernel ahead. WG: the wgmma variant (sm_90a).
+template <bool F16, bool WG>
 __device__ __forceinline__ void vla_gemm_rows(const vla_rows_args &p, const u16 *__restrict__ x, int M, int K, int mode,
                                               int early) {
+	constexpr int BN = VLA_ROWS_BN, STAGES = VLA_ROWS_STAGES; // columns a tile, the pipeline's depth
+	constexpr int TILE = 64 * BN;                               // floats of a partial tile
+	constexpr int NACC = 32;                                    // a thread's accumulators
 	extern __shared__ __align__(128) u16 vla_rows_smem[]; // A's stages, then B's
 	u16 *sa = vla_rows_smem;
+	if (WG) { // the stages start at a multiple of VLA_ROWS_ALIGN (the launch asks for that much more)
+		const u32 a0 = vla_smem_addr(sa);
+		sa += (((a0 + VLA_ROWS_ALIGN - 1) & ~(u32)(VLA_ROWS_ALIGN - 1)) - a0) / 2;
+	}
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const int b = blockIdx.x;
 	int op = 0;
@@ -154,41 +225,38 @@ __device__ __forceinline__ void vla_gemm_rows(const vla_rows_args &p, const u16 
 		if (b >= p.block[i]) op = i;
 	const int S = p.splits[op], N = p.n[op];
 	const int local = b - p.block[op], t = local / S, s = local - t * S;
-	const int n0 = t * VLA_ROWS_BN;
+	const int n0 = t * BN;
 	const int kb = (K + VLA_ROWS_BK - 1) / VLA_ROWS_BK;
 	const int kb0 = (int)((long long)kb * s / S), nk = (int)((long long)kb * (s + 1) / S) - kb0;
-	const u32 stageBytes = 64 * VLA_ROWS_RB;
-	const u32 sA = vla_smem_addr(sa), sB = sA + VLA_ROWS_STAGES * stageBytes;
+	const u32 stageA = 64 * VLA_ROWS_RB, stageB = BN * VLA_ROWS_RB;
+	const u32 sA = vla_smem_addr(sa), sB = sA + STAGES * stageA;
 
-	const vla_rows_stream wb = vla_rows_stream_at(p.w[op], n0, N, K, kb0 * VLA_ROWS_BK);
+	const vla_rows_stream<BN> wb = vla_rows_stream_at<BN, WG>(p.w[op], n0, N, K, kb0 * VLA_ROWS_BK);
 	if (early) {
 #pragma unroll
-		for (int st = 0; st < VLA_ROWS_STAGES - 1; st++)
-			if (st < nk) vla_rows_copy(wb, sB + st * stageBytes, st * VLA_ROWS_BK, K);
+		for (int st = 0; st < STAGES - 1; st++)
+			if (st < nk) vla_rows_copy<BN, WG>(wb, sB + st * stageB, st * VLA_ROWS_BK, K);
 	}
 	vla_pdl_enter();
-	const vla_rows_stream xa = vla_rows_stream_at(x, 0, M, K, kb0 * VLA_ROWS_BK);
+	const vla_rows_stream<64> xa = vla_rows_stream_at<64, WG>(x, 0, M, K, kb0 * VLA_ROWS_BK);
 #pragma unroll
-	for (int st = 0; st < VLA_ROWS_STAGES - 1; st++) {
+	for (int st = 0; st < STAGES - 1; st++) {
 		if (st < nk) {
-			if (!early) vla_rows_copy(wb, sB + st * stageBytes, st * VLA_ROWS_BK, K);
-			vla_rows_copy(xa, sA + st * stageBytes, st * VLA_ROWS_BK, K);
+			if (!early) vla_rows_copy<BN, WG>(wb, sB + st * stageB, st * VLA_ROWS_BK, K);
+			vla_rows_copy<64, WG>(xa, sA + st * stageA, st * VLA_ROWS_BK, K);
 		}
 		vla_cp_async_commit();
 	}
 
-	// Warp roles: rows 32wm.., columns 32wn.. of the tile, and of each
-	// stage's 16-wide steps of k the half of group kg (the groups' sums
-	// are added at the end, group 0's first).
+	// Warp roles (mma.sync): rows 32wm.., columns 32wn.. of the tile, and
+	// of each stage's 16-wide steps of k the half of group kg. (wgmma: the
+	// warpgroup kg takes the whole tile and the stage's half kg of k.) The
+	// groups' sums are added at the end, group 0's first.
 	const int wm = warp & 1, wn = (warp >> 1) & 1, kg = warp >> 2;
-	const bool active = 32 * wm < M; // a warp whose rows are all past M only loads
-	float acc[2][4][4];
+	const bool active = WG || 32 * wm < M; // a warp whose rows are all past M only loads
+	float acc[NACC];
 #pragma unroll
-	for (int i = 0; i < 2; i++)
-#pragma unroll
-		for (int j = 0; j < 4; j++)
-#pragma unroll
-			for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
+	for (int i = 0; i < NACC; i++) acc[i] = 0.f;
 
 	// ldmatrix addresses of this lane: A's matrices are (rows 0-7, k 0-7),
 	// (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15), the
@@ -208,29 +276,46 @@ __device__ __forceinline__ void vla_gemm_rows(const vla_rows_args &p, const u16 
 	}
 	const u32 aRow0 = (u32)(32 * wm + ar) * VLA_ROWS_RB, bRow0 = (u32)(32 * wn + br) * VLA_ROWS_RB;
 
-	u32 rd = 0, wr = (VLA_ROWS_STAGES - 1) * stageBytes; // the stages read and refilled
+	u32 rd = 0, wr = STAGES - 1; // the stages read and refilled
 	for (int i = 0; i < nk; i++) {
-		vla_cp_async_wait<VLA_ROWS_STAGES - 2>();
+		vla_cp_async_wait<STAGES - 2>();
+#if defined(VLA_ROWS_WG_BUILT)
+		if (WG) vla_fence_proxy_async();
+#endif
 		__syncthreads();
-		if (i + VLA_ROWS_STAGES - 1 < nk) {
-			const int kofs = (i + VLA_ROWS_STAGES - 1) * VLA_ROWS_BK;
-			vla_rows_copy(wb, sB + wr, kofs, K);
-			vla_rows_copy(xa, sA + wr, kofs, K);
+		if (i + STAGES - 1 < nk) {
+			const int kofs = (i + STAGES - 1) * VLA_ROWS_BK;
+			vla_rows_copy<BN, WG>(wb, sB + wr * stageB, kofs, K);
+			vla_rows_copy<64, WG>(xa, sA + wr * stageA, kofs, K);
 		}
 		vla_cp_async_commit();
-		wr = wr + stageBytes == VLA_ROWS_STAGES * stageBytes ? 0 : wr + stageBytes;
-		const u32 ra = sA + rd + aRow0, rb = sB + rd + bRow0;
-		rd = rd + stageBytes == VLA_ROWS_STAGES * stageBytes ? 0 : rd + stageBytes;
+		wr = wr + 1 == STAGES ? 0 : wr + 1;
+		const u32 ra = sA + rd * stageA, rb = sB + rd * stageB;
+		rd = rd + 1 == STAGES ? 0 : rd + 1;
+		if (WG) {
+#if defined(VLA_ROWS_WG_BUILT)
+			// The warpgroup's half of the stage: 4 steps of 16 k, 32
+			// bytes apart in the swizzled rows. Waited for before the
+			// next stage's copies may overwrite the stage.
+			vla_wgmma_fence();
+#pragma unroll
+			for (int h = 0; h < VLA_ROWS_KH; h++)
+				vla_wgmma<F16>(acc, vla_wgmma_desc(ra + kg * 64 * 128 + 32 * h),
+				               vla_wgmma_desc(rb + kg * BN * 128 + 32 * h));
+			vla_wgmma_commit_wait(acc);
+#endif
+			continue;
+		}
 		if (!active) continue;
 #pragma unroll
 		for (int h = 0; h < VLA_ROWS_KH; h++) {
 			u32 a[2][4], bf[4][2];
 #pragma unroll
-			for (int mt = 0; mt < 2; mt++) vla_ldmatrix_x4(a[mt], ra + 16 * VLA_ROWS_RB * mt + offA[h]);
+			for (int mt = 0; mt < 2; mt++) vla_ldmatrix_x4(a[mt], ra + aRow0 + 16 * VLA_ROWS_RB * mt + offA[h]);
 #pragma unroll
 			for (int np = 0; np < 2; np++) {
 				u32 q[4];
-				vla_ldmatrix_x4(q, rb + 16 * VLA_ROWS_RB * np + offB[h]);
+				vla_ldmatrix_x4(q, rb + bRow0 + 16 * VLA_ROWS_RB * np + offB[h]);
 				bf[2 * np][0] = q[0];
 				bf[2 * np][1] = q[1];
 				bf[2 * np + 1][0] = q[2];
@@ -239,36 +324,40 @@ __device__ __forceinline__ void vla_gemm_rows(const vla_rows_args &p, const u16 
 #pragma unroll
 			for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-				for (int nt = 0; nt < 4; nt++) vla_mma16<F16>(acc[mt][nt], a[mt], bf[nt][0], bf[nt][1]);
+				for (int nt = 0; nt < 4; nt++) vla_mma16<F16>(acc + mt * 16 + nt * 4, a[mt], bf[nt][0], bf[nt][1]);
 		}
 	}
+
+	// The block's weights are all read: the next kernel may be placed as
+	// the blocks that are not a tile's last exit, and load its first
+	// weights while the last ones add the partial sums (it still waits
+	// for this kernel to finish before it reads what this one writes).
+	vla_pdl_launch();
 
 	// Group 1's sums to group 0 through the first stages (no copy is
 	// pending: the last stages' groups were empty).
 	vla_cp_async_wait<0>();
 	__syncthreads();
-	float *xs = (float *)vla_rows_smem + (warp & 3) * 32 * 32 + lane;
+	float *xs = (float *)sa + (warp & 3) * 32 * NACC + lane;
 	if (kg == 1) {
 #pragma unroll
-		for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-			for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-				for (int e = 0; e < 4; e++) xs[(mt * 16 + nt * 4 + e) * 32] = acc[mt][nt][e];
+		for (int i = 0; i < NACC; i++) xs[i * 32] = acc[i];
 	}
 	__syncthreads();
 	if (kg == 0) {
 #pragma unroll
-		for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-			for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-				for (int e = 0; e < 4; e++) acc[mt][nt][e] += xs[(mt * 16 + nt * 4 + e) * 32];
+		for (int i = 0; i < NACC; i++) acc[i] += xs[i * 32];
 	}
 
-	// Fragment (mt, nt), element e: row 32wm + 16mt + g + 8(e/2), column
-	// 32wn + 8nt + 2tq + e%2 of the tile (group 0's warps).
+	// Accumulator i of a group-0 thread: row vr(i), column vc(i) of the
+	// tile; i and i + 1 (i even) are columns c and c + 1 of one row.
+	// mma.sync: fragment (mt, nt) = (i / 16, i / 4 % 4), element e = i %
+	// 4 at row 32wm + 16mt + g + 8(e/2), column 32wn + 8nt + 2tq + e%2.
+	// wgmma: n8-tile j = i / 4, element e = i % 4 at row 16(warp) + g +
+	// 8(e/2), column 8j + 2tq + e%2.
 	const int g = lane >> 2, tq = lane & 3;
+	auto vr = [&](int i) { return WG ? 16 * (warp & 3) + g + 8 * ((i >> 1) & 1) : 32 * wm + 16 * (i >> 4) + g + 8 * ((i >> 1) & 1); };
+	auto vc = [&](int i) { return WG ? 8 * (i >> 2) + 2 * tq + (i & 1) : 32 * wn + 8 * ((i >> 2) & 3) + 2 * tq + (i & 1); };
 	float *__restrict__ y = p.y[op];
 	const int o0 = mode == 2 ? 0 : op; // the op whose counters and slots the tile uses
 	const int arrivals = mode == 2 ? 2 * S : S;
@@ -277,37 +366,26 @@ __device__ __forceinline__ void vla_gemm_rows(const vla_rows_args &p, const u16 
 		const void *bias = mode == 2 ? 0 : p.bias[op];
 		if (kg == 0)
 #pragma unroll
-		for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-			for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-				for (int e = 0; e < 4; e++) {
-					const int r = 32 * wm + 16 * mt + g + 8 * (e >> 1), n = n0 + 32 * wn + 8 * nt + 2 * tq + (e & 1);
-					if (r < M && n < N) {
-						const u64 at = (u64)r * N + n;
-						float v = acc[mt][nt][e];
-						if (mode == 1) v = y[at] + v;
-						if (bias) v += vla_load(bias, p.bdt[op], n);
-						y[at] = v;
-					}
+			for (int i = 0; i < NACC; i++) {
+				const int r = vr(i), n = n0 + vc(i);
+				if (r < M && n < N) {
+					const u64 at = (u64)r * N + n;
+					float v = acc[i];
+					if (mode == 1) v = y[at] + v;
+					if (bias) v += vla_load(bias, p.bdt[op], n);
+					y[at] = v;
 				}
+			}
 		if (mode != 2) return;
 	} else if (kg == 0) {
-		float *part = p.ws + (u64)(p.slot[o0] + t * arrivals + (mode == 2 ? op * S + s : s)) * VLA_ROWS_TILE;
+		float *part = p.ws + (u64)(p.slot[o0] + t * arrivals + (mode == 2 ? op * S + s : s)) * TILE;
 #pragma unroll
-		for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-			for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-				for (int h = 0; h < 2; h++) {
-					const int r = 32 * wm + 16 * mt + g + 8 * h, c = 32 * wn + 8 * nt + 2 * tq;
-					*(float2 *)(part + r * VLA_ROWS_BN + c) = make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
-				}
+		for (int i = 0; i < NACC; i += 2) *(float2 *)(part + vr(i) * BN + vc(i)) = make_float2(acc[i], acc[i + 1]);
 	}
 
 	// Arrive; the last block of the tile finishes it. (The flag lives in
-	// the first stage: every warp is past its last ldmatrix at the first
-	// barrier, and no copy is pending.)
+	// the first stage: every warp is past its last read of the stages at
+	// the first barrier, and no copy is pending.)
 	const int ct = p.tile[o0] + t;
 	volatile int *last = (volatile int *)sa;
 	__threadfence();
@@ -316,11 +394,11 @@ __device__ __forceinline__ void vla_gemm_rows(const vla_rows_args &p, const u16 
 	__syncthreads();
 	if (!*last) return;
 	__threadfence();
-	const float *ws = p.ws + (u64)(p.slot[o0] + t * arrivals) * VLA_ROWS_TILE;
-	const int end = min(M, 64) * (VLA_ROWS_BN / 4); // rows past M are not written
+	const float *ws = p.ws + (u64)(p.slot[o0] + t * arrivals) * TILE;
+	const int end = min(M, 64) * (BN / 4); // rows past M are not written
 #pragma unroll 2
 	for (int e4 = tid; e4 < end; e4 += VLA_ROWS_THREADS) {
-		const int r = e4 / (VLA_ROWS_BN / 4), c = (e4 % (VLA_ROWS_BN / 4)) * 4;
+		const int r = e4 / (BN / 4), c = (e4 % (BN / 4)) * 4;
 		float v[4], u[4];
 		if (S == 1) { // mode 2: the products are in y[0] and y[1]
 			const u64 at = (u64)r * N + n0 + c;
@@ -337,8 +415,8 @@ __device__ __forceinline__ void vla_gemm_rows(const vla_rows_args &p, const u16 
 				}
 			}
 		} else {
-			vla_rows_sum(v, ws + e4 * 4, S);
-			if (mode == 2) vla_rows_sum(u, ws + (u64)S * VLA_ROWS_TILE + e4 * 4, S);
+			vla_rows_sum<TILE>(v, ws + e4 * 4, S);
+			if (mode == 2) vla_rows_sum<TILE>(u, ws + (u64)S * TILE + e4 * 4, S);
 		}
 #pragma unroll
 		for (int j = 0; j < 4; j++) {
@@ -358,13 +436,23 @@ __device__ __forceinline__ void vla_gemm_rows(const vla_rows_args &p, const u16 
 	if (tid == 0) p.count[ct] = 0;
 }
 
-extern "C" __global__ void __launch_bounds__(VLA_ROWS_THREADS)
-    vla_gemm_rows_bf16(vla_rows_args p, const u16 *__restrict__ x, int M, int K, int mode, int early) {
-	vla_gemm_rows<false>(p, x, M, K, mode, early);
-}
+#define VLA_ROWS_KERNEL(name, F16, WG)                                                                                 \
+	extern "C" __global__ void __launch_bounds__(VLA_ROWS_THREADS)                                                    \
+	    name(vla_rows_args p, const u16 *__restrict__ x, int M, int K, int mode, int early) {                         \
+		vla_gemm_rows<F16, WG>(p, x, M, K, mode, early);                                                           \
+	}
 
-extern "C" __global__ void __launch_bounds__(VLA_ROWS_THREADS)
-    vla_gemm_rows_f16(vla_rows_args p, const u16 *__restrict__ x, int M, int K, int mode, int early) {
-	vla_gemm_rows<true>(p, x, M, K, mode, early);
-}
-
+VLA_ROWS_KERNEL(vla_gemm_rows_bf16, false, false)
+VLA_ROWS_KERNEL(vla_gemm_rows_f16, true, false)
+#if defined(VLA_ROWS_WG_BUILT)
+VLA_ROWS_KERNEL(vla_gemm_rows_wg_bf16, false, true)
+VLA_ROWS_KERNEL(vla_gemm_rows_wg_f16, true, true)
+#else
+// Not built (not sm_90a): the Go side never launches them (gpu.rowsWG).
+#define VLA_ROWS_UNBUILT(name)                                                                                          \
+	extern "C" __global__ void name(vla_rows_args p, const u16 *__restrict__ x, int M, int K, int mode, int early) {  \
+		vla_pdl_enter();                                                                                           \
+	}
+VLA_ROWS_UNBUILT(vla_gemm_rows_wg_bf16)
+VLA_ROWS_UNBUILT(vla_gemm_rows_wg_f16)
+#endif

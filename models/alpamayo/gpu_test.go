@@ -114,21 +114,23 @@ func BenchmarkStandardWorkload(b *testing.B) {
 	// added by kernels of ours instead of cuBLASLt's epilogues, then with
 	// the greedy tokens picked on the host from downloaded logits, then
 	// with the products of 2 to 64 rows (the expert's) through cuBLAS
-	// instead of vla_gemm_rows, then with the one-row products on the
+	// instead of vla_gemm_rows, then with vla_gemm_rows on mma.sync instead
+	// of wgmma (where that is built), then with the one-row products on the
 	// warp-per-column GEMVs instead of vla_gemv_stream, then op by op: all
 	// in the same process, for their ratios.
 	cb := gpu.(*cuda.Backend)
 	for _, v := range []struct {
 		name                                              string
 		noGraphs, serial, noEpilogues, hostGreedy, noRows bool
-		warpGEMV                                          bool
+		warpGEMV, mmaRows                                 bool
 	}{
-		{"graphs", false, false, false, false, false, false}, {"graphs-serial", false, true, false, false, false, false},
-		{"graphs-no-epilogues", false, false, true, false, false, false},
-		{"graphs-host-greedy", false, false, false, true, false, false},
-		{"graphs-cublas-rows", false, false, false, false, true, false},
-		{"graphs-warp-gemv", false, false, false, false, false, true},
-		{"op-by-op", true, false, false, false, false, false},
+		{"graphs", false, false, false, false, false, false, false}, {"graphs-serial", false, true, false, false, false, false, false},
+		{"graphs-no-epilogues", false, false, true, false, false, false, false},
+		{"graphs-host-greedy", false, false, false, true, false, false, false},
+		{"graphs-cublas-rows", false, false, false, false, true, false, false},
+		{"graphs-mma-rows", false, false, false, false, false, false, true},
+		{"graphs-warp-gemv", false, false, false, false, false, true, false},
+		{"op-by-op", true, false, false, false, false, false, false},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			m.VLM.Text.NoGraphs, m.Expert.NoGraphs = v.noGraphs, v.noGraphs
@@ -142,6 +144,8 @@ func BenchmarkStandardWorkload(b *testing.B) {
 			defer cb.SetRowProducts(true)
 			require.NoError(b, cb.SetStreamGEMV(!v.warpGEMV))
 			defer cb.SetStreamGEMV(true)
+			require.NoError(b, cb.SetRowsWGMMA(!v.mmaRows))
+			defer cb.SetRowsWGMMA(true)
 			var last *alpamayo.Result
 			for i := 0; i < b.N+1; i++ { // the first run warms up (kernel compile, cuBLAS)
 				if i == 1 {
