@@ -50,6 +50,30 @@ type Fused interface {
 	// wu, wd) then Add(x, x, h): a decoder layer's whole MLP block, norm
 	// and residual included; h, gate and up are scratch.
 	RMSNormMLP(x, h, gate, up, nw Tensor, eps float32, wg, wu, wd Tensor) error
+	// RopeAttention is Rope(q, cos, sin, o.HeadDim), Rope(k, cos, sin,
+	// o.HeadDim) then Attention(dst, q, k, v, o): a vision block's rotary
+	// embeddings and attention; q and k are left holding anything (a fused
+	// kernel rotates them as it reads them).
+	RopeAttention(dst, q, k, v, cos, sin Tensor, o AttnOpts) error
+}
+
+// RopeAttention runs Fused.RopeAttention on be, or its sequence.
+func RopeAttention(be Backend, dst, q, k, v, cos, sin Tensor, o AttnOpts) error {
+	if f, ok := be.(Fused); ok {
+		return f.RopeAttention(dst, q, k, v, cos, sin, o)
+	}
+	return RopeAttentionSeq(be, dst, q, k, v, cos, sin, o)
+}
+
+// RopeAttentionSeq is the sequence of Fused.RopeAttention, op by op.
+func RopeAttentionSeq(be Backend, dst, q, k, v, cos, sin Tensor, o AttnOpts) error {
+	if err := be.Rope(q, cos, sin, o.HeadDim); err != nil {
+		return err
+	}
+	if err := be.Rope(k, cos, sin, o.HeadDim); err != nil {
+		return err
+	}
+	return be.Attention(dst, q, k, v, o)
 }
 
 // AddRMSNorm runs Fused.AddRMSNorm on be, or its sequence.

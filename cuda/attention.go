@@ -39,7 +39,7 @@ const (
 //
 // A query that sees no key gets zeros. dst must not overlap q, k or v.
 func (b *Backend) Attention(dst, q, k, v backend.Tensor, o backend.AttnOpts) error {
-	return b.attention(dst, q, k, v, o, nil)
+	return b.attention(dst, q, k, v, o, nil, nil)
 }
 
 // AttentionAt is Attention for decoding with the queries' position in
@@ -55,7 +55,60 @@ func (b *Backend) AttentionAt(dst, q, k, v backend.Tensor, o backend.AttnOpts, p
 		return err
 	}
 	o.QPos0 = 0
-	return b.attention(dst, q, k, v, o, p)
+	return b.attention(dst, q, k, v, o, p, nil)
+}
+
+// RopeAttention computes Rope(q), Rope(k), then Attention (see
+// backend.Fused). Where the attention takes the pipelined flash kernel
+// over float K and V of the queries' own rows (the vision encoder's), the
+// keys are rotated as vla_kv_to_bf16 rounds them to bf16 and the queries
+// as the flash kernel loads them: the bits of the sequence, two launches
+// and four passes over q and k fewer, q and k left unrotated
+// (TestGPURopeAttention). Otherwise it runs the sequence.
+func (b *Backend) RopeAttention(dst, q, k, v, cos, sin backend.Tensor, o backend.AttnOpts) error {
+	r, err := b.ropeArgs(q, k, cos, sin, o)
+	if err != nil {
+		return err
+	}
+	if r == nil {
+		return backend.RopeAttentionSeq(b, dst, q, k, v, cos, sin, o)
+	}
+	return b.attention(dst, q, k, v, o, nil, r)
+}
+
+// ropeTables are the rotary tables RopeAttention applies in its kernels.
+type ropeTables struct{ cos, sin *Tensor }
+
+// ropeArgs returns the tables when RopeAttention's rotations can ride in
+// the flash kernels (see RopeAttention), else nil (the sequence checks
+// everything else).
+func (b *Backend) ropeArgs(q, k, cos, sin backend.Tensor, o backend.AttnOpts) (*ropeTables, error) {
+	qt, ok1 := q.(*Tensor)
+	kt, ok2 := k.(*Tensor)
+	ct, ok3 := cos.(*Tensor)
+	st, ok4 := sin.(*Tensor)
+	if !ok1 || !ok2 || !ok3 || !ok4 || o.HeadDim <= 0 || o.HeadDim%8 != 0 {
+		return nil, nil
+	}
+	rows, _ := backend.Matrix(qt)
+	krows, _ := backend.Matrix(kt)
+	cr, cc := backend.Matrix(ct)
+	sr, sc := backend.Matrix(st)
+	if qt.dt != tensor.F32 || kt.dt != tensor.F32 || ct.dt != tensor.F32 || st.dt != tensor.F32 || qt.readOnly || kt.readOnly ||
+		krows != rows || o.NKV != rows || cr != rows || sr != rows || cc != o.HeadDim/2 || sc != o.HeadDim/2 ||
+		(ct.ptr|st.ptr)%16 != 0 {
+		return nil, nil
+	}
+	var fused bool
+	err := b.run(func(g *gpu) error {
+		a := attnCall{d: qt, q: qt, k: kt, v: kt, o: o, tq: rows}
+		fused = !g.flashInPlace && attnPath(a, g.exactAttention) == pathFlash
+		return nil
+	})
+	if err != nil || !fused {
+		return nil, err
+	}
+	return &ropeTables{cos: ct, sin: st}, nil
 }
 
 // posArg checks a device position: an I32 tensor of one element.
@@ -70,7 +123,7 @@ func (b *Backend) posArg(op string, pos backend.Tensor) (*Tensor, error) {
 	return p, nil
 }
 
-func (b *Backend) attention(dst, q, k, v backend.Tensor, o backend.AttnOpts, pos *Tensor) error {
+func (b *Backend) attention(dst, q, k, v backend.Tensor, o backend.AttnOpts, pos *Tensor, rope *ropeTables) error {
 	const op = "attention"
 	d, err := b.dstArg(op, "dst", dst)
 	if err != nil {
@@ -118,6 +171,12 @@ func (b *Backend) attention(dst, q, k, v backend.Tensor, o backend.AttnOpts, pos
 	a := attnCall{d: d, q: qt, k: kt, v: vt, o: o, tq: tq, segs: segmentBytes(o.Segments)}
 	if pos != nil {
 		a.posAt = pos.ptr
+	}
+	if rope != nil {
+		if d.overlaps(rope.cos) || d.overlaps(rope.sin) {
+			return fmt.Errorf("cuda: attention: dst %v overlaps cos or sin", d)
+		}
+		a.rc, a.rs = rope.cos.ptr, rope.sin.ptr
 	}
 	return b.run(func(g *gpu) error {
 		path := attnPath(a, g.exactAttention)

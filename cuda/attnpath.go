@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"vlanode/backend"
@@ -48,6 +49,10 @@ type attnCall struct {
 	// posAt, when not 0, holds the queries' position on the device
 	// (AttentionAt): o.NKV is then the most keys the call may see.
 	posAt driver.DevicePtr
+	// rc and rs, when not 0, are rotary tables that the flash kernels
+	// apply to q and k as they read them (RopeAttention: ropeArgs chose
+	// the pipelined flash kernel over float K and V).
+	rc, rs driver.DevicePtr
 }
 
 func (a attnCall) causal() int32 {
@@ -230,6 +235,8 @@ func (g *gpu) attnFlash(a attnCall) error {
 	kp, vp := a.k.ptr, a.v.ptr
 	hs, rs := uint64(a.o.HeadDim), a.o.KVHeads*a.o.HeadDim // a bf16 cache in place
 	switch {
+	case a.rc != 0 && (a.k.dt != tensor.F32 || g.flashInPlace):
+		return errors.New("cuda: attention: rotary tables for a flash kernel that does not read float K and V through vla_kv_to_bf16")
 	case g.flashInPlace && a.k.dt == tensor.F32:
 		kernel, name = g.k.flash[idx], "attention flash (in place)"
 	case a.k.dt == tensor.BF16 && a.o.HeadDim == hdp && kp%16 == 0 && vp%16 == 0:
@@ -252,7 +259,7 @@ func (g *gpu) attnFlash(a attnCall) error {
 	g.args.Ptr(a.d.ptr).Ptr(out16).Ptr(po).Ptr(pml).Ptr(a.q.ptr).Ptr(kp).Ptr(vp).
 		I32(int32(a.o.Heads)).I32(int32(a.o.KVHeads)).I32(int32(a.o.HeadDim)).I32(int32(a.tq)).I32(int32(a.o.NKV)).
 		F32(float32(float64(a.o.Scale)*log2e)).I32(a.causal()).I32(int32(a.o.QPos0)).
-		I32(int32(a.o.MaskFrom)).I32(int32(a.o.MaskTo)).Struct(a.segs, 4).U64(hs).I32(int32(rs))
+		I32(int32(a.o.MaskFrom)).I32(int32(a.o.MaskTo)).Struct(a.segs, 4).U64(hs).I32(int32(rs)).Ptr(a.rc).Ptr(a.rs)
 	grid := driver.Dim3{uint32(tiles), uint32(a.o.Heads), uint32(nsplit)}
 	if err := g.launch(fmt.Sprintf("%s %d", name, flashHeadDims[idx]), kernel, grid, block1D(flashThreads), 0); err != nil {
 		return err
@@ -279,6 +286,7 @@ func (g *gpu) kvBF16(a attnCall, hdp int) (kb, vb driver.DevicePtr, err error) {
 	if a.k.dt == tensor.BF16 { // already rounded: only the layout changes
 		return kb, vb, g.elementwise("attention k/v layout", g.k.kvBF16ToBF16, 2*per/16)
 	}
+	g.args.Ptr(a.rc).Ptr(a.rs) // rotary tables for K, or none
 	return kb, vb, g.elementwise("attention k/v to bf16", g.k.kvToBF16, 2*per/16)
 }
 

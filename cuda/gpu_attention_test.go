@@ -309,3 +309,48 @@ func TestGPUAttentionBF16KV(t *testing.T) {
 		})
 	}
 }
+
+// TestGPURopeAttention checks RopeAttention against its sequence (Rope of q
+// and of k, then Attention) bit for bit: where the rotations ride in the
+// flash kernels (the vision encoder's segments and head dim 72, GQA with
+// and without a causal mask) and where the sequence runs (four queries:
+// the decode kernel; head dim 36: not a multiple of 8).
+func TestGPURopeAttention(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(5, 21))
+	for _, c := range []struct {
+		name  string
+		rows  int
+		o     backend.AttnOpts
+		fused bool
+	}{
+		{"vision", 1440, backend.AttnOpts{Heads: 16, KVHeads: 16, HeadDim: 72, Segments: []int{0, 720, 1440}}, true},
+		{"gqa", 300, backend.AttnOpts{Heads: 8, KVHeads: 2, HeadDim: 64}, true},
+		{"gqa causal", 200, backend.AttnOpts{Heads: 4, KVHeads: 2, HeadDim: 128, Causal: true}, true},
+		{"decode", 4, backend.AttnOpts{Heads: 4, KVHeads: 2, HeadDim: 64}, false},
+		{"head dim 36", 100, backend.AttnOpts{Heads: 2, KVHeads: 2, HeadDim: 36}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := c.o
+			o.NKV = c.rows
+			o.Scale = float32(1 / math.Sqrt(float64(o.HeadDim)))
+			qc, kc, half := o.Heads*o.HeadDim, o.KVHeads*o.HeadDim, o.HeadDim/2
+			qv, kv, vv := randVals(r, c.rows*qc, 1), randVals(r, c.rows*kc, 1), randVals(r, c.rows*kc, 1)
+			cv, sv := make([]float32, c.rows*half), make([]float32, c.rows*half)
+			for i := range cv {
+				a := r.Float64() * 2 * math.Pi
+				cv[i], sv[i] = float32(math.Cos(a)), float32(math.Sin(a))
+			}
+			cs, sn, v := upload(t, b, cv, c.rows, half), upload(t, b, sv, c.rows, half), upload(t, b, vv, c.rows, kc)
+			rt, err := b.ropeArgs(upload(t, b, qv, c.rows, qc), upload(t, b, kv, c.rows, kc), cs, sn, o)
+			noErrs(t, err)
+			if (rt != nil) != c.fused {
+				t.Fatalf("fused %v, want %v", rt != nil, c.fused)
+			}
+			want, got := alloc(t, b, c.rows, qc), alloc(t, b, c.rows, qc)
+			noErrs(t, backend.RopeAttentionSeq(b, want, upload(t, b, qv, c.rows, qc), upload(t, b, kv, c.rows, kc), v, cs, sn, o))
+			noErrs(t, b.RopeAttention(got, upload(t, b, qv, c.rows, qc), upload(t, b, kv, c.rows, kc), v, cs, sn, o))
+			sameBits(t, "RopeAttention", download(t, b, got), download(t, b, want))
+		})
+	}
+}

@@ -286,3 +286,25 @@ __device__ __forceinline__ void vla_rmsnorm_warp(float *yr, const float *xr, con
 	const float s = (float)(1.0 / sqrt((double)(ms + eps)));
 	for (int i = lane; i < n; i += 32) yr[i] = __fmul_rn(vla_load(w, wdt, i), __fmul_rn(xr[i], s));
 }
+
+// vla_rope_pair rotates (u, v) = (x[i], x[i + half]) by (c, s), exactly as
+// vla_rope's scalar path (rope.cu): each product rounded before the sum.
+__device__ __forceinline__ void vla_rope_pair(float &u, float &v, float c, float s) {
+	const float a = __fsub_rn(__fmul_rn(u, c), __fmul_rn(v, s));
+	v = __fadd_rn(__fmul_rn(v, c), __fmul_rn(u, s));
+	u = a;
+}
+
+// vla_rope4_at is element c..c+3 (c % 4 == 0) of row x rotated by the
+// tables' row ct, st (hd/2 a multiple of 4, x, ct and st 16-byte
+// aligned): the bits vla_rope leaves there.
+__device__ __forceinline__ float4 vla_rope4_at(const float *x, const float *ct, const float *st, int c, int hd) {
+	const int half = hd / 2, i = c < half ? c : c - half;
+	float4 u = *(const float4 *)(x + i), v = *(const float4 *)(x + i + half);
+	const float4 cc = *(const float4 *)(ct + i), ss = *(const float4 *)(st + i);
+	vla_rope_pair(u.x, v.x, cc.x, ss.x);
+	vla_rope_pair(u.y, v.y, cc.y, ss.y);
+	vla_rope_pair(u.z, v.z, cc.z, ss.z);
+	vla_rope_pair(u.w, v.w, cc.w, ss.w);
+	return c < half ? u : v;
+}

@@ -65,17 +65,23 @@ __device__ __forceinline__ vla_fa_tile vla_fa_find_tile(int t, int tq, int nkv, 
 
 // vla_fa_load rounds rows [r0, r0+64) of a float matrix (row stride
 // stride, hd columns used) to bf16 into dst [64][HDP+8]; rows from r1 on
-// and columns from hd on are zeros.
+// and columns from hd on are zeros. With rotary tables rc and rs ([rows,
+// hd/2], not null) each row is first rotated as vla_rope rotates it (the
+// queries of RopeAttention).
 template <int HDP>
 __device__ __forceinline__ void vla_fa_load(u16 *dst, const float *__restrict__ src, u64 stride, int r0, int r1,
-                                            int hd) {
+                                            int hd, const float *__restrict__ rc = 0, const float *__restrict__ rs = 0) {
 	constexpr int C4 = HDP / 4, LD = HDP + 8;
 #pragma unroll
 	for (int e = threadIdx.x; e < VLA_FA_BK * C4; e += VLA_FA_THREADS) {
 		const int r = e / C4, c = (e % C4) * 4;
 		float4 x;
 		x.x = x.y = x.z = x.w = 0.0f;
-		if (r0 + r < r1 && c < hd) x = *(const float4 *)(src + (u64)(r0 + r) * stride + c);
+		if (r0 + r < r1 && c < hd) {
+			const float *row = src + (u64)(r0 + r) * stride;
+			const u64 t = (u64)(r0 + r) * (hd / 2);
+			x = rc ? vla_rope4_at(row, rc + t, rs + t, c, hd) : *(const float4 *)(row + c);
+		}
 		uint2 pk;
 		pk.x = vla_pack_bf16x2(x.x, x.y);
 		pk.y = vla_pack_bf16x2(x.z, x.w);
@@ -228,7 +234,8 @@ __device__ __forceinline__ void vla_flash(float *__restrict__ out, u16 *__restri
                                           float *__restrict__ part_ml, const float *__restrict__ q,
                                           const void *__restrict__ kp, const void *__restrict__ vp, int heads,
                                           int kvheads, int hd, int tq, int nkv, float sl2, int causal, int qpos0,
-                                          int mask_from, int mask_to, const vla_segments &segs, u64 hs, int rs) {
+                                          int mask_from, int mask_to, const vla_segments &segs, u64 hs, int rs,
+                                          const float *__restrict__ rc, const float *__restrict__ rsn) {
 	constexpr int LD = HDP + 8; // shared row stride in bf16: conflict-free fragment loads
 	constexpr int KS = HDP / 16; // k-steps of Q·Kᵀ
 	constexpr int ND = HDP / 8;  // n-tiles of O
@@ -264,7 +271,7 @@ __device__ __forceinline__ void vla_flash(float *__restrict__ out, u16 *__restri
 
 	// Q: staged through vs, then held as A fragments.
 	u16 *qs = vs;
-	vla_fa_load<HDP>(qs, q + (u64)h * hd, qstride, T.q0, T.q1, hd);
+	vla_fa_load<HDP>(qs, q + (u64)h * hd, qstride, T.q0, T.q1, hd, rc, rsn);
 	__syncthreads();
 	const int ra = warp * 16 + g; // this thread's rows of the tile: ra and ra+8
 	u32 qf[KS][4];
@@ -373,10 +380,10 @@ __device__ __forceinline__ void vla_flash(float *__restrict__ out, u16 *__restri
 	         float *__restrict__ part_ml,                                                                            \
 	         const float *__restrict__ q, const void *__restrict__ k, const void *__restrict__ v, int heads,          \
 	         int kvheads, int hd, int tq, int nkv, float sl2, int causal, int qpos0, int mask_from, int mask_to,      \
-	         vla_segments segs, u64 hs, int rs) {                                                                    \
+	         vla_segments segs, u64 hs, int rs, const float *__restrict__ rc, const float *__restrict__ rsn) {      \
 		vla_pdl_enter();                                                                                          \
 		vla_flash<HDP, PIPE>(out, out16, part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0,        \
-		                     mask_from, mask_to, segs, hs, rs);                                                      \
+		                     mask_from, mask_to, segs, hs, rs, rc, rsn);                                             \
 	}
 
 VLA_FLASH_KERNEL(vla_flash_80, 80, false)
@@ -387,8 +394,11 @@ VLA_FLASH_KERNEL(vla_flash_pipe_128, 128, true)
 // vla_kv_to_bf16 rounds K and V [nkv][kvheads*hd] (float) to bf16 copies
 // kb, vb [kvheads][nkv][HDP], zero-padded from hd to HDP: the layout the
 // pipelined flash kernels copy tiles from, 16 bytes at a time. hd % 4 == 0.
+// With rotary tables rc and rs ([nkv, hd/2], not null; hd/2 % 4 == 0) the
+// keys are first rotated as vla_rope rotates them (RopeAttention).
 extern "C" __global__ void vla_kv_to_bf16(uint4 *__restrict__ kb, uint4 *__restrict__ vb, const float *__restrict__ k,
-                                          const float *__restrict__ v, int kvheads, int hd, int hdp, int nkv) {
+                                          const float *__restrict__ v, int kvheads, int hd, int hdp, int nkv,
+                                          const float *__restrict__ rc, const float *__restrict__ rs) {
 	vla_pdl_enter();
 	const int c8 = hdp / 8;
 	const u64 per = (u64)kvheads * nkv * c8; // chunks of 8 per tensor
@@ -399,11 +409,17 @@ extern "C" __global__ void vla_kv_to_bf16(uint4 *__restrict__ kb, uint4 *__restr
 		const int c = (int)(f % c8) * 8;
 		const u64 hj = f / c8; // kvh * nkv + j
 		const int j = (int)(hj % nkv), kvh = (int)(hj / nkv);
-		const float *src = (isv ? v : k) + (u64)j * kstride + (u64)kvh * hd + c;
+		const float *row = (isv ? v : k) + (u64)j * kstride + (u64)kvh * hd, *src = row + c;
 		float4 a, b;
 		a.x = a.y = a.z = a.w = b.x = b.y = b.z = b.w = 0.0f;
-		if (c < hd) a = *(const float4 *)src;
-		if (c + 4 < hd) b = *(const float4 *)(src + 4);
+		if (rc && !isv) {
+			const u64 t = (u64)j * (hd / 2);
+			if (c < hd) a = vla_rope4_at(row, rc + t, rs + t, c, hd);
+			if (c + 4 < hd) b = vla_rope4_at(row, rc + t, rs + t, c + 4, hd);
+		} else {
+			if (c < hd) a = *(const float4 *)src;
+			if (c + 4 < hd) b = *(const float4 *)(src + 4);
+		}
 		uint4 o;
 		o.x = vla_pack_bf16x2(a.x, a.y);
 		o.y = vla_pack_bf16x2(a.z, a.w);

@@ -14,14 +14,6 @@
 // Other shapes take that path still: blocks take rows in turn
 // (grid-stride), threads the (head, i) pairs of a row.
 
-// vla_rope_pair rotates (u, v) = (x[i], x[i + half]) by (c, s), exactly as
-// the scalar path below.
-__device__ __forceinline__ void vla_rope_pair(float &u, float &v, float c, float s) {
-	const float a = __fsub_rn(__fmul_rn(u, c), __fmul_rn(v, s));
-	v = __fadd_rn(__fmul_rn(v, c), __fmul_rn(u, s));
-	u = a;
-}
-
 // vla_rope4 is the float4 path over items = rows·heads·(half/4), the index
 // arithmetic in I: u32 where the items fit, as they do for every model
 // here (a division by a runtime value takes a few times the instructions

@@ -74,10 +74,8 @@ func (b *VisionBlock) Forward(be backend.Backend, x backend.Tensor, s *visionScr
 			return backend.MatMuls(be, []backend.Tensor{s.q, s.k, s.v}, s.h,
 				[]backend.Tensor{b.q, b.k, b.v}, []backend.Tensor{b.qb, b.kb, b.vb})
 		},
-		func() error { return be.Rope(s.q, s.cos, s.sin, hd) },
-		func() error { return be.Rope(s.k, s.cos, s.sin, hd) },
 		func() error {
-			return be.Attention(s.attn, s.q, s.k, s.v, backend.AttnOpts{
+			return backend.RopeAttention(be, s.attn, s.q, s.k, s.v, s.cos, s.sin, backend.AttnOpts{
 				Heads: c.NumHeads, KVHeads: c.NumHeads, HeadDim: hd,
 				NKV: s.patches, Scale: s.scale, Segments: s.segments,
 			})
