@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -66,7 +67,7 @@ func (b *Backend) AttentionAt(dst, q, k, v backend.Tensor, o backend.AttnOpts, p
 // and four passes over q and k fewer, q and k left unrotated
 // (TestGPURopeAttention). Otherwise it runs the sequence.
 func (b *Backend) RopeAttention(dst, q, k, v, cos, sin backend.Tensor, o backend.AttnOpts) error {
-	r, err := b.ropeArgs(q, k, cos, sin, o)
+	r, err := b.ropeArgs(dst, q, k, v, cos, sin, o)
 	if err != nil {
 		return err
 	}
@@ -82,12 +83,14 @@ type ropeTables struct{ cos, sin *Tensor }
 // ropeArgs returns the tables when RopeAttention's rotations can ride in
 // the flash kernels (see RopeAttention), else nil (the sequence checks
 // everything else).
-func (b *Backend) ropeArgs(q, k, cos, sin backend.Tensor, o backend.AttnOpts) (*ropeTables, error) {
+func (b *Backend) ropeArgs(dst, q, k, v, cos, sin backend.Tensor, o backend.AttnOpts) (*ropeTables, error) {
+	dt, ok0 := dst.(*Tensor)
 	qt, ok1 := q.(*Tensor)
 	kt, ok2 := k.(*Tensor)
+	vt, ok5 := v.(*Tensor)
 	ct, ok3 := cos.(*Tensor)
 	st, ok4 := sin.(*Tensor)
-	if !ok1 || !ok2 || !ok3 || !ok4 || o.HeadDim <= 0 || o.HeadDim%8 != 0 {
+	if !ok0 || !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || o.HeadDim <= 0 || o.HeadDim%8 != 0 {
 		return nil, nil
 	}
 	rows, _ := backend.Matrix(qt)
@@ -101,7 +104,7 @@ func (b *Backend) ropeArgs(q, k, cos, sin backend.Tensor, o backend.AttnOpts) (*
 	}
 	var fused bool
 	err := b.run(func(g *gpu) error {
-		a := attnCall{d: qt, q: qt, k: kt, v: kt, o: o, tq: rows}
+		a := attnCall{d: dt, q: qt, k: kt, v: vt, o: o, tq: rows}
 		fused = !g.flashInPlace && attnPath(a, g.exactAttention) == pathFlash
 		return nil
 	})
@@ -182,6 +185,9 @@ func (b *Backend) attention(dst, q, k, v backend.Tensor, o backend.AttnOpts, pos
 		path := attnPath(a, g.exactAttention)
 		if pos != nil && path != pathDecode {
 			return fmt.Errorf("cuda: attention: a device position needs the decode kernel (%d queries, head dim %d, %d/%d heads)", tq, o.HeadDim, o.Heads, o.KVHeads)
+		}
+		if a.rc != 0 && path != pathFlash {
+			return errors.New("cuda: attention: rotary tables for a kernel other than flash attention")
 		}
 		if a.k.dt == tensor.BF16 && (path == pathExact || (path == pathFlash && o.HeadDim%8 != 0)) {
 			return fmt.Errorf("cuda: attention: bf16 K and V need the decode or flash kernels (head dim %d; exact attention %v): use a float cache", o.HeadDim, g.exactAttention)

@@ -381,14 +381,7 @@ func BenchmarkGPUGraph(b *testing.B) {
 			st := newDecodeStack(b, be, decodeFull, 4)
 			fn := st.step
 			if c.graph {
-				if err := fn(); err != nil { // sizes the scratch buffers
-					b.Fatal(err)
-				}
-				gr, err := be.Capture(fn)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer gr.Close()
+				gr := warmCapture(b, be, fn)
 				b.Logf("graph of %d nodes", gr.Nodes())
 				fn = gr.Launch
 			}
@@ -544,16 +537,24 @@ func BenchmarkGPUExpertProducts(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer be.SetRowsWGMMA(true)
-			if err := step(); err != nil { // sizes the scratch buffers
-				b.Fatal(err)
-			}
-			gr, err := be.Capture(step)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer gr.Close()
+			gr := warmCapture(b, be, step)
 			med := gpuBench(b, be, benchWork{bytes: bytes}, gr.Launch)
 			b.ReportMetric(float64(med.Nanoseconds())/1e3/layers, "us/layer")
 		})
 	}
+}
+
+// warmCapture runs fn once (which sizes the scratch buffers a capture may
+// not grow) and returns it captured in a graph, closed when b ends.
+func warmCapture(b *testing.B, be *Backend, fn func() error) *Graph {
+	b.Helper()
+	if err := fn(); err != nil {
+		b.Fatal(err)
+	}
+	gr, err := be.Capture(fn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { gr.Close() })
+	return gr
 }

@@ -52,13 +52,20 @@ func (g *gpu) allowStreamSmem(arch, rtcMajor int) {
 		g.gstreamOff = fmt.Sprintf("needs sm_%d and NVRTC %d or later (sm_%d, NVRTC %d)", gstreamMinArch, gstreamMinRTC, arch, rtcMajor)
 		return
 	}
-	for _, f := range g.k.gemvStream {
-		if err := g.drv.SetFuncAttribute(f, driver.FuncMaxDynamicSharedBytes, gstreamMaxSmem); err != nil {
-			g.gstreamOff = fmt.Sprintf("%d bytes of shared memory refused: %v", gstreamMaxSmem, err)
-			return
+	g.gstreamOff = g.grantSmem(g.k.gemvStream[:], gstreamMaxSmem)
+	g.gstreamOK = g.gstreamOff == ""
+}
+
+// grantSmem lets each kernel of fs have bytes of dynamic shared memory
+// (above the 48 KB a kernel gets unasked); it returns why the device
+// refused, or "".
+func (g *gpu) grantSmem(fs []driver.Function, bytes int) string {
+	for _, f := range fs {
+		if err := g.drv.SetFuncAttribute(f, driver.FuncMaxDynamicSharedBytes, bytes); err != nil {
+			return fmt.Sprintf("%d bytes of shared memory refused: %v", bytes, err)
 		}
 	}
-	g.gstreamOK = true
+	return ""
 }
 
 // useStream says whether the one-row products of depth K take

@@ -342,12 +342,12 @@ func TestGPURopeAttention(t *testing.T) {
 				cv[i], sv[i] = float32(math.Cos(a)), float32(math.Sin(a))
 			}
 			cs, sn, v := upload(t, b, cv, c.rows, half), upload(t, b, sv, c.rows, half), upload(t, b, vv, c.rows, kc)
-			rt, err := b.ropeArgs(upload(t, b, qv, c.rows, qc), upload(t, b, kv, c.rows, kc), cs, sn, o)
+			want, got := alloc(t, b, c.rows, qc), alloc(t, b, c.rows, qc)
+			rt, err := b.ropeArgs(got, upload(t, b, qv, c.rows, qc), upload(t, b, kv, c.rows, kc), v, cs, sn, o)
 			noErrs(t, err)
 			if (rt != nil) != c.fused {
 				t.Fatalf("fused %v, want %v", rt != nil, c.fused)
 			}
-			want, got := alloc(t, b, c.rows, qc), alloc(t, b, c.rows, qc)
 			noErrs(t, backend.RopeAttentionSeq(b, want, upload(t, b, qv, c.rows, qc), upload(t, b, kv, c.rows, kc), v, cs, sn, o))
 			noErrs(t, b.RopeAttention(got, upload(t, b, qv, c.rows, qc), upload(t, b, kv, c.rows, kc), v, cs, sn, o))
 			sameBits(t, "RopeAttention", download(t, b, got), download(t, b, want))

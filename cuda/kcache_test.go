@@ -162,6 +162,7 @@ func TestKernelConstants(t *testing.T) {
 		"VLA_ARGMAX_THREADS":      argmaxThreads,
 		"VLA_ARGMAX_BLOCKS":       argmaxBlocks,
 		"VLA_ROWS_BN":             rowsBN,
+		"VLA_ROWS_ALIGN":          rowsAlign,
 		"VLA_ROWS_BK":             rowsBK,
 		"VLA_ROWS_THREADS":        rowsThreads,
 		"VLA_ROWS_OPS":            rowsOps,

@@ -104,13 +104,8 @@ func (g *gpu) allowRowsSmem(arch string) {
 		g.rowsWGOff = fmt.Sprintf("needs sm_90a (compiled for %s)", arch)
 		return
 	}
-	for _, f := range g.k.gemmRowsWG {
-		if err := g.drv.SetFuncAttribute(f, driver.FuncMaxDynamicSharedBytes, rowsWGSmem); err != nil {
-			g.rowsWGOff = fmt.Sprintf("%d bytes of shared memory refused: %v", rowsWGSmem, err)
-			return
-		}
-	}
-	g.rowsWG = true
+	g.rowsWGOff = g.grantSmem(g.k.gemmRowsWG[:], rowsWGSmem)
+	g.rowsWG = g.rowsWGOff == ""
 }
 
 // useRows says whether a product of M rows of xp (in w's type) by w takes

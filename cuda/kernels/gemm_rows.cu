@@ -33,8 +33,9 @@
 // added at the end (two warps a scheduler to hide the mma and ldmatrix
 // latencies, in a block that is often alone on its SM). At most
 // VLA_ROWS_MAX_SPLITS slices of K a tile: its last block loads all their
-// partial sums at once.
-
+// partial sums at once. Once a block's weights are all read, the next
+// kernel may be placed (vla_pdl_launch), to load its first weights while
+// the tiles' last blocks add the partial sums.
 //
 // On sm_90a (vla_gemm_rows_wg_*, where NVRTC builds for it) the products
 // run on the asynchronous warpgroup MMA instead: the same tiles, stages,
@@ -53,7 +54,8 @@
 #define VLA_ROWS_THREADS 256
 #define VLA_ROWS_MAX_SPLITS 8
 #define VLA_ROWS_OPS 3
-#define VLA_ROWS_ALIGN 1024 // the wgmma stages' alignment (the swizzle's period)
+#define VLA_ROWS_TILE (64 * VLA_ROWS_BN) // floats of one partial tile
+#define VLA_ROWS_ALIGN 1024               // the wgmma stages' alignment (the swizzle's period)
 
 // vla_rows_args: the weights of one launch. Op i has n[i] columns in
 // ceil(n[i]/64) tiles of splits[i] blocks each; its blocks start at
@@ -209,7 +211,7 @@ template <bool F16, bool WG>
 __device__ __forceinline__ void vla_gemm_rows(const vla_rows_args &p, const u16 *__restrict__ x, int M, int K, int mode,
                                               int early) {
 	constexpr int BN = VLA_ROWS_BN, STAGES = VLA_ROWS_STAGES; // columns a tile, the pipeline's depth
-	constexpr int TILE = 64 * BN;                               // floats of a partial tile
+	constexpr int TILE = VLA_ROWS_TILE;                         // floats of a partial tile
 	constexpr int NACC = 32;                                    // a thread's accumulators
 	extern __shared__ __align__(128) u16 vla_rows_smem[]; // A's stages, then B's
 	u16 *sa = vla_rows_smem;
