@@ -16,10 +16,12 @@ import (
 // its plain mode for more shapes; gpu_fused_test.go checks that the fused
 // ops built on it give the bits of their sequences.
 
-// rowsKernels runs fn as a subtest on the mma.sync kernel, and on the
-// wgmma kernel where it is built. Where it should be (an sm_90 device,
-// NVRTC 12 or later) and is not, the test fails with the reason.
-func rowsKernels(t *testing.T, b *Backend, fn func(t *testing.T)) {
+// rowsKernels runs fn on the shared backend as a subtest on the mma.sync
+// kernel, and on the wgmma kernel where it is built. Where it should be
+// (an sm_90 device, NVRTC 12 or later) and is not, the test fails with
+// the reason.
+func rowsKernels(t *testing.T, fn func(t *testing.T, b *Backend)) {
+	b := gpuBackend(t)
 	var wg bool
 	var why string
 	noErrs(t, b.run(func(g *gpu) error {
@@ -37,15 +39,12 @@ func rowsKernels(t *testing.T, b *Backend, fn func(t *testing.T)) {
 			}
 			noErrs(t, b.SetRowsWGMMA(kind == "wgmma"))
 			defer b.SetRowsWGMMA(true)
-			fn(t)
+			fn(t, b)
 		})
 	}
 }
 
-func TestGPURowProducts(t *testing.T) {
-	b := gpuBackend(t)
-	rowsKernels(t, b, func(t *testing.T) { testRowProducts(t, b) })
-}
+func TestGPURowProducts(t *testing.T) { rowsKernels(t, testRowProducts) }
 
 func testRowProducts(t *testing.T, b *Backend) {
 	r := rand.New(rand.NewPCG(11, 1))
@@ -95,10 +94,7 @@ func testRowProducts(t *testing.T, b *Backend) {
 	}
 }
 
-func TestGPURowProductsShared(t *testing.T) {
-	b := gpuBackend(t)
-	rowsKernels(t, b, func(t *testing.T) { testRowProductsShared(t, b) })
-}
+func TestGPURowProductsShared(t *testing.T) { rowsKernels(t, testRowProductsShared) }
 
 func testRowProductsShared(t *testing.T, b *Backend) {
 	r := rand.New(rand.NewPCG(11, 2))
@@ -145,10 +141,7 @@ func testRowProductsShared(t *testing.T, b *Backend) {
 	}
 }
 
-func TestGPURowProductsSwiGLU(t *testing.T) {
-	b := gpuBackend(t)
-	rowsKernels(t, b, func(t *testing.T) { testRowProductsSwiGLU(t, b) })
-}
+func TestGPURowProductsSwiGLU(t *testing.T) { rowsKernels(t, testRowProductsSwiGLU) }
 
 func testRowProductsSwiGLU(t *testing.T, b *Backend) {
 	r := rand.New(rand.NewPCG(11, 3))

@@ -68,7 +68,7 @@ func TestKernelsEnterPDL(t *testing.T) {
 		"vla_gemv<":        {"vla_gemv_enter(", "vla_gemv_dot<"},
 		"vla_gemv3<":       {"vla_gemv_enter(", "vla_gemv_dot<"},
 		"vla_gemv_swiglu<": {"vla_gemv_enter(", "vla_gemv_dot<"},
-		"vla_gemm_rows<":   {"vla_pdl_enter(", "vla_rows_stream_at<64, WG>(x"},
+		"vla_gemm_rows<":   {"vla_pdl_enter(", "vla_rows_stream_at<WG>(x"},
 		"vla_gemv_stream<": {"vla_pdl_enter(", "vla_gstream_dot<"},
 	}
 	for name, marks := range gemvBodies {

@@ -92,39 +92,39 @@ template <bool F16> __device__ __forceinline__ void vla_mma16(float *d, const u3
 	}
 }
 
-// A stage holds NR rows of VLA_ROWS_BK 16-bit values (64 of x, BN of
-// w), VLA_ROWS_CPR 16-byte chunks a row; chunk ch of row r sits at chunk
+// A stage holds 64 rows of VLA_ROWS_BK 16-bit values (of x or of w),
+// VLA_ROWS_CPR 16-byte chunks a row; chunk ch of row r sits at chunk
 // ch ^ (r & 7) (the eight rows that one ldmatrix matrix reads land in
 // eight different bank groups). With SW (wgmma) a stage is two halves of
-// 64 k, NR rows of 128 bytes each, chunk c of a half's row r at c ^ (r &
+// 64 k, 64 rows of 128 bytes each, chunk c of a half's row r at c ^ (r &
 // 7): the canonical K-major layout with the 128-byte swizzle (rows of an
 // 8-row group 128 bytes apart, groups 1,024 apart). Thread t copies chunk
-// t % CPR of rows t / CPR + RS·i, i < NR/RS, of each operand: the same
+// t % CPR of rows t / CPR + RS·i, i < NC, of each operand: the same
 // chunk and swizzle in every stage, so that the addresses are worked out
 // once (a stage's copies are then an add and a cp.async each).
 #define VLA_ROWS_CPR (VLA_ROWS_BK / 8)                 // chunks a row
 #define VLA_ROWS_RB (VLA_ROWS_BK * 2)                  // bytes a row
 #define VLA_ROWS_RS (VLA_ROWS_THREADS / VLA_ROWS_CPR)  // rows one round of copies covers
-template <int NR> struct vla_rows_stream {
-	const char *src[NR / VLA_ROWS_RS]; // the thread's chunks at the slice's first k (a valid row where out of range)
-	u32 size[NR / VLA_ROWS_RS];        // 16, or 0 for a row out of range (read as zeros)
-	u32 dst;                           // the first chunk's shared offset within a stage
-	int kcol;                          // the chunk's column at the slice's first k
+#define VLA_ROWS_NC (64 / VLA_ROWS_RS)                 // rounds: copies a thread and stage
+struct vla_rows_stream {
+	const char *src[VLA_ROWS_NC]; // the thread's chunks at the slice's first k (a valid row where out of range)
+	u32 size[VLA_ROWS_NC];        // 16, or 0 for a row out of range (read as zeros)
+	u32 dst;                      // the first chunk's shared offset within a stage
+	int kcol;                     // the chunk's column at the slice's first k
 };
 
-template <int NR, bool SW>
-__device__ __forceinline__ vla_rows_stream<NR> vla_rows_stream_at(const u16 *__restrict__ a, int r0, int rows, int K,
-                                                                  int k0) {
+template <bool SW>
+__device__ __forceinline__ vla_rows_stream vla_rows_stream_at(const u16 *__restrict__ a, int r0, int rows, int K, int k0) {
 	const int r = threadIdx.x / VLA_ROWS_CPR, ch = threadIdx.x % VLA_ROWS_CPR;
-	vla_rows_stream<NR> s;
+	vla_rows_stream s;
 #pragma unroll
-	for (int i = 0; i < NR / VLA_ROWS_RS; i++) {
+	for (int i = 0; i < VLA_ROWS_NC; i++) {
 		const int ri = r0 + r + VLA_ROWS_RS * i;
 		const bool ok = ri < rows;
 		s.src[i] = (const char *)(a + (u64)(ok ? ri : r0) * K + k0 + ch * 8);
 		s.size[i] = ok ? 16 : 0;
 	}
-	if (SW) s.dst = (u32)((ch >> 3) * NR * 128 + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
+	if (SW) s.dst = (u32)((ch >> 3) * 64 * 128 + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
 	else s.dst = (u32)(r * VLA_ROWS_RB + ((ch ^ (r & 7)) << 4));
 	s.kcol = k0 + ch * 8;
 	return s;
@@ -133,12 +133,12 @@ __device__ __forceinline__ vla_rows_stream<NR> vla_rows_stream_at(const u16 *__r
 // vla_rows_copy queues this thread's copies of the stage kofs columns
 // past the slice's first k into the stage at smem; columns from K on read
 // as zeros (K's last stage may be part of one).
-template <int NR, bool SW>
-__device__ __forceinline__ void vla_rows_copy(const vla_rows_stream<NR> &s, u32 smem, int kofs, int K) {
+template <bool SW>
+__device__ __forceinline__ void vla_rows_copy(const vla_rows_stream &s, u32 smem, int kofs, int K) {
 	const bool kin = s.kcol + kofs < K;
 	constexpr u32 step = VLA_ROWS_RS * (SW ? 128 : VLA_ROWS_RB); // a round's rows further on
 #pragma unroll
-	for (int i = 0; i < NR / VLA_ROWS_RS; i++)
+	for (int i = 0; i < VLA_ROWS_NC; i++)
 		asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem + s.dst + step * i),
 		             "l"(kin ? s.src[i] + 2 * kofs : s.src[i]), "r"(kin ? s.size[i] : 0u)
 		             : "memory");
@@ -233,19 +233,19 @@ __device__ __forceinline__ void vla_gemm_rows(const vla_rows_args &p, const u16 
 	const u32 stageA = 64 * VLA_ROWS_RB, stageB = BN * VLA_ROWS_RB;
 	const u32 sA = vla_smem_addr(sa), sB = sA + STAGES * stageA;
 
-	const vla_rows_stream<BN> wb = vla_rows_stream_at<BN, WG>(p.w[op], n0, N, K, kb0 * VLA_ROWS_BK);
+	const vla_rows_stream wb = vla_rows_stream_at<WG>(p.w[op], n0, N, K, kb0 * VLA_ROWS_BK);
 	if (early) {
 #pragma unroll
 		for (int st = 0; st < STAGES - 1; st++)
-			if (st < nk) vla_rows_copy<BN, WG>(wb, sB + st * stageB, st * VLA_ROWS_BK, K);
+			if (st < nk) vla_rows_copy<WG>(wb, sB + st * stageB, st * VLA_ROWS_BK, K);
 	}
 	vla_pdl_enter();
-	const vla_rows_stream<64> xa = vla_rows_stream_at<64, WG>(x, 0, M, K, kb0 * VLA_ROWS_BK);
+	const vla_rows_stream xa = vla_rows_stream_at<WG>(x, 0, M, K, kb0 * VLA_ROWS_BK);
 #pragma unroll
 	for (int st = 0; st < STAGES - 1; st++) {
 		if (st < nk) {
-			if (!early) vla_rows_copy<BN, WG>(wb, sB + st * stageB, st * VLA_ROWS_BK, K);
-			vla_rows_copy<64, WG>(xa, sA + st * stageA, st * VLA_ROWS_BK, K);
+			if (!early) vla_rows_copy<WG>(wb, sB + st * stageB, st * VLA_ROWS_BK, K);
+			vla_rows_copy<WG>(xa, sA + st * stageA, st * VLA_ROWS_BK, K);
 		}
 		vla_cp_async_commit();
 	}
@@ -287,8 +287,8 @@ __device__ __forceinline__ void vla_gemm_rows(const vla_rows_args &p, const u16 
 		__syncthreads();
 		if (i + STAGES - 1 < nk) {
 			const int kofs = (i + STAGES - 1) * VLA_ROWS_BK;
-			vla_rows_copy<BN, WG>(wb, sB + wr * stageB, kofs, K);
-			vla_rows_copy<64, WG>(xa, sA + wr * stageA, kofs, K);
+			vla_rows_copy<WG>(wb, sB + wr * stageB, kofs, K);
+			vla_rows_copy<WG>(xa, sA + wr * stageA, kofs, K);
 		}
 		vla_cp_async_commit();
 		wr = wr + 1 == STAGES ? 0 : wr + 1;

@@ -82,14 +82,21 @@ __device__ __forceinline__ void vla_bulk_load(u32 dst, const void *src, u32 byte
 }
 #endif
 
+// vla_gstream_op is the weight of a that column n, numbered across w[0],
+// w[1] and w[2] in turn, belongs to; n becomes its column there.
+__device__ __forceinline__ int vla_gstream_op(const vla_gstream_args &a, int &n) {
+	int j = 0;
+	while (j < VLA_GSTREAM_OPS - 1 && n >= a.n[j]) n -= a.n[j++];
+	return j;
+}
+
 // vla_gstream_row is row r (< VLA_GSTREAM_ROWS) of group g's rows in the
-// weights of a: for modes 0 and 1 columns 2g and 2g + 1 of w[0], w[1],
-// w[2] in turn (numbered across them); for mode 2 the gate row of column
-// g, then its up row.
+// weights of a: for modes 0 and 1 columns 2g and 2g + 1 (vla_gstream_op's
+// numbering); for mode 2 the gate row of column g, then its up row.
 __device__ __forceinline__ const uint4 *vla_gstream_row(const vla_gstream_args &a, int g, int r, int kc) {
 	if (a.mode == 2) return a.w[r] + (u64)g * kc;
-	int j = 0, n = 2 * g + r;
-	while (j < VLA_GSTREAM_OPS - 1 && n >= a.n[j]) n -= a.n[j++];
+	int n = 2 * g + r;
+	const int j = vla_gstream_op(a, n);
 	return a.w[j] + (u64)n * kc;
 }
 
@@ -141,8 +148,7 @@ __device__ __forceinline__ void vla_gstream_dot(const uint4 *sa, const uint4 *sb
 // vla_gstream_store stores the sum v of column n (numbered across the
 // weights of a) as vla_gemv_store does (modes 0 and 1).
 __device__ __forceinline__ void vla_gstream_store(const vla_gstream_args &a, int n, float v) {
-	int j = 0;
-	while (j < VLA_GSTREAM_OPS - 1 && n >= a.n[j]) n -= a.n[j++];
+	const int j = vla_gstream_op(a, n);
 	vla_gemv_store<1>(a.y[j], &v, a.bias[j], a.bdt[j], a.n[j], n, a.mode == 1);
 }
 
