@@ -223,6 +223,9 @@ type DevicePos interface {
 	// CopyRowsAt copies src's rows into dst from row *pos on.
 	CopyRowsAt(dst, src, pos Tensor) error
 	// AttentionAt is Attention with QPos0 = *pos and NKV = *pos + the
-	// rows of q, bit for bit; o.NKV is the most keys it may see.
+	// rows of q, bit for bit; o.NKV is the most keys it may see. The rows
+	// of k and v below *pos are earlier steps': a backend may read them,
+	// and pos, before the ops queued ahead of it have finished, so those
+	// ops must write neither (they may write q and the rows from *pos on).
 	AttentionAt(dst, q, k, v Tensor, o AttnOpts, pos Tensor) error
 }

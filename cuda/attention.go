@@ -26,7 +26,9 @@ const (
 // shape alone (so a unit computes the same bits wherever it lives):
 //
 //   - up to 4 queries (decoding): vla_attn_decode, float32, split over the
-//     keys so that a few heads still fill the GPU, then vla_attn_combine;
+//     keys so that a few heads still fill the GPU, then vla_attn_combine
+//     (or, for up to 32 splits, vla_attn_combine_rows_*: a warp a row,
+//     the same bits);
 //   - more queries, head dim <= 128 and a multiple of 4: vla_kv_to_bf16
 //     then vla_flash_pipe_*, flash attention on the tensor cores with q,
 //     k, v and the softmax weights rounded to bf16 (scores, softmax and
@@ -50,6 +52,10 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, o backend.AttnOpts) err
 // ignored. It takes the decode kernel (up to 4 queries), whose results
 // are those of Attention with that NKV and QPos0, bit for bit; with the
 // position on the device, one captured graph serves every decode step.
+// The kernel loads the K and V rows below *pos before it waits for the
+// kernel ahead (which QKNormRopeCache with the same pos lets start it at
+// once): those rows and pos must not be written by the kernels queued
+// just before (backend.DevicePos).
 func (b *Backend) AttentionAt(dst, q, k, v backend.Tensor, o backend.AttnOpts, pos backend.Tensor) error {
 	p, err := b.posArg("attention", pos)
 	if err != nil {

@@ -20,12 +20,16 @@ const (
 	decMaxSplits  = 4096 // VLA_COMB_MAX_SPLITS: splits vla_attn_combine merges
 	decThreads    = 128  // VLA_DEC_THREADS
 	combThreads   = 256  // VLA_COMB_THREADS
-	flashBlockQ   = 64   // VLA_FA_BQ: query rows per block
-	flashBlockK   = 64   // VLA_FA_BK: keys per tile
-	flashThreads  = 128  // VLA_FA_THREADS
-	maxSplits     = 64   // key splits of one flash call
-	flashPerSM    = 2    // flash blocks resident per SM (171 registers × 128 threads)
+	combWarps     = combThreads / 32
+	flashBlockQ   = 64  // VLA_FA_BQ: query rows per block
+	flashBlockK   = 64  // VLA_FA_BK: keys per tile
+	flashThreads  = 128 // VLA_FA_THREADS
+	maxSplits     = 64  // key splits of one flash call
+	flashPerSM    = 2   // flash blocks resident per SM (171 registers × 128 threads)
 )
+
+// combRowsSplits are the most splits of each vla_attn_combine_rows_* kernel.
+var combRowsSplits = [...]int{16, 32}
 
 // flashHeadDims are the padded head dims of the flash kernels, smallest
 // first: a head dim is padded with zeros to the first that holds it.
@@ -114,9 +118,19 @@ func (g *gpu) combine(a attnCall, nsplit int, po, pml driver.DevicePtr) error {
 		return err
 	}
 	g.args.Reset()
-	g.args.Ptr(a.d.ptr).Ptr(out16).Ptr(po).Ptr(pml).I32(int32(nsplit)).I32(int32(a.tq)).I32(int32(a.o.Heads)).I32(int32(a.o.HeadDim)).
-		Ptr(a.posAt)
-	grid := driver.Dim3{uint32(a.tq * a.o.Heads), 1, 1}
+	g.args.Ptr(a.d.ptr).Ptr(out16).Ptr(po).Ptr(pml).I32(int32(nsplit)).I32(int32(a.tq)).I32(int32(a.o.Heads)).I32(int32(a.o.HeadDim))
+	rows := a.tq * a.o.Heads
+	if a.posAt == 0 && nsplit <= combRowsSplits[len(combRowsSplits)-1] && !g.combineBlocks {
+		// A warp a row (vla_attn_combine_rows_*): the same bits.
+		i := 0
+		for combRowsSplits[i] < nsplit {
+			i++
+		}
+		grid := driver.Dim3{uint32((rows + combWarps - 1) / combWarps), 1, 1}
+		return g.twinAfter(a, out16, g.launch("attention combine rows", g.k.attnCombineRows[i], grid, block1D(combThreads), 0))
+	}
+	g.args.Ptr(a.posAt)
+	grid := driver.Dim3{uint32(rows), 1, 1}
 	return g.twinAfter(a, out16, g.launch("attention combine", g.k.attnCombine, grid, block1D(combThreads), 0))
 }
 
@@ -161,7 +175,8 @@ func (g *gpu) attnDecode(a attnCall) error {
 	g.args.Ptr(po).Ptr(pml).Ptr(a.q.ptr).Ptr(a.k.ptr).Ptr(a.v.ptr).
 		I32(int32(a.o.Heads)).I32(int32(a.o.KVHeads)).I32(int32(a.o.HeadDim)).I32(int32(a.tq)).I32(int32(a.o.NKV)).
 		F32(float32(float64(a.o.Scale)*log2e)).I32(a.causal()).I32(int32(a.o.QPos0)).
-		I32(int32(a.o.MaskFrom)).I32(int32(a.o.MaskTo)).Struct(a.segs, 4).Ptr(a.posAt)
+		I32(int32(a.o.MaskFrom)).I32(int32(a.o.MaskTo)).Struct(a.segs, 4).Ptr(a.posAt).
+		I32(boolArg(a.posAt != 0)) // rows below *pos_at are loaded before the wait (AttentionAt)
 	grid := driver.Dim3{uint32(nsplit), uint32(a.o.KVHeads), uint32(a.tq)}
 	kernel := g.k.attnDecode
 	if a.k.dt == tensor.BF16 {

@@ -160,7 +160,8 @@ func (b *Backend) QKNormRopeCache(q, k, v, qw, kw, cos, sin backend.Tensor, head
 		g.args.Reset()
 		g.args.Ptr(a.q.ptr).Ptr(a.k.ptr).Ptr(vt.ptr).Ptr(a.qw.ptr).I32(dtypeCode(a.qw.dt)).Ptr(a.kw.ptr).I32(dtypeCode(a.kw.dt)).
 			Ptr(a.cos.ptr).Ptr(a.sin.ptr).U64(uint64(a.rows)).I32(int32(a.qh)).I32(int32(a.kh)).I32(int32(a.hd)).F32(eps).
-			Ptr(kct.ptr).Ptr(vct.ptr).I32(dtypeCode(kct.dt)).U64(uint64(max(at.Pos, 0))).Ptr(pp).U64(uint64(crows))
+			Ptr(kct.ptr).Ptr(vct.ptr).I32(dtypeCode(kct.dt)).U64(uint64(max(at.Pos, 0))).Ptr(pp).U64(uint64(crows)).
+			I32(boolArg(pp != 0)) // a decode step: the next kernel, AttentionAt's, may load its old rows now
 		return g.launch(op, g.k.qkNormRopeCache, warpRowsGrid(int64(a.rows)*int64(a.qh+2*a.kh)), block1D(threadsPerBlock), 0)
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -88,6 +89,7 @@ var attnCases = []attnCase{
 	{"prefill 300 causal", 300, 300, backend.AttnOpts{Heads: 4, KVHeads: 1, HeadDim: 128, NKV: 300, Causal: true}},
 	{"chunked prefill 100 after 150", 100, 260, backend.AttnOpts{Heads: 4, KVHeads: 2, HeadDim: 128, NKV: 250, Causal: true, QPos0: 150}},
 	{"expert, non-causal over a cache", 64, 300, backend.AttnOpts{Heads: 32, KVHeads: 8, HeadDim: 128, NKV: 250}},
+	{"expert, 30 splits", 64, 1950, backend.AttnOpts{Heads: 8, KVHeads: 2, HeadDim: 128, NKV: 1900}},
 	{"expert, long cache", 64, 900, backend.AttnOpts{Heads: 8, KVHeads: 2, HeadDim: 128, NKV: 894, MaskFrom: 700, MaskTo: 830}},
 	{"vision segments", 97, 97, backend.AttnOpts{Heads: 4, KVHeads: 4, HeadDim: 72, NKV: 97, Segments: []int{0, 30, 50, 97}}},
 	{"vision segments past a tile", 300, 300, backend.AttnOpts{Heads: 2, KVHeads: 2, HeadDim: 72, NKV: 300, Segments: []int{0, 100, 230, 300}}},
@@ -128,6 +130,65 @@ func TestGPUAttention(t *testing.T) {
 	q := alloc(t, b, 2, 64)
 	if err := b.Attention(q, q, q, q, backend.AttnOpts{Heads: 1, KVHeads: 1, HeadDim: 64, NKV: 2, Scale: 1}); err == nil {
 		t.Error("attention into its own q accepted")
+	}
+}
+
+// TestGPUCombineRows runs the cases whose splits vla_attn_combine_rows_*
+// merge (a warp a row) again with vla_attn_combine (a block a row) and
+// requires the same bits.
+func TestGPUCombineRows(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(6, 6))
+	n := 0
+	for _, c := range attnCases {
+		o := c.o
+		o.Scale = float32(1 / math.Sqrt(float64(o.HeadDim)))
+		qv := randVals(r, c.tq*o.Heads*o.HeadDim, 1)
+		kv := randVals(r, c.rows*o.KVHeads*o.HeadDim, 1)
+		vv := randVals(r, c.rows*o.KVHeads*o.HeadDim, 1)
+		q := upload(t, b, qv, c.tq, o.Heads*o.HeadDim)
+		k := upload(t, b, kv, c.rows, o.KVHeads*o.HeadDim)
+		v := upload(t, b, vv, c.rows, o.KVHeads*o.HeadDim)
+		var got [2][]float32
+		var rows int
+		for i, blocks := range []bool{false, true} {
+			if err := b.run(func(g *gpu) error { g.combineBlocks = blocks; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			dst := alloc(t, b, c.tq, o.Heads*o.HeadDim)
+			if err := b.StartTrace(); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Attention(dst, q, k, v, o); err != nil {
+				t.Fatal(err)
+			}
+			ops, err := b.StopTrace()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, op := range ops {
+				if i == 0 && strings.HasPrefix(op.Op, "attention combine rows") {
+					rows++
+				}
+			}
+			got[i] = download(t, b, dst)
+		}
+		if rows == 0 {
+			continue
+		}
+		n++
+		for i := range got[0] {
+			if math.Float32bits(got[0][i]) != math.Float32bits(got[1][i]) {
+				t.Errorf("%s: element %d: %g by rows, %g by blocks", c.name, i, got[0][i], got[1][i])
+				break
+			}
+		}
+	}
+	if err := b.run(func(g *gpu) error { g.combineBlocks = false; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n < 3 {
+		t.Errorf("only %d cases merged their splits by rows", n)
 	}
 }
 

@@ -46,6 +46,7 @@ type kernelSet struct {
 	// decode.cu: float or bf16 K and V.
 	attnDecode, attnDecodeBF16, attnCombine driver.Function
 	attnDecodeBF16G                         [3]driver.Function // for 1, 2 and 4 query heads a KV head
+	attnCombineRows                         [2]driver.Function // a warp a row, up to 16 and 32 splits
 	// bench.cu: for benchmarks and tests.
 	fillRandom, readStream, spin driver.Function
 }
@@ -86,6 +87,8 @@ func (k *kernelSet) entries() []kernelEntry {
 		{&k.attnDecode, "vla_attn_decode"},
 		{&k.attnDecodeBF16, "vla_attn_decode_bf16"},
 		{&k.attnCombine, "vla_attn_combine"},
+		{&k.attnCombineRows[0], "vla_attn_combine_rows_16"},
+		{&k.attnCombineRows[1], "vla_attn_combine_rows_32"},
 		{&k.attnDecodeBF16G[0], "vla_attn_decode_bf16_g1"},
 		{&k.attnDecodeBF16G[1], "vla_attn_decode_bf16_g2"},
 		{&k.attnDecodeBF16G[2], "vla_attn_decode_bf16_g4"},

@@ -70,6 +70,8 @@ func TestKernelsEnterPDL(t *testing.T) {
 		"vla_gemv_swiglu<": {"vla_gemv_enter(", "vla_gemv_dot<"},
 		"vla_gemm_rows<":   {"vla_pdl_enter(", "vla_rows_stream_at<WG>(x"},
 		"vla_gemv_stream<": {"vla_pdl_enter(", "vla_gstream_dot<"},
+		// the decode attention loads old cache rows before it waits
+		"vla_attn_decode_t<": {"vla_pdl_enter(", "float4 qr["},
 	}
 	for name, marks := range gemvBodies {
 		def := "void " + strings.TrimSuffix(name, "<") + "("
@@ -97,7 +99,8 @@ func TestKernelsEnterPDL(t *testing.T) {
 		name := before[len(before)-1]
 		body := strings.TrimLeft(strings.ReplaceAll(rest[open+1:], "\\\n", "\n"), " \t\n")
 		stmt := body[:strings.Index(body, ";")]
-		ok := strings.HasPrefix(stmt, "vla_pdl_enter()") || strings.HasPrefix(stmt, "vla_pdl_launch_enter()")
+		ok := strings.HasPrefix(stmt, "vla_pdl_enter()") || strings.HasPrefix(stmt, "vla_pdl_launch_enter()") ||
+			strings.HasPrefix(stmt, "vla_pdl_launch_enter_if(")
 		for g := range gemvBodies {
 			ok = ok || strings.HasPrefix(stmt, g)
 		}

@@ -47,6 +47,12 @@ __device__ __forceinline__ void vla_pdl_launch_enter() {
 	vla_pdl_launch();
 	vla_pdl_enter();
 }
+// vla_pdl_launch_enter_if is vla_pdl_launch_enter where launch is set,
+// else vla_pdl_enter.
+__device__ __forceinline__ void vla_pdl_launch_enter_if(int launch) {
+	if (launch) vla_pdl_launch();
+	vla_pdl_enter();
+}
 
 // Element types, numbered as tensor.DType in Go.
 #define VLA_F32 1

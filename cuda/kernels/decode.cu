@@ -65,12 +65,16 @@ template <int C> __device__ __forceinline__ void vla_dec_scatter_sum(float *v, i
 	}
 }
 
+// vla_attn_decode_t waits for the kernel ahead itself (vla_pdl_enter):
+// first, or, with early (only with pos_at), once it has issued the loads of
+// the K and V rows below the queries' position.
 template <typename T, int GT>
 __device__ __forceinline__ void vla_attn_decode_t(float *__restrict__ part_o, float *__restrict__ part_ml,
                                                   const float *__restrict__ q, const T *__restrict__ k,
                                                   const T *__restrict__ v, int heads, int kvheads, int hd, int tq,
                                                   int nkv, float sl2, int causal, int qpos0, int mask_from,
-                                                  int mask_to, const vla_segments &segs, const int *pos_at) {
+                                                  int mask_to, const vla_segments &segs, const int *pos_at,
+                                                  int early) {
 	constexpr int QG = GT > 0 ? GT : VLA_DEC_MAX_G;        // query heads held
 	__shared__ float s[QG][VLA_DEC_CHUNK];                        // scores, then weights
 	__shared__ __align__(16) float red[VLA_DEC_WARPS][QG][128]; // the warps' partial P·V
@@ -79,14 +83,21 @@ __device__ __forceinline__ void vla_attn_decode_t(float *__restrict__ part_o, fl
 	const int split = blockIdx.x, kvh = blockIdx.y, i = blockIdx.z;
 	const int G = GT > 0 ? GT : heads / kvheads; // GT: the group size at compile time
 	const u64 qstride = (u64)heads * hd, kstride = (u64)kvheads * hd;
+	if (!early) vla_pdl_enter();
 	if (pos_at) {
 		// The queries' position comes from device memory (one graph serves
 		// every decode step): the grid covers the largest nkv, and the
 		// splits past this step's keys have nothing to do (nor does
-		// vla_attn_combine read them).
+		// vla_attn_combine read them). With early, the rows below it
+		// (earlier steps') are loaded before the wait for the kernel ahead,
+		// which writes the queries and the rows from qpos0 on; no kernel
+		// writes *pos_at (AttentionAt).
 		qpos0 = *pos_at;
 		nkv = qpos0 + tq;
-		if (split * VLA_DEC_CHUNK >= nkv) return;
+		if (split * VLA_DEC_CHUNK >= nkv) {
+			if (early) vla_pdl_enter();
+			return;
+		}
 	}
 
 	int lo = 0, hi = nkv;
@@ -111,12 +122,24 @@ __device__ __forceinline__ void vla_attn_decode_t(float *__restrict__ part_o, fl
 	const T *kb = k + (u64)kvh * hd + lane * 4, *vb = v + (u64)kvh * hd + lane * 4;
 	float4 kv[VLA_DEC_KEYS], vv[VLA_DEC_KEYS];
 	bool vis[VLA_DEC_KEYS];
+	const int jnow = early ? qpos0 : nkv; // rows below jnow are loaded before the wait
 #pragma unroll
 	for (int u = 0; u < VLA_DEC_KEYS; u++) {
 		const int j = jw + u;
 		vis[u] = j < nkv && j >= lo && j < hi && !(hasmask && j >= mask_from && j < mask_to);
-		kv[u] = (vis[u] && dl) ? vla_ld4(kb + (u64)j * kstride) : zero4;
-		vv[u] = (vis[u] && dl) ? vla_ld4(vb + (u64)j * kstride) : zero4;
+		kv[u] = (vis[u] && dl && j < jnow) ? vla_ld4(kb + (u64)j * kstride) : zero4;
+		vv[u] = (vis[u] && dl && j < jnow) ? vla_ld4(vb + (u64)j * kstride) : zero4;
+	}
+	if (early) {
+		vla_pdl_enter();
+#pragma unroll
+		for (int u = 0; u < VLA_DEC_KEYS; u++) {
+			const int j = jw + u;
+			if (vis[u] && dl && j >= jnow) {
+				kv[u] = vla_ld4(kb + (u64)j * kstride);
+				vv[u] = vla_ld4(vb + (u64)j * kstride);
+			}
+		}
 	}
 	float4 qr[QG];
 #pragma unroll
@@ -209,10 +232,9 @@ extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)
     vla_attn_decode(float *__restrict__ part_o, float *__restrict__ part_ml, const float *__restrict__ q,
                     const float *__restrict__ k, const float *__restrict__ v, int heads, int kvheads, int hd, int tq,
                     int nkv, float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs,
-                    const int *pos_at) {
-	vla_pdl_enter();
+                    const int *pos_at, int early) {
 	vla_attn_decode_t<float, 0>(part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0, mask_from,
-	                            mask_to, segs, pos_at);
+	                            mask_to, segs, pos_at, early);
 }
 
 // vla_attn_decode_bf16_gN are for G = heads/kvheads = N (checked in Go),
@@ -223,10 +245,10 @@ extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)
 	extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS, MINB)                                                   \
 	    name(float *__restrict__ part_o, float *__restrict__ part_ml, const float *__restrict__ q,                  \
 	         const u16 *__restrict__ k, const u16 *__restrict__ v, int heads, int kvheads, int hd, int tq, int nkv,  \
-	         float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs, const int *pos_at) {  \
-		vla_pdl_enter();                                                                                        \
+	         float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs, const int *pos_at,    \
+	         int early) {                                                                                       \
 		vla_attn_decode_t<u16, GT>(part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0,     \
-		                           mask_from, mask_to, segs, pos_at);                                               \
+		                           mask_from, mask_to, segs, pos_at, early);                                        \
 	}
 
 VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16, 0, 1) // any G up to 8: too many registers to fit 6
@@ -362,3 +384,84 @@ extern "C" __global__ void __launch_bounds__(VLA_COMB_THREADS)
 		if (out16) out16[row * hd + d] = vla_f32_to_bf16(sum * inv);
 	}
 }
+
+// vla_attn_combine_rows_NS are vla_attn_combine for up to NS splits and no
+// pos_at, one warp a row (VLA_COMB_WARPS rows a block) rather than a block:
+// the many rows of few splits that flash attention leaves (the action
+// expert's 64 queries × 16 heads over 16 splits). Lane z holds split z's
+// maximum and sum; lane l dims 4l..4l+3 of every split's O, all loaded at
+// once. The sums are vla_attn_combine's, in its order (warp i of its block
+// summed splits i, i+8, …, then the warps' sums were added in order; its
+// sum of weights was warp 0's): the same bits.
+template <int NS>
+__device__ __forceinline__ void vla_attn_combine_rows_t(float *__restrict__ out, u16 *__restrict__ out16,
+                                                        const float *__restrict__ part_o,
+                                                        const float *__restrict__ part_ml, int nsplit, int tq,
+                                                        int heads, int hd) {
+	static_assert(NS <= 32 && NS % VLA_COMB_WARPS == 0, "a lane holds one split's weight");
+	const int lane = threadIdx.x & 31;
+	const u64 rows = (u64)tq * heads, row = (u64)blockIdx.x * VLA_COMB_WARPS + (threadIdx.x >> 5);
+	if (row >= rows) return;
+	const bool dl = lane * 4 < hd;
+	float4 zero4;
+	zero4.x = zero4.y = zero4.z = zero4.w = 0.0f;
+	float4 o[NS];
+#pragma unroll
+	for (int z = 0; z < NS; z++) o[z] = z < nsplit && dl ? *(const float4 *)(part_o + (z * rows + row) * hd + lane * 4) : zero4;
+	float mt = VLA_NEG_INF, lt = 0.0f;
+	if (lane < nsplit) {
+		mt = part_ml[2 * (lane * rows + row)];
+		lt = part_ml[2 * (lane * rows + row) + 1];
+	}
+	const float M = vla_warp_max(mt);
+	float wz = 0.0f, L = 0.0f;
+	if (lane < nsplit) {
+		wz = mt == VLA_NEG_INF ? 0.0f : exp2f(mt - M);
+		L = wz * lt;
+	}
+	L = vla_warp_sum(L);
+	const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+	float4 sum = zero4;
+#pragma unroll
+	for (int i = 0; i < VLA_COMB_WARPS; i++) {
+		float4 a = zero4;
+#pragma unroll
+		for (int z = i; z < NS; z += VLA_COMB_WARPS) {
+			if (z < nsplit) {
+				const float w = __shfl_sync(0xffffffffu, wz, z);
+				a.x += w * o[z].x;
+				a.y += w * o[z].y;
+				a.z += w * o[z].z;
+				a.w += w * o[z].w;
+			}
+		}
+		sum.x += a.x;
+		sum.y += a.y;
+		sum.z += a.z;
+		sum.w += a.w;
+	}
+	if (!dl) return;
+	float4 r;
+	r.x = sum.x * inv;
+	r.y = sum.y * inv;
+	r.z = sum.z * inv;
+	r.w = sum.w * inv;
+	*(float4 *)(out + row * hd + lane * 4) = r;
+	if (out16) {
+		uint2 pk;
+		pk.x = (u32)vla_f32_to_bf16(r.x) | ((u32)vla_f32_to_bf16(r.y) << 16);
+		pk.y = (u32)vla_f32_to_bf16(r.z) | ((u32)vla_f32_to_bf16(r.w) << 16);
+		*(uint2 *)(out16 + row * hd + lane * 4) = pk;
+	}
+}
+
+#define VLA_COMB_ROWS_KERNEL(name, NS)                                                                                \
+	extern "C" __global__ void __launch_bounds__(VLA_COMB_THREADS)                                                    \
+	    name(float *__restrict__ out, u16 *__restrict__ out16, const float *__restrict__ part_o,                     \
+	         const float *__restrict__ part_ml, int nsplit, int tq, int heads, int hd) {                              \
+		vla_pdl_launch_enter(); /* ahead of a product */                                                          \
+		vla_attn_combine_rows_t<NS>(out, out16, part_o, part_ml, nsplit, tq, heads, hd);                            \
+	}
+
+VLA_COMB_ROWS_KERNEL(vla_attn_combine_rows_16, 16)
+VLA_COMB_ROWS_KERNEL(vla_attn_combine_rows_32, 32)

@@ -142,8 +142,8 @@ extern "C" __global__ void vla_qk_norm_rope_cache(float *q, float *k, const floa
                                                   int qwdt, const void *__restrict__ kw, int kwdt,
                                                   const float *__restrict__ cs, const float *__restrict__ sn,
                                                   u64 rows, int qh, int kh, int hd, float eps, void *kc, void *vc,
-                                                  int cdt, u64 at, const int *pos_at, u64 crows) {
-	vla_pdl_enter();
+                                                  int cdt, u64 at, const int *pos_at, u64 crows, int launch) {
+	vla_pdl_launch_enter_if(launch); // a decode step's attention loads its old rows while this runs
 	vla_qk_norm_rope_t<true>(q, k, v, qw, qwdt, kw, kwdt, cs, sn, rows, qh, kh, hd, eps, kc, vc, cdt, at, pos_at,
 	                         crows);
 }
