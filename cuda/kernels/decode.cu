@@ -26,11 +26,20 @@
 #define VLA_DEC_KEYS 8                               // keys per warp
 #define VLA_DEC_CHUNK (VLA_DEC_WARPS * VLA_DEC_KEYS) // keys per block: 32, one per lane in the softmax
 
-// vla_ld4 loads 4 consecutive K or V elements as floats: 16 bytes of
-// float, or 8 bytes of bf16 (the CUDA backend's KV caches).
-__device__ __forceinline__ float4 vla_ld4(const float *p) { return *(const float4 *)p; }
-__device__ __forceinline__ float4 vla_ld4(const u16 *p) {
-	const uint2 w = *(const uint2 *)p;
+// vla_dec_raw holds 4 loaded K or V elements as they are in memory until
+// their use (bf16 in half the registers of float: the kernel then fits
+// its register cap without spilling); vla_dec_f4 turns them into floats,
+// exactly.
+template <typename T> struct vla_dec_raw {
+	typedef float4 type;
+};
+template <> struct vla_dec_raw<u16> {
+	typedef uint2 type;
+};
+__device__ __forceinline__ float4 vla_ld_raw(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ uint2 vla_ld_raw(const u16 *p) { return *(const uint2 *)p; }
+__device__ __forceinline__ float4 vla_dec_f4(float4 x) { return x; }
+__device__ __forceinline__ float4 vla_dec_f4(uint2 w) {
 	float4 r;
 	r.x = __uint_as_float(w.x << 16);
 	r.y = __uint_as_float(w.x & 0xffff0000u);
@@ -120,15 +129,17 @@ __device__ __forceinline__ void vla_attn_decode_t(float *__restrict__ part_o, fl
 	// All of this warp's loads first: its 8 keys' K and V rows, then q.
 	const int jw = split * VLA_DEC_CHUNK + warp * VLA_DEC_KEYS;
 	const T *kb = k + (u64)kvh * hd + lane * 4, *vb = v + (u64)kvh * hd + lane * 4;
-	float4 kv[VLA_DEC_KEYS], vv[VLA_DEC_KEYS];
+	typedef typename vla_dec_raw<T>::type raw;
+	raw kv[VLA_DEC_KEYS], vv[VLA_DEC_KEYS];
+	const raw zraw{}; // zeros
 	bool vis[VLA_DEC_KEYS];
 	const int jnow = early ? qpos0 : nkv; // rows below jnow are loaded before the wait
 #pragma unroll
 	for (int u = 0; u < VLA_DEC_KEYS; u++) {
 		const int j = jw + u;
 		vis[u] = j < nkv && j >= lo && j < hi && !(hasmask && j >= mask_from && j < mask_to);
-		kv[u] = (vis[u] && dl && j < jnow) ? vla_ld4(kb + (u64)j * kstride) : zero4;
-		vv[u] = (vis[u] && dl && j < jnow) ? vla_ld4(vb + (u64)j * kstride) : zero4;
+		kv[u] = (vis[u] && dl && j < jnow) ? vla_ld_raw(kb + (u64)j * kstride) : zraw;
+		vv[u] = (vis[u] && dl && j < jnow) ? vla_ld_raw(vb + (u64)j * kstride) : zraw;
 	}
 	if (early) {
 		vla_pdl_enter();
@@ -136,8 +147,8 @@ __device__ __forceinline__ void vla_attn_decode_t(float *__restrict__ part_o, fl
 		for (int u = 0; u < VLA_DEC_KEYS; u++) {
 			const int j = jw + u;
 			if (vis[u] && dl && j >= jnow) {
-				kv[u] = vla_ld4(kb + (u64)j * kstride);
-				vv[u] = vla_ld4(vb + (u64)j * kstride);
+				kv[u] = vla_ld_raw(kb + (u64)j * kstride);
+				vv[u] = vla_ld_raw(vb + (u64)j * kstride);
 			}
 		}
 	}
@@ -153,11 +164,12 @@ __device__ __forceinline__ void vla_attn_decode_t(float *__restrict__ part_o, fl
 		constexpr int C = VLA_DEC_KEYS * (GT > 0 ? GT : 1);
 		float d[C];
 #pragma unroll
-		for (int u = 0; u < VLA_DEC_KEYS; u++)
+		for (int u = 0; u < VLA_DEC_KEYS; u++) {
+			const float4 kf = vla_dec_f4(kv[u]);
 #pragma unroll
 			for (int r = 0; r < C / VLA_DEC_KEYS; r++)
-				d[u * (C / VLA_DEC_KEYS) + r] =
-				    qr[r].x * kv[u].x + qr[r].y * kv[u].y + qr[r].z * kv[u].z + qr[r].w * kv[u].w;
+				d[u * (C / VLA_DEC_KEYS) + r] = qr[r].x * kf.x + qr[r].y * kf.y + qr[r].z * kf.z + qr[r].w * kf.w;
+		}
 		vla_dec_scatter_sum<C>(d, lane);
 		constexpr int per = 32 / C; // lanes holding each sum
 		if (lane % per == 0) {
@@ -170,7 +182,8 @@ __device__ __forceinline__ void vla_attn_decode_t(float *__restrict__ part_o, fl
 #pragma unroll
 			for (int r = 0; r < QG; r++) {
 				if (r < G) {
-					float d = qr[r].x * kv[u].x + qr[r].y * kv[u].y + qr[r].z * kv[u].z + qr[r].w * kv[u].w;
+					const float4 kf = vla_dec_f4(kv[u]);
+					float d = qr[r].x * kf.x + qr[r].y * kf.y + qr[r].z * kf.z + qr[r].w * kf.w;
 					d = vla_warp_sum(d);
 					if (lane == 0) s[r][warp * VLA_DEC_KEYS + u] = vis[u] ? d * sl2 : VLA_NEG_INF;
 				}
@@ -201,10 +214,11 @@ __device__ __forceinline__ void vla_attn_decode_t(float *__restrict__ part_o, fl
 #pragma unroll
 			for (int u = 0; u < VLA_DEC_KEYS; u++) {
 				const float p = s[r][warp * VLA_DEC_KEYS + u];
-				acc.x += p * vv[u].x;
-				acc.y += p * vv[u].y;
-				acc.z += p * vv[u].z;
-				acc.w += p * vv[u].w;
+				const float4 vf = vla_dec_f4(vv[u]);
+				acc.x += p * vf.x;
+				acc.y += p * vf.y;
+				acc.z += p * vf.z;
+				acc.w += p * vf.w;
 			}
 			*(float4 *)&red[warp][r][lane * 4] = acc;
 		}
