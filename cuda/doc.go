@@ -95,8 +95,13 @@
 // one of three kernels by shape: split flash decoding for up to 4 queries
 // (float32), flash attention on the tensor cores (bf16 operands, float32
 // softmax and sums) for more, and a float32 kernel for head dims the
-// others do not cover (see Attention and WithExactAttention). bench_test.go measures every kernel against the
-// device's copy bandwidth and GEMM rate (bench/results/cuda-kernels.md).
+// others do not cover (see Attention and WithExactAttention); split
+// results are merged by vla_attn_combine, or a warp a row for up to 32
+// splits. bench_test.go measures every kernel against the device's copy
+// bandwidth and GEMM rate (bench/results/cuda-kernels.md);
+// Backend.SetSkipOps leaves kernels out by name, so that a model's
+// benchmark can measure what each costs inside its graphs
+// (BenchmarkMarginalCosts in models/alpamayo).
 //
 // # Fused ops
 //

@@ -80,6 +80,7 @@ type gpu struct {
 	gstreamSlots   int                 // vla_gemv_stream's ring slots (gstreamSlots; tests change it)
 	noEpilogues    bool                // benchmarks: biases and GELUs by kernels of ours, not cuBLASLt
 	flashInPlace   bool                // tests and benchmarks: the flash kernels that read float K and V
+	skipOps        []string            // SetSkipOps: launches left out (a diagnostic)
 	combineBlocks  bool                // tests: every merge of attention splits on vla_attn_combine (a block a row)
 	capture        *capture            // the capture in progress, nil when none
 	graphs         map[*Graph]struct{} // graphs not yet closed

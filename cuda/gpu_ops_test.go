@@ -338,3 +338,34 @@ func TestGPUEmbedding(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUSkipOps checks the SetSkipOps diagnostic: a launch whose name
+// holds a skipped name does nothing, others run, and nil restores it.
+func TestGPUSkipOps(t *testing.T) {
+	b := gpuBackend(t)
+	x := upload(t, b, []float32{1, 2, 3}, 1, 3)
+	d := alloc(t, b, 1, 3)
+	if err := b.SetSkipOps([]string{"", "add"}); err != nil {
+		t.Fatal(err)
+	}
+	defer b.SetSkipOps(nil)
+	if err := b.Add(d, x, x); err != nil {
+		t.Fatal(err)
+	}
+	exactly(t, "add left out", download(t, b, d), []float32{0, 0, 0})
+	if err := b.SiLU(d, x); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range download(t, b, d) {
+		if want := float64(i+1) / (1 + math.Exp(-float64(i+1))); math.Abs(float64(v)-want) > 1e-5 {
+			t.Errorf("silu, not left out: element %d is %g, want %g", i, v, want)
+		}
+	}
+	if err := b.SetSkipOps(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Add(d, x, x); err != nil {
+		t.Fatal(err)
+	}
+	exactly(t, "add restored", download(t, b, d), []float32{2, 4, 6})
+}

@@ -149,6 +149,25 @@ func (b *Backend) SetStreamGEMV(on bool) error {
 	})
 }
 
+// SetSkipOps makes every later kernel launch whose name (as the trace
+// names it, e.g. "rmsnorm", "attention decode") contains one of names do
+// nothing; nil or empty restores them. A developer's diagnostic, never for
+// serving: the results are wrong, but a run's time less the complete
+// run's is what the ops left out cost there, overlap included
+// (BenchmarkMarginalCosts in models/alpamayo). cuBLAS products and copies
+// still run. A graph keeps the launches it was captured with.
+func (b *Backend) SetSkipOps(names []string) error {
+	return b.run(func(g *gpu) error {
+		g.skipOps = nil
+		for _, n := range names {
+			if n != "" {
+				g.skipOps = append(g.skipOps, n)
+			}
+		}
+		return nil
+	})
+}
+
 // SetSerialLaunches turns programmatic dependent launch off (serial) or
 // back on, where the device has it, for the ops queued after the call (see
 // WithSerialLaunches): for benchmarks that measure the overlap in one

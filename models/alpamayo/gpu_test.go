@@ -88,26 +88,8 @@ func TestCUDAInferTiny(t *testing.T) {
 // $VLANODE_BENCH_MODEL (e.g. `vlanode synth --arch alpamayo-r1-10b`),
 // fully resident on the GPU, and reports each stage in ms.
 func BenchmarkStandardWorkload(b *testing.B) {
-	dir := os.Getenv("VLANODE_BENCH_MODEL")
-	if dir == "" {
-		b.Skip("SKIPPED: set VLANODE_BENCH_MODEL to an alpamayo-r1-10b checkpoint")
-	}
-	gpu := openCUDA(b)
-	start := time.Now()
-	m, err := alpamayo.Load(gpu, dir, alpamayo.LoadOptions{})
-	require.NoError(b, err)
+	m, gpu, req := standardWorkload(b)
 	defer m.Close()
-	b.Logf("loaded %s in %v", dir, time.Since(start))
-	req := request(1)
-	req.Images = qwen3vl.Images{}
-	for range 16 { // 1920×1080 → 576×320: a 1×20×36 grid, 720 patches
-		req.Images.Grids = append(req.Images.Grids, qwen3vl.Grid{T: 1, H: 20, W: 36})
-	}
-	req.Images.Pixels = make([]float32, 16*720*1536)
-	for i := range req.Images.Pixels {
-		req.Images.Pixels[i] = float32(i%255)/127.5 - 1
-	}
-	req.Greedy, req.MaxReasoningTokens = true, 21
 	// The decode and Euler steps replayed from captured graphs, then the
 	// same with every kernel launched only once the one ahead has finished
 	// (no programmatic dependent launch), then with the biases and GELUs
@@ -171,7 +153,6 @@ func BenchmarkStandardWorkload(b *testing.B) {
 				require.NoError(b, cuda.WriteOpTimes(&sb, ops))
 				b.Logf("GPU time by operation (one traced inference):\n%s", sb.String())
 			}
-			ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 			b.ReportMetric(ms(last.Timing.Vision), "vision-ms")
 			b.ReportMetric(ms(last.Timing.Prefill), "prefill-ms")
 			b.ReportMetric(ms(last.Timing.Decode), "decode-ms")
@@ -181,6 +162,88 @@ func BenchmarkStandardWorkload(b *testing.B) {
 		})
 	}
 }
+
+// standardWorkload loads the checkpoint in $VLANODE_BENCH_MODEL on the GPU
+// (skipping without it) and returns it with DESIGN.md's standard request:
+// 16 images of 720 patches, 21 greedy reasoning tokens.
+func standardWorkload(b *testing.B) (*alpamayo.Model, backend.Backend, *alpamayo.Request) {
+	dir := os.Getenv("VLANODE_BENCH_MODEL")
+	if dir == "" {
+		b.Skip("SKIPPED: set VLANODE_BENCH_MODEL to an alpamayo-r1-10b checkpoint")
+	}
+	gpu := openCUDA(b)
+	start := time.Now()
+	m, err := alpamayo.Load(gpu, dir, alpamayo.LoadOptions{})
+	require.NoError(b, err)
+	b.Logf("loaded %s in %v", dir, time.Since(start))
+	req := request(1)
+	req.Images = qwen3vl.Images{}
+	for range 16 { // 1920×1080 → 576×320: a 1×20×36 grid, 720 patches
+		req.Images.Grids = append(req.Images.Grids, qwen3vl.Grid{T: 1, H: 20, W: 36})
+	}
+	req.Images.Pixels = make([]float32, 16*720*1536)
+	for i := range req.Images.Pixels {
+		req.Images.Pixels[i] = float32(i%255)/127.5 - 1
+	}
+	req.Greedy, req.MaxReasoningTokens = true, 21
+	return m, gpu, req
+}
+
+// BenchmarkMarginalCosts runs the standard workload (graphs) with kernels
+// left out by name (cuda.Backend.SetSkipOps) in the same process as the
+// complete run: a set's stage times less the complete run's are what its
+// kernels cost there, overlap included. The runs with kernels left out
+// compute wrong results (their hashes differ); only their times count.
+// The sets are $VLANODE_SKIP_SETS (';' between sets, ',' between names;
+// the empty set is the complete run), else marginalSets. Each set: one
+// inference to warm up, then the best of three of each stage; the sets go
+// round twice.
+func BenchmarkMarginalCosts(b *testing.B) {
+	m, gpu, req := standardWorkload(b)
+	defer m.Close()
+	cb := gpu.(*cuda.Backend)
+	sets := marginalSets
+	if e, ok := os.LookupEnv("VLANODE_SKIP_SETS"); ok {
+		sets = strings.Split(e, ";")
+	}
+	defer cb.SetSkipOps(nil)
+	for round := range 2 {
+		for _, set := range sets {
+			b.Run(fmt.Sprintf("round%d/skip=%s", round+1, strings.ReplaceAll(set, " ", "_")), func(b *testing.B) {
+				require.NoError(b, cb.SetSkipOps(nil))
+				_, err := m.Infer(context.Background(), req) // warm up, complete
+				require.NoError(b, err)
+				require.NoError(b, cb.SetSkipOps(strings.Split(set, ",")))
+				var best [5]float64 // vision, prefill, decode a token, diffusion, total (ms)
+				var last *alpamayo.Result
+				for i := range 3 {
+					res, err := m.Infer(context.Background(), req)
+					require.NoError(b, err)
+					t := res.Timing
+					v := [5]float64{ms(t.Vision), ms(t.Prefill), ms(t.Decode) / float64(max(len(res.ReasoningIDs)-1, 1)), ms(t.Diffusion), ms(t.Total)}
+					for j := range v {
+						if i == 0 || v[j] < best[j] {
+							best[j] = v[j]
+						}
+					}
+					last = res
+				}
+				require.NoError(b, cb.SetSkipOps(nil))
+				for j, unit := range []string{"vision-ms", "prefill-ms", "decode-ms/step", "diffusion-ms", "total-ms"} {
+					b.ReportMetric(best[j], unit)
+				}
+				b.Logf("skip %q: result %x", set, digest(last))
+			})
+		}
+	}
+}
+
+// marginalSets are BenchmarkMarginalCosts' default sets of kernel names.
+var marginalSets = []string{"", "attention decode", "attention combine", "rmsnorm", "qk norm", "attention flash",
+	"layernorm", "silumul", "attention k/v", "rows", "gemv stream", "gemv stream,attention,rmsnorm,qk norm"}
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
 // TestCUDALayeredMatchesResident streams the tiny model's units through
 // cuda.DFBDevice (pinned host blobs, async copies on a copy stream,
