@@ -485,11 +485,19 @@ func (g *gpu) gateUp(xp driver.DevicePtr, ga, ua matmulOperands) error {
 	return g.gemmsFrom(xp, []matmulOperands{ga, ua})
 }
 
+// siluUnroll is VLA_SILU_U: the groups of four elements a thread of the
+// vla_silu_mul kernels takes a step (their grids are that much smaller).
+const siluUnroll = 4
+
 // siluMul queues gate = silu(gate)·up.
 func (g *gpu) siluMul(gate, up *Tensor) error {
 	g.args.Reset()
 	g.args.Ptr(gate.ptr).Ptr(gate.ptr).Ptr(up.ptr).U64(uint64(gate.elements()))
-	return g.elementwise("silumul", g.k.siluMul, vecItems(gate, gate, up))
+	items := vecItems(gate, gate, up)
+	if items < gate.elements() { // VLA_SILU_U groups of 4 a thread
+		items = (items + siluUnroll - 1) / siluUnroll
+	}
+	return g.elementwise("silumul", g.k.siluMul, items)
 }
 
 // MatMulGELU computes dst = gelu(x·wᵀ + bias): for products that go to
@@ -694,7 +702,7 @@ func (g *gpu) swigluTo16(xp driver.DevicePtr, ga, ua matmulOperands, dt tensor.D
 	g.args.Ptr(hp).Ptr(ga.d.ptr).Ptr(ua.d.ptr).U64(uint64(n))
 	items := n
 	if n%4 == 0 && (ga.d.ptr|ua.d.ptr)%16 == 0 && hp%8 == 0 {
-		items = n / 4
+		items = (n/4 + siluUnroll - 1) / siluUnroll // VLA_SILU_U groups of 4 a thread
 	}
 	return hp, g.elementwise("silumul to 16 bits", g.k.siluMul16[kind16(dt)], items)
 }

@@ -172,6 +172,7 @@ func TestKernelConstants(t *testing.T) {
 		"VLA_GSTREAM_PIECE":       gstreamPiece,
 		"VLA_GSTREAM_ROWS":        gstreamRows,
 		"VLA_GSTREAM_OPS":         gstreamOps,
+		"VLA_SILU_U":              siluUnroll,
 	} {
 		m := regexp.MustCompile(`#define ` + name + ` +(\d+)`).FindStringSubmatch(src)
 		if m == nil {
