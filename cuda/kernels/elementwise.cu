@@ -62,73 +62,67 @@ extern "C" __global__ void vla_silu(float *d, const float *x, u64 n) {
 	VLA_FOR(i, n) d[i] = vla_silu1(x[i]);
 }
 
-// vla_silu_mul: d = silu(g) * u, silu(g) = g / (1 + e^-g) (below).
-// vla_silu_mul_bf16 and vla_silu_mul_f16 are vla_silu_mul with the result
-// rounded to 16 bits as vla_f32_to_bf16 (f16) rounds it: the input of the
-// next cuBLAS product (backend.Fused's SwiGLUDown). When n is a multiple of
-// 4, g and u 16-byte and d 8-byte aligned, a thread takes four elements
-// at a time, VLA_SILU_U groups of them a step with every load issued
-// before the first is used (gate and up are read once: streamed past the
-// caches); else one element at a time.
+// vla_silu_mul: d = silu(g) * u, silu(g) = g / (1 + e^-g). vla_silu_mul_bf16
+// and vla_silu_mul_f16 round the result to 16 bits as vla_f32_to_bf16
+// (f16) rounds it: the input of the next cuBLAS product (backend.Fused's
+// SwiGLUDown). When n is a multiple of 4 and the pointers are aligned for
+// it (g and u 16 bytes; d 16 bytes, or 8 in 16 bits), a thread takes four
+// elements at a time, VLA_SILU_U groups of them a step with every load
+// issued before the first is used (gate and up are read once: streamed past
+// the caches); else one element at a time.
 #define VLA_SILU_U 4
-template <bool F16> __device__ __forceinline__ uint2 vla_silu_mul4(float4 x, float4 y) {
-	uint2 o;
-	o.x = vla_round16<F16>(vla_silu1(x.x) * y.x) | (vla_round16<F16>(vla_silu1(x.y) * y.y) << 16);
-	o.y = vla_round16<F16>(vla_silu1(x.z) * y.z) | (vla_round16<F16>(vla_silu1(x.w) * y.w) << 16);
-	return o;
-}
-template <bool F16> __device__ __forceinline__ void vla_silu_mul_16(u16 *d, const float *g, const float *u, u64 n) {
-	if (n % 4 == 0 && (((u64)g | (u64)u) & 15) == 0 && ((u64)d & 7) == 0) {
-		const float4 *g4 = (const float4 *)g, *u4 = (const float4 *)u;
-		uint2 *d2 = (uint2 *)d;
-		const u64 n4 = n / 4, step = (u64)gridDim.x * blockDim.x;
-		u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-		for (; i + (VLA_SILU_U - 1) * step < n4; i += VLA_SILU_U * step) {
-			float4 x[VLA_SILU_U], y[VLA_SILU_U];
-#pragma unroll
-			for (int k = 0; k < VLA_SILU_U; k++) {
-				x[k] = __ldcs(g4 + i + k * step);
-				y[k] = __ldcs(u4 + i + k * step);
-			}
-#pragma unroll
-			for (int k = 0; k < VLA_SILU_U; k++) d2[i + k * step] = vla_silu_mul4<F16>(x[k], y[k]);
-		}
-		for (; i < n4; i += step) d2[i] = vla_silu_mul4<F16>(__ldcs(g4 + i), __ldcs(u4 + i));
-		return;
+struct vla_silu_mul4_f32 {
+	__device__ __forceinline__ float4 operator()(float4 x, float4 y) const {
+		float4 r;
+		r.x = vla_silu1(x.x) * y.x;
+		r.y = vla_silu1(x.y) * y.y;
+		r.z = vla_silu1(x.z) * y.z;
+		r.w = vla_silu1(x.w) * y.w;
+		return r;
 	}
-	VLA_FOR(i, n) d[i] = (u16)vla_round16<F16>(vla_silu1(g[i]) * u[i]);
+};
+template <bool F16> struct vla_silu_mul4_16 {
+	__device__ __forceinline__ uint2 operator()(float4 x, float4 y) const {
+		uint2 o;
+		o.x = vla_round16<F16>(vla_silu1(x.x) * y.x) | (vla_round16<F16>(vla_silu1(x.y) * y.y) << 16);
+		o.y = vla_round16<F16>(vla_silu1(x.z) * y.z) | (vla_round16<F16>(vla_silu1(x.w) * y.w) << 16);
+		return o;
+	}
+};
+// vla_silu_mul_steps writes d[i] = op(g4[i], u4[i]) for i < n4 in the
+// steps above (the grid covers about n4 / VLA_SILU_U threads).
+template <typename O, typename F>
+__device__ __forceinline__ void vla_silu_mul_steps(O *d, const float4 *g4, const float4 *u4, u64 n4, F op) {
+	const u64 step = (u64)gridDim.x * blockDim.x;
+	u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+	for (; i + (VLA_SILU_U - 1) * step < n4; i += VLA_SILU_U * step) {
+		float4 x[VLA_SILU_U], y[VLA_SILU_U];
+#pragma unroll
+		for (int k = 0; k < VLA_SILU_U; k++) {
+			x[k] = __ldcs(g4 + i + k * step);
+			y[k] = __ldcs(u4 + i + k * step);
+		}
+#pragma unroll
+		for (int k = 0; k < VLA_SILU_U; k++) d[i + k * step] = op(x[k], y[k]);
+	}
+	for (; i < n4; i += step) d[i] = op(__ldcs(g4 + i), __ldcs(u4 + i));
 }
 
-// vla_silu_mul: d = silu(g)·u in float, in the steps of vla_silu_mul_16.
-__device__ __forceinline__ float4 vla_silu_mul4f(float4 x, float4 y) {
-	float4 r;
-	r.x = vla_silu1(x.x) * y.x;
-	r.y = vla_silu1(x.y) * y.y;
-	r.z = vla_silu1(x.z) * y.z;
-	r.w = vla_silu1(x.w) * y.w;
-	return r;
-}
 extern "C" __global__ void vla_silu_mul(float *d, const float *g, const float *u, u64 n) {
 	vla_pdl_enter();
 	if (vla_vec4(n, d, g, u)) {
-		const float4 *g4 = (const float4 *)g, *u4 = (const float4 *)u;
-		float4 *d4 = (float4 *)d;
-		const u64 n4 = n / 4, step = (u64)gridDim.x * blockDim.x;
-		u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-		for (; i + (VLA_SILU_U - 1) * step < n4; i += VLA_SILU_U * step) {
-			float4 x[VLA_SILU_U], y[VLA_SILU_U];
-#pragma unroll
-			for (int k = 0; k < VLA_SILU_U; k++) {
-				x[k] = __ldcs(g4 + i + k * step);
-				y[k] = __ldcs(u4 + i + k * step);
-			}
-#pragma unroll
-			for (int k = 0; k < VLA_SILU_U; k++) d4[i + k * step] = vla_silu_mul4f(x[k], y[k]);
-		}
-		for (; i < n4; i += step) d4[i] = vla_silu_mul4f(__ldcs(g4 + i), __ldcs(u4 + i));
+		vla_silu_mul_steps((float4 *)d, (const float4 *)g, (const float4 *)u, n / 4, vla_silu_mul4_f32());
 		return;
 	}
 	VLA_FOR(i, n) d[i] = vla_silu1(g[i]) * u[i];
+}
+
+template <bool F16> __device__ __forceinline__ void vla_silu_mul_16(u16 *d, const float *g, const float *u, u64 n) {
+	if (n % 4 == 0 && (((u64)g | (u64)u) & 15) == 0 && ((u64)d & 7) == 0) {
+		vla_silu_mul_steps((uint2 *)d, (const float4 *)g, (const float4 *)u, n / 4, vla_silu_mul4_16<F16>());
+		return;
+	}
+	VLA_FOR(i, n) d[i] = (u16)vla_round16<F16>(vla_silu1(g[i]) * u[i]);
 }
 
 extern "C" __global__ void vla_silu_mul_bf16(u16 *d, const float *g, const float *u, u64 n) {
