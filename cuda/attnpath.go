@@ -26,6 +26,11 @@ const (
 	flashThreads  = 128 // VLA_FA_THREADS
 	maxSplits     = 64  // key splits of one flash call
 	flashPerSM    = 2   // flash blocks resident per SM (171 registers × 128 threads)
+
+	// vla_flash_wg_128 (sm_90a): a warpgroup a block, 64 query rows (as
+	// flashBlockQ), two blocks an SM.
+	flashWGThreads = 128    // VLA_FW_THREADS
+	flashWGSmem    = 66_560 // VLA_FW_SMEM: two stages of K and of V (Q staged in V's second), 1,024 bytes of alignment
 )
 
 // combRowsSplits are the most splits of each vla_attn_combine_rows_* kernel.
@@ -196,17 +201,44 @@ func (g *gpu) attnDecode(a attnCall) error {
 	return g.combine(a, nsplit, po, pml)
 }
 
-// flashTiles is the number of 64-row query tiles: over all rows, or
+// flashTiles is the number of query tiles of bq rows: over all rows, or
 // segment by segment (a tile never spans two segments).
-func flashTiles(tq int, segments []int) int {
+func flashTiles(tq int, segments []int, bq int) int {
 	if len(segments) < 2 {
-		return (tq + flashBlockQ - 1) / flashBlockQ
+		return (tq + bq - 1) / bq
 	}
 	n := 0
 	for i := 1; i < len(segments); i++ {
-		n += (segments[i] - segments[i-1] + flashBlockQ - 1) / flashBlockQ
+		n += (segments[i] - segments[i-1] + bq - 1) / bq
 	}
 	return n
+}
+
+// allowFlashWG grants vla_flash_wg_128 its shared memory where the module
+// is compiled for sm_90a (arch); elsewhere, or where refused, the calls
+// it would take run on vla_flash_pipe_128, and flashWGOff says why.
+func (g *gpu) allowFlashWG(arch string) {
+	if arch != "sm_90a" {
+		g.flashWGOff = fmt.Sprintf("needs sm_90a (compiled for %s)", arch)
+		return
+	}
+	g.flashWGOff = g.grantSmem([]driver.Function{g.k.flashWG}, flashWGSmem)
+	g.flashWG = g.flashWGOff == ""
+}
+
+// useFlashWG says whether a flash call of padded head dim hdp and nsplit
+// key splits takes vla_flash_wg_128: where it is built, for head dims
+// padded to 128, over bf16 rows (not the kernels that read float K and V
+// in place), with one split: query tiles × heads enough to fill the GPU,
+// the prefill. Split calls (the action expert's 64 queries over the
+// cache) stay on vla_flash_pipe_128, faster there (35 µs against 38-39
+// for the expert's call, bench/results/cuda-kernels.md run 17). The
+// choice depends on the shapes alone.
+func (g *gpu) useFlashWG(hdp, nsplit int) bool {
+	if !g.flashWG || g.noFlashWG || g.flashInPlace || hdp != 128 {
+		return false
+	}
+	return nsplit == 1 || g.flashWGAll
 }
 
 // flashSplits is the key splits of a flash launch: 1 when tiles × heads
@@ -229,7 +261,7 @@ func (g *gpu) attnFlash(a attnCall) error {
 	for idx < len(flashHeadDims)-1 && flashHeadDims[idx] < a.o.HeadDim {
 		idx++
 	}
-	tiles := flashTiles(a.tq, a.o.Segments)
+	tiles := flashTiles(a.tq, a.o.Segments, flashBlockQ)
 	nsplit := 1
 	if len(a.o.Segments) < 2 {
 		keys := a.o.NKV
@@ -238,6 +270,8 @@ func (g *gpu) attnFlash(a attnCall) error {
 		}
 		nsplit = flashSplits(tiles, a.o.Heads, (keys+flashBlockK-1)/flashBlockK, flashPerSM*g.info.SMs)
 	}
+	hdp := flashHeadDims[idx]
+	wg := g.useFlashWG(hdp, nsplit)
 	var po, pml driver.DevicePtr
 	if nsplit > 1 {
 		var err error
@@ -246,7 +280,10 @@ func (g *gpu) attnFlash(a attnCall) error {
 		}
 	}
 	kernel, name := g.k.flashPipe[idx], "attention flash"
-	hdp := flashHeadDims[idx]
+	threads, smem := flashThreads, uint32(0)
+	if wg {
+		kernel, name, threads, smem = g.k.flashWG, "attention flash wgmma", flashWGThreads, flashWGSmem
+	}
 	kp, vp := a.k.ptr, a.v.ptr
 	hs, rs := uint64(a.o.HeadDim), a.o.KVHeads*a.o.HeadDim // a bf16 cache in place
 	switch {
@@ -276,7 +313,7 @@ func (g *gpu) attnFlash(a attnCall) error {
 		F32(float32(float64(a.o.Scale)*log2e)).I32(a.causal()).I32(int32(a.o.QPos0)).
 		I32(int32(a.o.MaskFrom)).I32(int32(a.o.MaskTo)).Struct(a.segs, 4).U64(hs).I32(int32(rs)).Ptr(a.rc).Ptr(a.rs)
 	grid := driver.Dim3{uint32(tiles), uint32(a.o.Heads), uint32(nsplit)}
-	if err := g.launch(fmt.Sprintf("%s %d", name, flashHeadDims[idx]), kernel, grid, block1D(flashThreads), 0); err != nil {
+	if err := g.launch(fmt.Sprintf("%s %d", name, hdp), kernel, grid, block1D(threads), smem); err != nil {
 		return err
 	}
 	if nsplit == 1 {

@@ -149,6 +149,7 @@ type attnBench struct {
 	o          backend.AttnOpts
 	exact      bool
 	inPlace    bool    // the flash kernels that read float K and V in place
+	mma        bool    // vla_flash_pipe_128 where vla_flash_wg_128 would run
 	flops      float64 // multiply-adds × 2 of the visible scores and P·V
 	rotateKV   bool
 	rowsPerSeg int
@@ -166,6 +167,8 @@ func BenchmarkGPUAttention(b *testing.B) {
 	cases := []attnBench{
 		{name: "prefill_3030_32x8x128_causal", tq: T, rows: T, o: backend.AttnOpts{Heads: 32, KVHeads: 8, HeadDim: 128, NKV: T, Causal: true},
 			flops: 4 * 128 * 32 * causalPairs},
+		{name: "prefill_3030_32x8x128_causal_mma", tq: T, rows: T, o: backend.AttnOpts{Heads: 32, KVHeads: 8, HeadDim: 128, NKV: T, Causal: true},
+			flops: 4 * 128 * 32 * causalPairs, mma: true},
 		{name: "prefill_3030_32x8x128_causal_inplace", tq: T, rows: T, o: backend.AttnOpts{Heads: 32, KVHeads: 8, HeadDim: 128, NKV: T, Causal: true},
 			flops: 4 * 128 * 32 * causalPairs, inPlace: true},
 		{name: "prefill_3030_32x8x128_causal_exact", tq: T, rows: T, o: backend.AttnOpts{Heads: 32, KVHeads: 8, HeadDim: 128, NKV: T, Causal: true},
@@ -207,6 +210,10 @@ func BenchmarkGPUAttention(b *testing.B) {
 			defer setExactAttention(b, be, false)
 			setFlashInPlace(b, be, c.inPlace)
 			defer setFlashInPlace(b, be, false)
+			if err := be.SetFlashWGMMA(!c.mma); err != nil {
+				b.Fatal(err)
+			}
+			defer be.SetFlashWGMMA(true)
 			i := 0
 			w := benchWork{bytes: kvBytes + 2*4*float64(c.tq)*float64(qc), flops: c.flops}
 			gpuBench(b, be, w, func() error {

@@ -94,7 +94,8 @@
 // (Backend.SetRowProducts(false) sends them to cuBLAS). Attention takes
 // one of three kernels by shape: split flash decoding for up to 4 queries
 // (float32), flash attention on the tensor cores (bf16 operands, float32
-// softmax and sums) for more, and a float32 kernel for head dims the
+// softmax and sums; on sm_90a the prefill's on wgmma, vla_flash_wg_128)
+// for more, and a float32 kernel for head dims the
 // others do not cover (see Attention and WithExactAttention); split
 // results are merged by vla_attn_combine, or a warp a row for up to 32
 // splits. bench_test.go measures every kernel against the device's copy

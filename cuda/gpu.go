@@ -74,6 +74,10 @@ type gpu struct {
 	rowsWG         bool                // vla_gemm_rows_wg is built (sm_90a) and granted its shared memory
 	rowsWGOff      string              // why not, when not
 	noRowsWG       bool                // benchmarks: vla_gemm_rows on mma.sync where the wgmma kernel is built
+	flashWG        bool                // vla_flash_wg_128 is built (sm_90a) and granted its shared memory
+	flashWGOff     string              // why not, when not
+	noFlashWG      bool                // benchmarks, tests: the flash attention that would take vla_flash_wg_128 on vla_flash_pipe_128
+	flashWGAll     bool                // tests: vla_flash_wg_128 for every flash call it can take, split or not
 	gstreamOK      bool                // vla_gemv_stream is built and granted its shared memory
 	gstreamOff     string              // why not, when not
 	noStream       bool                // benchmarks: one-row products on the warp-per-column GEMVs
@@ -296,6 +300,7 @@ func (g *gpu) openKernels(o options) (err error) {
 		return err
 	}
 	g.allowRowsSmem(name)
+	g.allowFlashWG(name)
 	g.allowStreamSmem(arch, major)
 	return nil
 }

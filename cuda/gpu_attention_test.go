@@ -101,12 +101,20 @@ var attnCases = []attnCase{
 	{"mask at the start", 10, 100, backend.AttnOpts{Heads: 2, KVHeads: 2, HeadDim: 64, NKV: 100, MaskFrom: 0, MaskTo: 70}},
 	{"mask past the causal edge", 30, 30, backend.AttnOpts{Heads: 2, KVHeads: 1, HeadDim: 64, NKV: 30, Causal: true, MaskFrom: 20, MaskTo: 30}},
 	{"rows that see nothing", 8, 8, backend.AttnOpts{Heads: 2, KVHeads: 1, HeadDim: 64, NKV: 8, Causal: true, MaskFrom: 0, MaskTo: 3}},
+	// One split (64-row tiles × heads fill the GPU).
+	{"prefill 260 causal, 8 heads a KV head, one split", 260, 260, backend.AttnOpts{Heads: 64, KVHeads: 8, HeadDim: 128, NKV: 260, Causal: true}},
+	{"prefill 300 after 77 with a mask", 300, 400, backend.AttnOpts{Heads: 8, KVHeads: 2, HeadDim: 128, NKV: 377, Causal: true, QPos0: 77, MaskFrom: 10, MaskTo: 150}},
+	{"head dim 96, padded to 128", 200, 200, backend.AttnOpts{Heads: 4, KVHeads: 2, HeadDim: 96, NKV: 200, Causal: true}},
 }
 
 // TestGPUAttention runs every case through the kernel Attention picks
 // (flash on the tensor cores for more than 4 queries, pipelined over bf16
-// copies of K and V), then with the flash kernels that read the float K
-// and V in place, then with exact attention forced. The float32 kernels must match the float64
+// copies of K and V: vla_flash_wg_128 for head dims 81-128 and one split
+// where it is built), then with the flash kernels that read the float K
+// and V in place, then with exact attention forced, then with
+// vla_flash_pipe_128 (mma.sync) where vla_flash_wg_128 would run, then
+// (where it is built) with vla_flash_wg_128 for every flash call of head
+// dim 81-128, splits included. The float32 kernels must match the float64
 // reference to 1e-5 + 1e-4·|want|. The flash kernel rounds q, k, v and the
 // softmax weights to bf16: it is checked against the reference on the
 // rounded q, k, v, within 2^-8·Σp|v|/Σp + 1e-5(1 + |want|) (twice the
@@ -115,18 +123,36 @@ var attnCases = []attnCase{
 func TestGPUAttention(t *testing.T) {
 	b := gpuBackend(t)
 	r := rand.New(rand.NewPCG(5, 5))
-	for _, variant := range []string{"default", "in-place", "exact"} {
-		exact, inPlace := variant == "exact", variant == "in-place"
+	wgOn, wgOff := flashWGState(t, b)
+	if !wgOn {
+		t.Logf("vla_flash_wg_128 is not used here (%s): the default and mma variants run the same kernels", wgOff)
+	}
+	wgRuns := 0
+	for _, variant := range []string{"default", "in-place", "exact", "mma", "wgmma"} {
+		exact, inPlace, mma, all := variant == "exact", variant == "in-place", variant == "mma", variant == "wgmma"
 		setExactAttention(t, b, exact)
 		setFlashInPlace(t, b, inPlace)
+		noErrs(t, b.SetFlashWGMMA(!mma))
+		setFlashWGAll(t, b, all)
 		for _, c := range attnCases {
 			t.Run(fmt.Sprintf("%s/%s", c.name, variant), func(t *testing.T) {
-				runAttnCase(t, b, r, c, exact)
+				n := countOps(t, b, "attention flash wgmma", func() { runAttnCase(t, b, r, c, exact) })
+				flash128 := !exact && !inPlace && c.tq > decMaxQueries && c.o.HeadDim > 80 && c.o.HeadDim <= 128
+				if all && wgOn && flash128 && n == 0 {
+					t.Error("vla_flash_wg_128 did not run")
+				}
+				if (mma || !wgOn || !flash128) && n > 0 {
+					t.Errorf("vla_flash_wg_128 ran %d times", n)
+				}
+				wgRuns += n
 			})
 		}
 	}
 	setExactAttention(t, b, false)
 	setFlashInPlace(t, b, false)
+	noErrs(t, b.SetFlashWGMMA(true))
+	setFlashWGAll(t, b, false)
+	t.Logf("vla_flash_wg_128 ran %d times", wgRuns)
 	q := alloc(t, b, 2, 64)
 	if err := b.Attention(q, q, q, q, backend.AttnOpts{Heads: 1, KVHeads: 1, HeadDim: 64, NKV: 2, Scale: 1}); err == nil {
 		t.Error("attention into its own q accepted")
@@ -190,6 +216,46 @@ func TestGPUCombineRows(t *testing.T) {
 	if n < 3 {
 		t.Errorf("only %d cases merged their splits by rows", n)
 	}
+}
+
+// flashWGState says whether vla_flash_wg_128 is built and used, and why
+// not.
+func flashWGState(t testing.TB, b *Backend) (on bool, why string) {
+	t.Helper()
+	if err := b.run(func(g *gpu) error { on, why = g.flashWG, g.flashWGOff; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return on, why
+}
+
+// setFlashWGAll sends every flash call that vla_flash_wg_128 can take to
+// it (where it is built), split or not.
+func setFlashWGAll(t testing.TB, b *Backend, all bool) {
+	t.Helper()
+	if err := b.run(func(g *gpu) error { g.flashWGAll = all; return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// countOps runs f under a trace and counts the ops whose name starts with
+// prefix.
+func countOps(t testing.TB, b *Backend, prefix string, f func()) int {
+	t.Helper()
+	if err := b.StartTrace(); err != nil {
+		t.Fatal(err)
+	}
+	f()
+	ops, err := b.StopTrace()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, op := range ops {
+		if strings.HasPrefix(op.Op, prefix) {
+			n++
+		}
+	}
+	return n
 }
 
 // setFlashInPlace picks the flash kernels that read float K and V.
@@ -309,10 +375,10 @@ func TestAttnPath(t *testing.T) {
 	if s := flashSplits(48, 32, 48, flashPerSM*132); s != 1 {
 		t.Errorf("prefill: %d splits, want 1", s)
 	}
-	if n := flashTiles(11520, []int{0, 720, 1440}); n != 24 {
+	if n := flashTiles(11520, []int{0, 720, 1440}, flashBlockQ); n != 24 {
 		t.Errorf("tiles of two segments of 720: %d, want 24", n)
 	}
-	if n := flashTiles(3030, nil); n != 48 {
+	if n := flashTiles(3030, nil, flashBlockQ); n != 48 {
 		t.Errorf("tiles of 3030 rows: %d, want 48", n)
 	}
 }
@@ -343,6 +409,7 @@ func TestGPUAttentionBF16KV(t *testing.T) {
 		{"decode head dim 64", 1, 333, 332, 8, 2, 64, true, 0, 0},
 		{"decode 8 heads a kv head", 1, 300, 299, 16, 2, 128, true, 0, 0},
 		{"prefill flash", 300, 300, 0, 32, 8, 128, true, 0, 0},
+		{"prefill flash, one split", 260, 260, 0, 64, 8, 128, true, 0, 0},
 		{"expert flash", 64, 2000, 1936, 32, 8, 128, false, 1900, 1936},
 		{"head dim 64", 70, 500, 430, 8, 2, 64, true, 0, 0},
 	} {
@@ -388,6 +455,7 @@ func TestGPURopeAttention(t *testing.T) {
 		{"vision", 1440, backend.AttnOpts{Heads: 16, KVHeads: 16, HeadDim: 72, Segments: []int{0, 720, 1440}}, true},
 		{"gqa", 300, backend.AttnOpts{Heads: 8, KVHeads: 2, HeadDim: 64}, true},
 		{"gqa causal", 200, backend.AttnOpts{Heads: 4, KVHeads: 2, HeadDim: 128, Causal: true}, true},
+		{"gqa causal, one split", 260, backend.AttnOpts{Heads: 64, KVHeads: 8, HeadDim: 128, Causal: true}, true},
 		{"decode", 4, backend.AttnOpts{Heads: 4, KVHeads: 2, HeadDim: 64}, false},
 		{"head dim 36", 100, backend.AttnOpts{Heads: 2, KVHeads: 2, HeadDim: 36}, false},
 	} {

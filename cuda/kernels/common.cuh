@@ -202,6 +202,94 @@ __device__ __forceinline__ void vla_cp_async_commit() { asm volatile("cp.async.c
 // after it makes every thread's copies visible to the block.
 __device__ __forceinline__ void vla_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
+// vla_cp_async_wait waits until at most N of this thread's newest groups
+// of copies are still under way.
+template <int N> __device__ __forceinline__ void vla_cp_async_wait() {
+	asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// The asynchronous warpgroup MMA (sm_90a; VLA_WG_BUILT where the program
+// is compiled for it): D[64×64] (+)= A[64×16]·B[16×64] for the 128 threads
+// of a warpgroup. D is 32 float registers a thread: thread 32w + 4g + q
+// holds rows 16w + g and 16w + g + 8, columns 8j + 2q and 8j + 2q + 1 of
+// n8-tile j (d[4j..4j+3], as mma.sync's m16n8 fragments). B is in shared
+// memory (a descriptor); A is in shared memory too (vla_wgmma) or in four
+// registers a thread laid out as mma.sync's m16n8k16 A fragment of the
+// thread's warp's 16 rows (vla_wgmma_rs_tb). acc = 0 sets D to the
+// product instead of adding it. Issued, not waited for: see
+// vla_wgmma_commit, vla_wgmma_wait and vla_wgmma_commit_wait.
+#define VLA_WGMMA_D32                                                                                                  \
+	"+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),          \
+	    "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),           \
+	    "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),          \
+	    "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define VLA_WGMMA_D32_LIST                                                                                             \
+	"{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                             \
+	"%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define VLA_WGMMA_M64N64K16(TY)                                                                                        \
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                             \
+	             "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " VLA_WGMMA_D32_LIST                           \
+	             ", %32, %33, p, 1, 1, 0, 0;\n}"                                                                          \
+	             : VLA_WGMMA_D32                                                                                          \
+	             : "l"(da), "l"(db), "r"(acc))
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define VLA_WG_BUILT 1
+template <bool F16> __device__ __forceinline__ void vla_wgmma(float *d, u64 da, u64 db, int acc = 1) {
+	if (F16) VLA_WGMMA_M64N64K16("f16");
+	else VLA_WGMMA_M64N64K16("bf16");
+}
+// vla_wgmma_rs: A (bf16) from registers a[4]; B (bf16) in shared memory,
+// K-major (TB = 0, as vla_wgmma_desc describes) or N-major (TB = 1:
+// transposed, the 64 columns of a row of k contiguous, as
+// vla_wgmma_desc_mn describes).
+template <int TB> __device__ __forceinline__ void vla_wgmma_rs(float *d, const u32 *a, u64 db, int acc = 1) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " VLA_WGMMA_D32_LIST
+	             ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}"
+	             : VLA_WGMMA_D32
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
+}
+// vla_wgmma_desc describes a K-major operand tile at shared address addr:
+// rows of 64 16-bit values (128 bytes), 16-byte chunk c of row r at c ^ (r
+// & 7), 8-row groups 1,024 bytes apart (the 128-byte swizzle); addr is the
+// tile's 1,024-aligned base plus 32 bytes a k16 step.
+__device__ __forceinline__ u64 vla_wgmma_desc(u32 addr) {
+	return (u64)((addr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+// vla_wgmma_desc_mn describes an N-major B tile laid out as vla_wgmma_desc's
+// rows, a row per k (its 64 n contiguous): groups of 8 k 1,024 bytes apart
+// (the stride byte offset), blocks of 64 n 8,192 apart (the leading byte
+// offset: unused by n64); addr is the 1,024-aligned base plus 2,048 bytes a
+// k16 step.
+__device__ __forceinline__ u64 vla_wgmma_desc_mn(u32 addr) {
+	return (u64)((addr & 0x3FFFF) >> 4) | ((u64)(8192 >> 4) << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+__device__ __forceinline__ void vla_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void vla_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+// vla_wgmma_wait waits until at most N of the warpgroup's newest groups
+// are under way.
+template <int N> __device__ __forceinline__ void vla_wgmma_wait() {
+	asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// vla_wgmma_regs tells the compiler that the n registers at d may have
+// changed (the accumulators of a group just waited for).
+template <int N> __device__ __forceinline__ void vla_wgmma_regs(float *d) {
+#pragma unroll
+	for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+// vla_wgmma_commit_wait ends the warpgroup's batch of wgmma and waits for
+// it; then d (the 32 accumulators) may be read again.
+__device__ __forceinline__ void vla_wgmma_commit_wait(float *d) {
+	vla_wgmma_commit();
+	vla_wgmma_wait<0>();
+	vla_wgmma_regs<32>(d);
+}
+// The copies by cp.async (the generic proxy) are made visible to wgmma's
+// reads (the async proxy).
+__device__ __forceinline__ void vla_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+#endif
+
 // The block norms (norm.cu, fused.cu) read a thread's elements i, i+blockDim, ... in
 // batches of VLA_NORM_U, every load of a batch issued before the first
 // is used (one memory round trip a batch, not one an element), and sum

@@ -27,6 +27,9 @@
 //
 // The head dim is padded with zeros to HDP (80 or 128), so Q·Kᵀ is
 // exact for any hd <= HDP with hd % 4 == 0 (float4 loads).
+//
+// vla_flash_wg_128 (below) is vla_flash_pipe_128 on the asynchronous
+// warpgroup MMA, for sm_90a.
 
 #define VLA_FA_BQ 64
 #define VLA_FA_BK 64
@@ -38,21 +41,22 @@ struct vla_fa_tile {
 	int klo, khi; // keys of their segment (all keys without segments)
 };
 
-// vla_fa_find_tile maps tile index t to its rows: tiles of 64 rows over
+// vla_fa_find_tile maps tile index t to its rows: tiles of BQ rows over
 // tq, or segment by segment.
+template <int BQ = VLA_FA_BQ>
 __device__ __forceinline__ vla_fa_tile vla_fa_find_tile(int t, int tq, int nkv, const vla_segments &segs) {
 	vla_fa_tile r;
-	r.q0 = t * VLA_FA_BQ;
-	r.q1 = min(r.q0 + VLA_FA_BQ, tq);
+	r.q0 = t * BQ;
+	r.q1 = min(r.q0 + BQ, tq);
 	r.klo = 0;
 	r.khi = nkv;
 	if (segs.n > 1) {
 		for (int s = 0; s + 1 < segs.n; s++) {
 			const int lo = segs.b[s], hi = segs.b[s + 1];
-			const int cnt = (hi - lo + VLA_FA_BQ - 1) / VLA_FA_BQ;
+			const int cnt = (hi - lo + BQ - 1) / BQ;
 			if (t < cnt) {
-				r.q0 = lo + t * VLA_FA_BQ;
-				r.q1 = min(r.q0 + VLA_FA_BQ, hi);
+				r.q0 = lo + t * BQ;
+				r.q1 = min(r.q0 + BQ, hi);
 				r.klo = lo;
 				r.khi = hi;
 				break;
@@ -89,6 +93,91 @@ __device__ __forceinline__ void vla_fa_load(u16 *dst, const float *__restrict__ 
 	}
 }
 
+// vla_fa_softmax turns a warp's scores of key tile [j0, j0+8·NT) (s, the
+// m16n8 accumulator fragments of its 16 rows) into the weights P: scaled
+// to base 2, what the row may not see hidden, the running maximum and sum
+// updated, and corr set to the factor O must be rescaled by (see
+// vla_fa_rescale). FOLD: the scale rides in the exponent's argument (one
+// fused multiply-add an element: the maximum is taken over the unscaled
+// scores and then scaled, the same value since the scale is positive and
+// rounding monotonic) instead of a multiply of its own.
+template <int NT, bool FOLD = false>
+__device__ __forceinline__ void vla_fa_softmax(float (&s)[NT][4], float (&corr)[2], float (&mrow)[2],
+                                               float (&lrow)[2], float sl2, int j0, int khi, int hia, int hib,
+                                               int causal, int qpos0, int q0, int mask_from, int mask_to) {
+	const int t4 = threadIdx.x & 3;
+	const bool hasmask = mask_to > mask_from;
+	// Scale to base 2, hide what the row may not see, and update the
+	// running maximum and sum.
+	const bool needmask = j0 + 8 * NT > khi || (causal && j0 + 8 * NT - 1 > qpos0 + q0) ||
+	                      (hasmask && j0 < mask_to && j0 + 8 * NT > mask_from);
+	// The mask in a pass of its own, only on the tiles that need it (the
+	// others then carry no test an element); the hidden range as one
+	// unsigned compare.
+	if (needmask) {
+		const int jb = j0 + t4 * 2;
+		const u32 mlen = hasmask ? (u32)(mask_to - mask_from) : 0u;
+#pragma unroll
+		for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				const int j = jb + nt * 8 + (e & 1);
+				const bool hide = j >= (e < 2 ? hia : hib) || (u32)(j - mask_from) < mlen;
+				s[nt][e] = hide ? VLA_NEG_INF : s[nt][e];
+			}
+		}
+	}
+	float mx[2] = {VLA_NEG_INF, VLA_NEG_INF};
+#pragma unroll
+	for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const float x = FOLD ? s[nt][e] : s[nt][e] * sl2;
+			s[nt][e] = x;
+			mx[e >> 1] = fmaxf(mx[e >> 1], x);
+		}
+	}
+	float muse[2];
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+		mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+		if (FOLD) mx[r] *= sl2;
+		const float mnew = fmaxf(mrow[r], mx[r]);
+		muse[r] = mnew == VLA_NEG_INF ? 0.0f : mnew; // a row with nothing visible yet stays at 0
+		corr[r] = vla_ex2(mrow[r] - muse[r]);
+		mrow[r] = mnew;
+	}
+	float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+	for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const float p = vla_ex2(FOLD ? fmaf(s[nt][e], sl2, -muse[e >> 1]) : s[nt][e] - muse[e >> 1]);
+			s[nt][e] = p;
+			rs[e >> 1] += p;
+		}
+	}
+#pragma unroll
+	for (int r = 0; r < 2; r++) lrow[r] = lrow[r] * corr[r] + rs[r];
+}
+
+// vla_fa_rescale multiplies a warp's O (ND n8-tiles of its 16 rows) by the
+// factors vla_fa_softmax gave. O is rescaled only when some row's maximum
+// moved: a factor of 1 leaves it as it is (and O is all zeros before the
+// first visible key).
+template <int ND> __device__ __forceinline__ void vla_fa_rescale(float (&o)[ND][4], const float (&corr)[2]) {
+	if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+#pragma unroll
+		for (int nd = 0; nd < ND; nd++) {
+			o[nd][0] *= corr[0];
+			o[nd][1] *= corr[0];
+			o[nd][2] *= corr[1];
+			o[nd][3] *= corr[1];
+		}
+	}
+}
+
 // vla_fa_scores starts one key tile [j0, j0+64) for a warp's 16 rows: S =
 // Q·Kᵀ from the bf16 K tile in shared memory, scaled to base 2 and masked,
 // the online softmax update (O rescaled), and the weights P left in s.
@@ -97,10 +186,8 @@ __device__ __forceinline__ void vla_fa_scores(u32 ks, const u32 (&qf)[HDP / 16][
                                               float (&o)[HDP / 8][4], float (&mrow)[2], float (&lrow)[2], float sl2,
                                               int j0, int khi, int hia, int hib, int causal, int qpos0, int q0,
                                               int mask_from, int mask_to) {
-	constexpr int LD = HDP + 8, KS = HDP / 16, ND = HDP / 8, NT = VLA_FA_BK / 8;
+	constexpr int LD = HDP + 8, KS = HDP / 16, NT = VLA_FA_BK / 8;
 	const int lane = threadIdx.x & 31;
-	const int g = lane >> 2, t4 = lane & 3;
-	const bool hasmask = mask_to > mask_from;
 	// K's B fragments by ldmatrix: matrix i of lane group i = lane/8 is
 	// keys nt·8 + lane%8 × dims kk·16 + 8i (two k-steps a load). Shared
 	// addresses in bytes: the lane's base plus constants.
@@ -124,57 +211,9 @@ __device__ __forceinline__ void vla_fa_scores(u32 ks, const u32 (&qf)[HDP / 16][
 		}
 	}
 
-	// Scale to base 2, hide what the row may not see, and update the
-	// running maximum and sum.
-	const bool needmask = j0 + VLA_FA_BK > khi || (causal && j0 + VLA_FA_BK - 1 > qpos0 + q0) ||
-	                      (hasmask && j0 < mask_to && j0 + VLA_FA_BK > mask_from);
-	float mx[2] = {VLA_NEG_INF, VLA_NEG_INF};
-#pragma unroll
-	for (int nt = 0; nt < NT; nt++) {
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			float x = s[nt][e] * sl2;
-			if (needmask) {
-				const int j = j0 + nt * 8 + t4 * 2 + (e & 1);
-				if (j >= (e < 2 ? hia : hib) || (hasmask && j >= mask_from && j < mask_to)) x = VLA_NEG_INF;
-			}
-			s[nt][e] = x;
-			mx[e >> 1] = fmaxf(mx[e >> 1], x);
-		}
-	}
-	float muse[2], corr[2];
-#pragma unroll
-	for (int r = 0; r < 2; r++) {
-		mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-		mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-		const float mnew = fmaxf(mrow[r], mx[r]);
-		muse[r] = mnew == VLA_NEG_INF ? 0.0f : mnew; // a row with nothing visible yet stays at 0
-		corr[r] = vla_ex2(mrow[r] - muse[r]);
-		mrow[r] = mnew;
-	}
-	float rs[2] = {0.0f, 0.0f};
-#pragma unroll
-	for (int nt = 0; nt < NT; nt++) {
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			const float p = vla_ex2(s[nt][e] - muse[e >> 1]);
-			s[nt][e] = p;
-			rs[e >> 1] += p;
-		}
-	}
-#pragma unroll
-	for (int r = 0; r < 2; r++) lrow[r] = lrow[r] * corr[r] + rs[r];
-	// O is rescaled only when some row's maximum moved: a factor of 1
-	// leaves it as it is (and O is all zeros before the first visible key).
-	if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
-#pragma unroll
-		for (int nd = 0; nd < ND; nd++) {
-			o[nd][0] *= corr[0];
-			o[nd][1] *= corr[0];
-			o[nd][2] *= corr[1];
-			o[nd][3] *= corr[1];
-		}
-	}
+	float corr[2];
+	vla_fa_softmax<VLA_FA_BK / 8>(s, corr, mrow, lrow, sl2, j0, khi, hia, hib, causal, qpos0, q0, mask_from, mask_to);
+	vla_fa_rescale<HDP / 8>(o, corr);
 }
 
 // vla_fa_pv ends a key tile: O += P·V with the bf16 V tile in shared
@@ -221,6 +260,66 @@ __device__ __forceinline__ void vla_fa_issue(u32 dst, const u16 *__restrict__ sr
 	}
 }
 
+// vla_fa_store ends a warp's 16 rows (ia = its row g, ib = ia + 8): the
+// sums l gathered from the quad, then with one split O/l to out (and
+// rounded to bf16 to out16 when not null), else the unnormalized O, the
+// maximum and the sum to split z's slots of part_o and part_ml. Rows from
+// q1 on are not written.
+template <int HDP>
+__device__ __forceinline__ void vla_fa_store(const float (&o)[HDP / 8][4], const float (&mrow)[2], float (&lrow)[2],
+                                             int ia, int ib, int q1, int h, int heads, int hd, int tq,
+                                             float *__restrict__ out, u16 *__restrict__ out16,
+                                             float *__restrict__ part_o, float *__restrict__ part_ml) {
+	constexpr int ND = HDP / 8;
+	const int t4 = threadIdx.x & 3;
+	const int nsplit = gridDim.z, split = blockIdx.z;
+	const u64 qstride = (u64)heads * hd;
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 1);
+		lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 2);
+	}
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		const int i = r == 0 ? ia : ib;
+		if (i >= q1) continue;
+		if (nsplit == 1) {
+			const float inv = lrow[r] > 0.0f ? 1.0f / lrow[r] : 0.0f;
+			float *orow = out + (u64)i * qstride + (u64)h * hd;
+#pragma unroll
+			for (int nd = 0; nd < ND; nd++) {
+				const int c = nd * 8 + t4 * 2;
+				if (c < hd) {
+					float2 w;
+					w.x = o[nd][2 * r] * inv;
+					w.y = o[nd][2 * r + 1] * inv;
+					*(float2 *)(orow + c) = w;
+					if (out16)
+						*(u32 *)(out16 + (u64)i * qstride + (u64)h * hd + c) =
+						    (u32)vla_f32_to_bf16(w.x) | ((u32)vla_f32_to_bf16(w.y) << 16);
+				}
+			}
+		} else {
+			const u64 row = ((u64)split * tq + i) * heads + h;
+			float *orow = part_o + row * hd;
+#pragma unroll
+			for (int nd = 0; nd < ND; nd++) {
+				const int c = nd * 8 + t4 * 2;
+				if (c < hd) {
+					float2 w;
+					w.x = o[nd][2 * r];
+					w.y = o[nd][2 * r + 1];
+					*(float2 *)(orow + c) = w;
+				}
+			}
+			if (t4 == 0) {
+				part_ml[2 * row] = mrow[r];
+				part_ml[2 * row + 1] = lrow[r];
+			}
+		}
+	}
+}
+
 // vla_flash is the kernel body. PIPE = false: k and v are the float K and
 // V, each tile rounded to bf16 through registers, then computed (load and
 // compute in turn). PIPE = true: k and v are bf16, head h's row j at
@@ -239,7 +338,6 @@ __device__ __forceinline__ void vla_flash(float *__restrict__ out, u16 *__restri
 	constexpr int LD = HDP + 8; // shared row stride in bf16: conflict-free fragment loads
 	constexpr int KS = HDP / 16; // k-steps of Q·Kᵀ
 	constexpr int ND = HDP / 8;  // n-tiles of O
-	constexpr int NT = VLA_FA_BK / 8;
 	__shared__ __align__(16) u16 ks[VLA_FA_BK * LD];
 	__shared__ __align__(16) u16 vs[VLA_FA_BK * LD];
 
@@ -328,50 +426,7 @@ __device__ __forceinline__ void vla_flash(float *__restrict__ out, u16 *__restri
 		}
 	}
 
-#pragma unroll
-	for (int r = 0; r < 2; r++) {
-		lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 1);
-		lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 2);
-	}
-#pragma unroll
-	for (int r = 0; r < 2; r++) {
-		const int i = r == 0 ? ia : ib;
-		if (i >= T.q1) continue;
-		if (nsplit == 1) {
-			const float inv = lrow[r] > 0.0f ? 1.0f / lrow[r] : 0.0f;
-			float *orow = out + (u64)i * qstride + (u64)h * hd;
-#pragma unroll
-			for (int nd = 0; nd < ND; nd++) {
-				const int c = nd * 8 + t4 * 2;
-				if (c < hd) {
-					float2 w;
-					w.x = o[nd][2 * r] * inv;
-					w.y = o[nd][2 * r + 1] * inv;
-					*(float2 *)(orow + c) = w;
-					if (out16)
-						*(u32 *)(out16 + (u64)i * qstride + (u64)h * hd + c) =
-						    (u32)vla_f32_to_bf16(w.x) | ((u32)vla_f32_to_bf16(w.y) << 16);
-				}
-			}
-		} else {
-			const u64 row = ((u64)split * tq + i) * heads + h;
-			float *orow = part_o + row * hd;
-#pragma unroll
-			for (int nd = 0; nd < ND; nd++) {
-				const int c = nd * 8 + t4 * 2;
-				if (c < hd) {
-					float2 w;
-					w.x = o[nd][2 * r];
-					w.y = o[nd][2 * r + 1];
-					*(float2 *)(orow + c) = w;
-				}
-			}
-			if (t4 == 0) {
-				part_ml[2 * row] = mrow[r];
-				part_ml[2 * row + 1] = lrow[r];
-			}
-		}
-	}
+	vla_fa_store<HDP>(o, mrow, lrow, ia, ib, T.q1, h, heads, hd, tq, out, out16, part_o, part_ml);
 }
 
 #define VLA_FLASH_KERNEL(name, HDP, PIPE)                                                                            \
@@ -390,6 +445,225 @@ VLA_FLASH_KERNEL(vla_flash_80, 80, false)
 VLA_FLASH_KERNEL(vla_flash_128, 128, false)
 VLA_FLASH_KERNEL(vla_flash_pipe_80, 80, true)
 VLA_FLASH_KERNEL(vla_flash_pipe_128, 128, true)
+
+// vla_flash_wg_128 is flash attention on the asynchronous warpgroup MMA
+// (sm_90a): vla_flash_pipe_128's semantics, splits included, over bf16 K
+// and V rows of 128 as that kernel reads them (tiles hidden whole by the
+// mask are computed and masked, not skipped). A block is one warpgroup (128
+// threads) and takes 64 query rows of one head; two blocks share an SM
+// and overlap one another's softmax and products (three fit the shared
+// memory, but at the 168 registers a thread that leaves, ptxas serializes
+// the wgmma: bench/results/cuda-kernels.md run 17). Q, rounded to bf16 (and
+// rotated with rc and rsn), is staged in shared memory and then held as
+// the A fragments of S = Q·Kᵀ in registers. Key tiles of 64 rows of K and
+// of V stream through two stages each by cp.async, laid out as wgmma
+// reads them: rows of 128 bytes (half of a row of the head dim), 16-byte
+// chunk c of row r at c ^ (r & 7) (the 128-byte swizzle), the two halves
+// 8 KB apart. For tile t the warpgroup issues S_t = Q·K_tᵀ (eight k-steps,
+// K-major B) and then O += P_{t-1}·V_{t-1} (four k-steps × two halves of
+// the head dim, P from registers, V read N-major: the same rows as K),
+// and runs the softmax of S_t while the second product runs. The softmax
+// is vla_flash's (vla_fa_softmax; its fragments are mma.sync's), with the
+// scale folded into the exponent. K_{t+1} is copied during tile t, V_{t+1}
+// once the products of V_{t-1} are done. Only the order in which the
+// tensor cores add a row's products and that fold differ from
+// vla_flash_pipe_128: the results agree with it to rounding.
+#define VLA_FW_BQ 64
+#define VLA_FW_BK 64
+#define VLA_FW_THREADS 128
+#define VLA_FW_TBYTES (VLA_FW_BK * 128 * 2)         // a K or V tile: 16 KB
+#define VLA_FW_SMEM (4 * VLA_FW_TBYTES + 1024)      // two stages of K and of V (Q staged in V's second), alignment
+#define VLA_FW_RS (VLA_FW_THREADS / 16)             // rows a round of a tile's copies covers (a multiple of 8)
+
+#if defined(VLA_WG_BUILT)
+// vla_fw_dst is this thread's offset in a stage: chunk tid % 16 of row
+// tid / 16 (the same swizzle for its rows RS·i further on).
+__device__ __forceinline__ u32 vla_fw_dst() {
+	const int ch = threadIdx.x & 15, r0 = threadIdx.x >> 4;
+	return (u32)((ch >> 3) * 8192 + r0 * 128 + (((ch & 7) ^ (r0 & 7)) << 4));
+}
+
+// vla_fw_issue queues this thread's copies of a tile: its chunk of the
+// tile's row r0 at p and of rows RS·i further on (step apart) to dst (the
+// stage plus vla_fw_dst) and on. Rows left and on (past khi) are
+// zero-filled from safe, not read; a tile all of whose rows are below khi
+// (every one but maybe the last) is an add and a copy a row.
+__device__ __forceinline__ void vla_fw_issue(u32 dst, const u16 *__restrict__ p, u64 step, int left,
+                                             const u16 *__restrict__ safe) {
+	if (left >= VLA_FW_BK) {
+#pragma unroll
+		for (int i = 0; i < VLA_FW_BK / VLA_FW_RS; i++)
+			asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + VLA_FW_RS * 128 * i), "l"(p + i * step)
+			             : "memory");
+	} else {
+#pragma unroll
+		for (int i = 0; i < VLA_FW_BK / VLA_FW_RS; i++) {
+			const bool ok = VLA_FW_RS * i < left;
+			vla_cp_async16(dst + VLA_FW_RS * 128 * i, ok ? p + i * step : safe, ok);
+		}
+	}
+}
+
+// The descriptors of a stage's k-steps differ from the stage's by
+// constants in their start address (bits 0-13, in 16-byte units, well
+// below 2^14 for any shared address): lo is the low word of
+// vla_wgmma_desc or vla_wgmma_desc_mn, the high word (stride 1,024, the
+// 128-byte swizzle) is the same for both.
+__device__ __forceinline__ u64 vla_fw_desc(u32 lo) { return ((u64)((1024 >> 4) | (1u << 30)) << 32) | lo; }
+
+// vla_fw_pv issues O += P·V for a V stage (vd, its descriptors' low word):
+// four k-steps of 16 keys, each over the two halves of the head dim.
+__device__ __forceinline__ void vla_fw_pv(float (&o)[16][4], const u32 (&pa)[4][4], u32 vd) {
+#pragma unroll
+	for (int kk = 0; kk < 4; kk++) {
+		vla_wgmma_rs<1>(&o[0][0], pa[kk], vla_fw_desc(vd + ((kk * 2048) >> 4)));
+		vla_wgmma_rs<1>(&o[8][0], pa[kk], vla_fw_desc(vd + ((8192 + kk * 2048) >> 4)));
+	}
+}
+
+__device__ __forceinline__ void vla_flash_wg(float *__restrict__ out, u16 *__restrict__ out16,
+                                             float *__restrict__ part_o, float *__restrict__ part_ml,
+                                             const float *__restrict__ q, const u16 *__restrict__ kp,
+                                             const u16 *__restrict__ vp, int heads, int kvheads, int hd, int tq,
+                                             int nkv, float sl2, int causal, int qpos0, int mask_from, int mask_to,
+                                             const vla_segments &segs, u64 hs, int rs, const float *__restrict__ rc,
+                                             const float *__restrict__ rsn) {
+	extern __shared__ __align__(128) unsigned char vla_fw_smem[];
+	const u32 ks0 = (vla_smem_addr(vla_fw_smem) + 1023u) & ~1023u, vs0 = ks0 + 2 * VLA_FW_TBYTES;
+	const u32 qs = vs0 + VLA_FW_TBYTES; // Q, until the first tile's end
+	const int tid = threadIdx.x, lane = tid & 31, wi = tid >> 5;
+	const int g = lane >> 2, q4 = lane & 3;
+	const int h = blockIdx.y, kvh = h / (heads / kvheads);
+	const int tile = causal ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x; // the longest rows first
+	const vla_fa_tile T = vla_fa_find_tile<VLA_FW_BQ>(tile, tq, nkv, segs);
+	const int khi = causal ? min(T.khi, qpos0 + T.q1) : T.khi;
+	const int ntiles = khi > T.klo ? (khi - T.klo + VLA_FW_BK - 1) / VLA_FW_BK : 0;
+	// Split z of gridDim.z takes its share of the key tiles, from key jb.
+	const int nsplit = gridDim.z, split = blockIdx.z;
+	const int tt0 = (int)((long long)ntiles * split / nsplit), tt1 = (int)((long long)ntiles * (split + 1) / nsplit);
+	const int nt = tt1 - tt0, jb = T.klo + tt0 * VLA_FW_BK;
+	const u16 *kb = kp + kvh * hs, *vb = vp + kvh * hs;
+
+	// The first tile's K and V, while Q is loaded. This thread's chunks:
+	// column 8·(tid % 16) of rows tid / 16 + RS·i of a tile, tiles 64 rows
+	// apart.
+	const int r0 = tid >> 4;
+	const u32 dof = vla_fw_dst();
+	const u64 rstep = (u64)VLA_FW_RS * rs, tstep = (u64)VLA_FW_BK * rs;
+	const u16 *pk = kb + (u64)(jb + r0) * rs + (tid & 15) * 8, *pv = vb + (u64)(jb + r0) * rs + (tid & 15) * 8;
+	if (nt > 0) vla_fw_issue(ks0 + dof, pk, rstep, khi - jb - r0, kb);
+	vla_cp_async_commit();
+	if (nt > 0) vla_fw_issue(vs0 + dof, pv, rstep, khi - jb - r0, vb);
+	vla_cp_async_commit();
+
+	// Q: 64 rows of 32 float4, rounded (and rotated) into the layout of a
+	// tile; rows past q1 and columns past hd are zeros. Then each thread's
+	// A fragments: rows 16·warp + g and + 8, columns 16kk + 2·q4 (+1) and
+	// + 8 of k-step kk.
+	{
+		const u64 qstride = (u64)heads * hd;
+		const float *qh = q + (u64)h * hd;
+#pragma unroll 4
+		for (int e = tid; e < VLA_FW_BQ * 32; e += VLA_FW_THREADS) {
+			const int r = e >> 5, c = (e & 31) * 4;
+			float4 x;
+			x.x = x.y = x.z = x.w = 0.0f;
+			if (T.q0 + r < T.q1 && c < hd) {
+				const float *row = qh + (u64)(T.q0 + r) * qstride;
+				const u64 t = (u64)(T.q0 + r) * (hd / 2);
+				x = rc ? vla_rope4_at(row, rc + t, rsn + t, c, hd) : *(const float4 *)(row + c);
+			}
+			const u32 a = qs + (u32)((c >> 6) * 8192 + r * 128 + ((((c >> 3) & 7) ^ (r & 7)) << 4) + (c & 4) * 2);
+			asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(a), "r"(vla_pack_bf16x2(x.x, x.y)),
+			             "r"(vla_pack_bf16x2(x.z, x.w))
+			             : "memory");
+		}
+	}
+	__syncthreads();
+	u32 qf[8][4];
+#pragma unroll
+	for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const int r = 16 * wi + g + 8 * (i & 1), c = kk * 16 + 8 * (i >> 1) + 2 * q4;
+			const u32 a = qs + (u32)((c >> 6) * 8192 + r * 128 + ((((c >> 3) & 7) ^ (r & 7)) << 4) + (c & 7) * 2);
+			asm volatile("ld.shared.u32 %0, [%1];" : "=r"(qf[kk][i]) : "r"(a));
+		}
+
+	const int ia = T.q0 + 16 * wi + g, ib = ia + 8; // this thread's query rows
+	const int hia = causal ? min(khi, qpos0 + ia + 1) : khi;
+	const int hib = causal ? min(khi, qpos0 + ib + 1) : khi;
+	const u32 klo = (ks0 >> 4) | (1u << 16), vlo = (vs0 >> 4) | ((8192u >> 4) << 16); // descriptors' low words
+	float o[16][4], s[8][4];
+#pragma unroll
+	for (int nd = 0; nd < 16; nd++) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
+	float mrow[2] = {VLA_NEG_INF, VLA_NEG_INF}, lrow[2] = {0.0f, 0.0f};
+	u32 pa[4][4]; // P of the last tile: the A fragments of its four k-steps
+
+	for (int t = 0; t < nt; t++) {
+		const int j0 = jb + t * VLA_FW_BK;
+		vla_cp_async_wait<1>(); // K_t and V_{t-1} are in (V_t may still be under way)
+		vla_fence_proxy_async();
+		__syncthreads(); // ... for every thread; the products of K_{t-1} are done
+		if (t + 1 < nt)
+			vla_fw_issue(ks0 + ((t + 1) & 1) * VLA_FW_TBYTES + dof, pk + (t + 1) * tstep, rstep,
+			             khi - j0 - VLA_FW_BK - r0, kb);
+		vla_cp_async_commit();
+
+		vla_wgmma_fence();
+		const u32 kd = klo + (t & 1) * (VLA_FW_TBYTES >> 4);
+#pragma unroll
+		for (int kk = 0; kk < 8; kk++)
+			vla_wgmma_rs<0>(&s[0][0], qf[kk], vla_fw_desc(kd + (((kk >> 2) * 8192 + (kk & 3) * 32) >> 4)), kk > 0);
+		vla_wgmma_commit();
+		if (t > 0) vla_fw_pv(o, pa, vlo + ((t - 1) & 1) * (VLA_FW_TBYTES >> 4));
+		vla_wgmma_commit();
+		vla_wgmma_wait<1>(); // S_t
+		vla_wgmma_regs<32>(&s[0][0]);
+		float corr[2];
+		vla_fa_softmax<8, true>(s, corr, mrow, lrow, sl2, j0, khi, hia, hib, causal, qpos0, T.q0, mask_from, mask_to);
+		vla_wgmma_wait<0>(); // O += P_{t-1}·V_{t-1}
+		vla_wgmma_regs<64>(&o[0][0]);
+		vla_fa_rescale<16>(o, corr);
+#pragma unroll
+		for (int kk = 0; kk < 4; kk++) {
+			pa[kk][0] = vla_pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+			pa[kk][1] = vla_pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+			pa[kk][2] = vla_pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+			pa[kk][3] = vla_pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+		}
+		__syncthreads(); // every thread is done with V_{t-1} (and, at t = 0, with Q)
+		if (t + 1 < nt)
+			vla_fw_issue(vs0 + ((t + 1) & 1) * VLA_FW_TBYTES + dof, pv + (t + 1) * tstep, rstep,
+			             khi - j0 - VLA_FW_BK - r0, vb);
+		vla_cp_async_commit();
+	}
+	if (nt > 0) { // the last tile's P·V
+		vla_cp_async_wait<0>();
+		vla_fence_proxy_async();
+		__syncthreads();
+		vla_wgmma_fence();
+		vla_fw_pv(o, pa, vlo + ((nt - 1) & 1) * (VLA_FW_TBYTES >> 4));
+		vla_wgmma_commit();
+		vla_wgmma_wait<0>();
+		vla_wgmma_regs<64>(&o[0][0]);
+	}
+	vla_fa_store<128>(o, mrow, lrow, ia, ib, T.q1, h, heads, hd, tq, out, out16, part_o, part_ml);
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(VLA_FW_THREADS, 2)
+    vla_flash_wg_128(float *__restrict__ out, u16 *__restrict__ out16, float *__restrict__ part_o,
+                     float *__restrict__ part_ml, const float *__restrict__ q, const void *__restrict__ k,
+                     const void *__restrict__ v, int heads, int kvheads, int hd, int tq, int nkv, float sl2, int causal,
+                     int qpos0, int mask_from, int mask_to, vla_segments segs, u64 hs, int rs,
+                     const float *__restrict__ rc, const float *__restrict__ rsn) {
+	vla_pdl_enter();
+#if defined(VLA_WG_BUILT)
+	vla_flash_wg(out, out16, part_o, part_ml, q, (const u16 *)k, (const u16 *)v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0,
+	             mask_from, mask_to, segs, hs, rs, rc, rsn);
+#endif // not built (not sm_90a): the Go side never launches it (gpu.flashWG)
+}
 
 // vla_kv_to_bf16 rounds K and V [nkv][kvheads*hd] (float) to bf16 copies
 // kb, vb [kvheads][nkv][HDP], zero-padded from hd to HDP: the layout the

@@ -77,10 +77,6 @@ struct vla_rows_args {
 	u32 *count; // arrivals by tile
 };
 
-template <int N> __device__ __forceinline__ void vla_cp_async_wait() {
-	asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
 template <bool F16> __device__ __forceinline__ void vla_mma16(float *d, const u32 *a, u32 b0, u32 b1) {
 	if (F16) {
 		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -159,51 +155,6 @@ template <int TILE> __device__ __forceinline__ void vla_rows_sum(float *v, const
 	v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
 }
 
-// The asynchronous warpgroup MMA (sm_90a): D[64×64] += A[64×16]·B[64×16]ᵀ
-// for the 128 threads of a warpgroup, A and B in shared memory as the
-// descriptors da and db say, D in 32 registers a thread (thread 32w + 4g
-// + q holds rows 16w + g and 16w + g + 8, columns 8j + 2q and 8j + 2q + 1
-// of n8-tile j: d[4j..4j+3]). Issued, not waited for: see
-// vla_wgmma_commit_wait.
-#define VLA_WGMMA_M64N64K16(TY)                                                                                        \
-	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                             \
-	             "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {"                                             \
-	             "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"                                  \
-	             "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"                         \
-	             "}, %32, %33, p, 1, 1, 0, 0;\n}"                                                                         \
-	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),                    \
-	               "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),                \
-	               "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),             \
-	               "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),             \
-	               "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                                                     \
-	             : "l"(da), "l"(db), "r"(1))
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define VLA_ROWS_WG_BUILT 1
-template <bool F16> __device__ __forceinline__ void vla_wgmma(float *d, u64 da, u64 db) {
-	if (F16) VLA_WGMMA_M64N64K16("f16");
-	else VLA_WGMMA_M64N64K16("bf16");
-}
-// vla_wgmma_desc describes a K-major operand tile at shared address addr
-// (its 8-row groups 1,024 bytes apart, 128-byte swizzle; addr is the tile's
-// 1,024-aligned base plus 32 bytes a k16 step).
-__device__ __forceinline__ u64 vla_wgmma_desc(u32 addr) {
-	return (u64)((addr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
-}
-__device__ __forceinline__ void vla_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-// vla_wgmma_commit_wait ends the warpgroup's batch of wgmma and waits for
-// it; then d (the 32 accumulators) may be read again.
-__device__ __forceinline__ void vla_wgmma_commit_wait(float *d) {
-	asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-	asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-#pragma unroll
-	for (int i = 0; i < 32; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
-// The copies by cp.async (the generic proxy) are made visible to wgmma's
-// reads (the async proxy).
-__device__ __forceinline__ void vla_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-#endif
-
 // vla_gemm_rows is the kernel (see the top of the file); early: the
 // weights are written by no kernel, so the first stages' weight copies go
 // before the wait for the kernel ahead. WG: the wgmma variant (sm_90a).
@@ -281,7 +232,7 @@ __device__ __forceinline__ void vla_gemm_rows(const vla_rows_args &p, const u16 
 	u32 rd = 0, wr = STAGES - 1; // the stages read and refilled
 	for (int i = 0; i < nk; i++) {
 		vla_cp_async_wait<STAGES - 2>();
-#if defined(VLA_ROWS_WG_BUILT)
+#if defined(VLA_WG_BUILT)
 		if (WG) vla_fence_proxy_async();
 #endif
 		__syncthreads();
@@ -295,7 +246,7 @@ __device__ __forceinline__ void vla_gemm_rows(const vla_rows_args &p, const u16 
 		const u32 ra = sA + rd * stageA, rb = sB + rd * stageB;
 		rd = rd + 1 == STAGES ? 0 : rd + 1;
 		if (WG) {
-#if defined(VLA_ROWS_WG_BUILT)
+#if defined(VLA_WG_BUILT)
 			// The warpgroup's half of the stage: 4 steps of 16 k, 32
 			// bytes apart in the swizzled rows. Waited for before the
 			// next stage's copies may overwrite the stage.
@@ -446,7 +397,7 @@ __device__ __forceinline__ void vla_gemm_rows(const vla_rows_args &p, const u16 
 
 VLA_ROWS_KERNEL(vla_gemm_rows_bf16, false, false)
 VLA_ROWS_KERNEL(vla_gemm_rows_f16, true, false)
-#if defined(VLA_ROWS_WG_BUILT)
+#if defined(VLA_WG_BUILT)
 VLA_ROWS_KERNEL(vla_gemm_rows_wg_bf16, false, true)
 VLA_ROWS_KERNEL(vla_gemm_rows_wg_f16, true, true)
 #else
