@@ -201,15 +201,15 @@ func (g *gpu) attnDecode(a attnCall) error {
 	return g.combine(a, nsplit, po, pml)
 }
 
-// flashTiles is the number of query tiles of bq rows: over all rows, or
+// flashTiles is the number of 64-row query tiles: over all rows, or
 // segment by segment (a tile never spans two segments).
-func flashTiles(tq int, segments []int, bq int) int {
+func flashTiles(tq int, segments []int) int {
 	if len(segments) < 2 {
-		return (tq + bq - 1) / bq
+		return (tq + flashBlockQ - 1) / flashBlockQ
 	}
 	n := 0
 	for i := 1; i < len(segments); i++ {
-		n += (segments[i] - segments[i-1] + bq - 1) / bq
+		n += (segments[i] - segments[i-1] + flashBlockQ - 1) / flashBlockQ
 	}
 	return n
 }
@@ -261,7 +261,7 @@ func (g *gpu) attnFlash(a attnCall) error {
 	for idx < len(flashHeadDims)-1 && flashHeadDims[idx] < a.o.HeadDim {
 		idx++
 	}
-	tiles := flashTiles(a.tq, a.o.Segments, flashBlockQ)
+	tiles := flashTiles(a.tq, a.o.Segments)
 	nsplit := 1
 	if len(a.o.Segments) < 2 {
 		keys := a.o.NKV

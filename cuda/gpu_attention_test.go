@@ -182,20 +182,13 @@ func TestGPUCombineRows(t *testing.T) {
 				t.Fatal(err)
 			}
 			dst := alloc(t, b, c.tq, o.Heads*o.HeadDim)
-			if err := b.StartTrace(); err != nil {
-				t.Fatal(err)
-			}
-			if err := b.Attention(dst, q, k, v, o); err != nil {
-				t.Fatal(err)
-			}
-			ops, err := b.StopTrace()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, op := range ops {
-				if i == 0 && strings.HasPrefix(op.Op, "attention combine rows") {
-					rows++
+			merged := countOps(t, b, "attention combine rows", func() {
+				if err := b.Attention(dst, q, k, v, o); err != nil {
+					t.Fatal(err)
 				}
+			})
+			if i == 0 {
+				rows += merged
 			}
 			got[i] = download(t, b, dst)
 		}
@@ -375,10 +368,10 @@ func TestAttnPath(t *testing.T) {
 	if s := flashSplits(48, 32, 48, flashPerSM*132); s != 1 {
 		t.Errorf("prefill: %d splits, want 1", s)
 	}
-	if n := flashTiles(11520, []int{0, 720, 1440}, flashBlockQ); n != 24 {
+	if n := flashTiles(11520, []int{0, 720, 1440}); n != 24 {
 		t.Errorf("tiles of two segments of 720: %d, want 24", n)
 	}
-	if n := flashTiles(3030, nil, flashBlockQ); n != 48 {
+	if n := flashTiles(3030, nil); n != 48 {
 		t.Errorf("tiles of 3030 rows: %d, want 48", n)
 	}
 }

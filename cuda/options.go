@@ -138,10 +138,9 @@ func (b *Backend) SetRowsWGMMA(on bool) error {
 
 // SetFlashWGMMA says whether the flash attention calls that take
 // vla_flash_wg_128 (built on sm_90a: head dims from 81 to 128, one split:
-// the prefill's) run on it
-// (on, the default where it is built) or on vla_flash_pipe_128, the
-// mma.sync kernel (off), for the ops queued after the call: for
-// benchmarks that compare the two in one process.
+// the prefill's) run on it (on, the default where it is built) or on
+// vla_flash_pipe_128, the mma.sync kernel (off), for the ops queued after
+// the call: for benchmarks that compare the two in one process.
 func (b *Backend) SetFlashWGMMA(on bool) error {
 	return b.run(func(g *gpu) error {
 		g.noFlashWG = !on

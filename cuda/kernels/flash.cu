@@ -41,22 +41,21 @@ struct vla_fa_tile {
 	int klo, khi; // keys of their segment (all keys without segments)
 };
 
-// vla_fa_find_tile maps tile index t to its rows: tiles of BQ rows over
+// vla_fa_find_tile maps tile index t to its rows: tiles of 64 rows over
 // tq, or segment by segment.
-template <int BQ = VLA_FA_BQ>
 __device__ __forceinline__ vla_fa_tile vla_fa_find_tile(int t, int tq, int nkv, const vla_segments &segs) {
 	vla_fa_tile r;
-	r.q0 = t * BQ;
-	r.q1 = min(r.q0 + BQ, tq);
+	r.q0 = t * VLA_FA_BQ;
+	r.q1 = min(r.q0 + VLA_FA_BQ, tq);
 	r.klo = 0;
 	r.khi = nkv;
 	if (segs.n > 1) {
 		for (int s = 0; s + 1 < segs.n; s++) {
 			const int lo = segs.b[s], hi = segs.b[s + 1];
-			const int cnt = (hi - lo + BQ - 1) / BQ;
+			const int cnt = (hi - lo + VLA_FA_BQ - 1) / VLA_FA_BQ;
 			if (t < cnt) {
-				r.q0 = lo + t * BQ;
-				r.q1 = min(r.q0 + BQ, hi);
+				r.q0 = lo + t * VLA_FA_BQ;
+				r.q1 = min(r.q0 + VLA_FA_BQ, hi);
 				r.klo = lo;
 				r.khi = hi;
 				break;
@@ -468,7 +467,7 @@ VLA_FLASH_KERNEL(vla_flash_pipe_128, 128, true)
 // once the products of V_{t-1} are done. Only the order in which the
 // tensor cores add a row's products and that fold differ from
 // vla_flash_pipe_128: the results agree with it to rounding.
-#define VLA_FW_BQ 64
+#define VLA_FW_BQ VLA_FA_BQ // 64: vla_fa_find_tile's tiles
 #define VLA_FW_BK 64
 #define VLA_FW_THREADS 128
 #define VLA_FW_TBYTES (VLA_FW_BK * 128 * 2)         // a K or V tile: 16 KB
@@ -535,7 +534,7 @@ __device__ __forceinline__ void vla_flash_wg(float *__restrict__ out, u16 *__res
 	const int g = lane >> 2, q4 = lane & 3;
 	const int h = blockIdx.y, kvh = h / (heads / kvheads);
 	const int tile = causal ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x; // the longest rows first
-	const vla_fa_tile T = vla_fa_find_tile<VLA_FW_BQ>(tile, tq, nkv, segs);
+	const vla_fa_tile T = vla_fa_find_tile(tile, tq, nkv, segs);
 	const int khi = causal ? min(T.khi, qpos0 + T.q1) : T.khi;
 	const int ntiles = khi > T.klo ? (khi - T.klo + VLA_FW_BK - 1) / VLA_FW_BK : 0;
 	// Split z of gridDim.z takes its share of the key tiles, from key jb.
