@@ -50,6 +50,14 @@ type Fused interface {
 	// wu, wd) then Add(x, x, h): a decoder layer's whole MLP block, norm
 	// and residual included; h, gate and up are scratch.
 	RMSNormMLP(x, h, gate, up, nw Tensor, eps float32, wg, wu, wd Tensor) error
+	// LayerNormMatMuls is LayerNorm(h, x, w, b, eps) then MatMuls(dsts, h,
+	// ws, biases): a vision block's first norm and its q, k, v
+	// projections; h is scratch that a fused kernel may leave untouched.
+	LayerNormMatMuls(dsts []Tensor, h, x, w, b Tensor, eps float32, ws, biases []Tensor) error
+	// LayerNormGELUMLP is LayerNorm(h, x, w, b, eps) then GELUMLP(x, h,
+	// mid, h, w1, b1, w2, b2, tanh): a vision block's second norm and its
+	// MLP added to the residual stream; h and mid are scratch.
+	LayerNormGELUMLP(x, h, mid, w, b Tensor, eps float32, w1, b1, w2, b2 Tensor, tanh bool) error
 	// RopeAttention is Rope(q, cos, sin, o.HeadDim), Rope(k, cos, sin,
 	// o.HeadDim) then Attention(dst, q, k, v, o): a vision block's rotary
 	// embeddings and attention; q and k are left holding anything (a fused
@@ -283,6 +291,38 @@ func RMSNormMatMulsSeq(be Backend, dsts []Tensor, h, x, nw Tensor, eps float32, 
 		return err
 	}
 	return MatMuls(be, dsts, h, ws, biases)
+}
+
+// LayerNormMatMuls runs Fused.LayerNormMatMuls on be, or its sequence.
+func LayerNormMatMuls(be Backend, dsts []Tensor, h, x, w, b Tensor, eps float32, ws, biases []Tensor) error {
+	if f, ok := be.(Fused); ok {
+		return f.LayerNormMatMuls(dsts, h, x, w, b, eps, ws, biases)
+	}
+	return LayerNormMatMulsSeq(be, dsts, h, x, w, b, eps, ws, biases)
+}
+
+// LayerNormMatMulsSeq is the sequence of Fused.LayerNormMatMuls.
+func LayerNormMatMulsSeq(be Backend, dsts []Tensor, h, x, w, b Tensor, eps float32, ws, biases []Tensor) error {
+	if err := be.LayerNorm(h, x, w, b, eps); err != nil {
+		return err
+	}
+	return MatMuls(be, dsts, h, ws, biases)
+}
+
+// LayerNormGELUMLP runs Fused.LayerNormGELUMLP on be, or its sequence.
+func LayerNormGELUMLP(be Backend, x, h, mid, w, b Tensor, eps float32, w1, b1, w2, b2 Tensor, tanh bool) error {
+	if f, ok := be.(Fused); ok {
+		return f.LayerNormGELUMLP(x, h, mid, w, b, eps, w1, b1, w2, b2, tanh)
+	}
+	return LayerNormGELUMLPSeq(be, x, h, mid, w, b, eps, w1, b1, w2, b2, tanh)
+}
+
+// LayerNormGELUMLPSeq is the sequence of Fused.LayerNormGELUMLP.
+func LayerNormGELUMLPSeq(be Backend, x, h, mid, w, b Tensor, eps float32, w1, b1, w2, b2 Tensor, tanh bool) error {
+	if err := be.LayerNorm(h, x, w, b, eps); err != nil {
+		return err
+	}
+	return GELUMLP(be, x, h, mid, h, w1, b1, w2, b2, tanh)
 }
 
 // RMSNormMLP runs Fused.RMSNormMLP on be, or its sequence.

@@ -91,6 +91,25 @@ func TestFusedHelpersRunSequences(t *testing.T) {
 	require.Equal(t, get(g1), get(g2))
 	require.Equal(t, get(u1), get(u2))
 
+	// LayerNormMatMuls: the projections of the normed x.
+	lb := f32(vals(K, 0.25), K)
+	require.NoError(t, be.LayerNorm(y1, x, w, lb, 1e-6))
+	require.NoError(t, be.MatMul(g1, y1, wg, nil))
+	require.NoError(t, be.MatMul(u1, y1, wu, b1))
+	require.NoError(t, backend.LayerNormMatMuls(be, []backend.Tensor{g2, u2}, y2, x, w, lb, 1e-6,
+		[]backend.Tensor{wg, wu}, []backend.Tensor{nil, b1}))
+	require.Equal(t, get(g1), get(g2))
+	require.Equal(t, get(u1), get(u2))
+
+	// LayerNormGELUMLP: the residual stream against LayerNorm then GELUMLP.
+	wk := f32(vals(N*K, 0.7), N, K)
+	l1, l2 := f32(vals(2*K, 0.4), 2, K), f32(vals(2*K, 0.4), 2, K)
+	require.NoError(t, be.LayerNorm(y1, l1, w, lb, 1e-6))
+	require.NoError(t, backend.GELUMLP(be, l1, y1, g1, y1, wk, b1, wd, b2, true))
+	require.NoError(t, backend.LayerNormGELUMLP(be, l2, y2, g2, w, lb, 1e-6, wk, b1, wd, b2, true))
+	require.Equal(t, get(l1), get(l2))
+	require.NotEqual(t, vals(2*K, 0.4), get(l2), "the MLP added nothing")
+
 	// RMSNormMLP: the residual stream against RMSNorm, SwiGLU, MatMul, Add.
 	s1, s2 := f32(vals(2*K, 0.8), 2, K), f32(vals(2*K, 0.8), 2, K)
 	require.NoError(t, be.RMSNorm(y1, s1, w, 1e-6))

@@ -35,9 +35,9 @@ const (
 //     sums in float32; the error is that of bf16 inputs, about 3e-3 of the
 //     output's norm), K and V tiles copied asynchronously while the
 //     previous tile computes, split over the keys as well when query
-//     tiles × heads are too few to fill the GPU (on sm_90a, head dims 81 to
-//     128 with one split, the prefill's, take vla_flash_wg_128 instead: the
-//     asynchronous warpgroup MMA; Backend.SetFlashWGMMA);
+//     tiles × heads are too few to fill the GPU (on sm_90a, calls of one
+//     split, the prefill's and the vision encoder's, take vla_flash_wg_*
+//     instead: the asynchronous warpgroup MMA; Backend.SetFlashWGMMA);
 //   - anything else, or every case with more than 4 queries under
 //     WithExactAttention: vla_attention, float32, one block per (query,
 //     head).

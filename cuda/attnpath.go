@@ -27,11 +27,21 @@ const (
 	maxSplits     = 64  // key splits of one flash call
 	flashPerSM    = 2   // flash blocks resident per SM (171 registers × 128 threads)
 
-	// vla_flash_wg_128 (sm_90a): a warpgroup a block, 64 query rows (as
-	// flashBlockQ), two blocks an SM.
-	flashWGThreads = 128    // VLA_FW_THREADS
-	flashWGSmem    = 66_560 // VLA_FW_SMEM: two stages of K and of V (Q staged in V's second), 1,024 bytes of alignment
+	// vla_flash_wg_* (sm_90a): a warpgroup a block, 64 query rows (as
+	// flashBlockQ).
+	flashWGThreads = 128 // VLA_FW_THREADS
 )
+
+// flashWGKStages is VLA_FW_KST: the stages of K tiles of vla_flash_wg_*.
+const flashWGKStages = 3
+
+// flashWGSmem is VLA_FW_SMEM of each vla_flash_wg_* kernel (by
+// flashHeadDims): flashWGKStages stages of K tiles and two of V (Q staged
+// in V's second) and 1,024 bytes of alignment.
+var flashWGSmem = [len(flashHeadDims)]int{
+	(flashWGKStages+2)*flashBlockK*80*2 + 1024,
+	(flashWGKStages+2)*flashBlockK*128*2 + 1024,
+}
 
 // combRowsSplits are the most splits of each vla_attn_combine_rows_* kernel.
 var combRowsSplits = [...]int{16, 32}
@@ -214,28 +224,33 @@ func flashTiles(tq int, segments []int) int {
 	return n
 }
 
-// allowFlashWG grants vla_flash_wg_128 its shared memory where the module
-// is compiled for sm_90a (arch); elsewhere, or where refused, the calls
-// it would take run on vla_flash_pipe_128, and flashWGOff says why.
+// allowFlashWG grants the vla_flash_wg_* kernels their shared memory
+// where the module is compiled for sm_90a (arch); elsewhere, or where
+// refused, the calls they would take run on vla_flash_pipe_*, and
+// flashWGOff says why.
 func (g *gpu) allowFlashWG(arch string) {
 	if arch != "sm_90a" {
 		g.flashWGOff = fmt.Sprintf("needs sm_90a (compiled for %s)", arch)
 		return
 	}
-	g.flashWGOff = g.grantSmem([]driver.Function{g.k.flashWG}, flashWGSmem)
-	g.flashWG = g.flashWGOff == ""
+	for i, f := range g.k.flashWG {
+		if g.flashWGOff = g.grantSmem([]driver.Function{f}, flashWGSmem[i]); g.flashWGOff != "" {
+			return
+		}
+	}
+	g.flashWG = true
 }
 
-// useFlashWG says whether a flash call of padded head dim hdp and nsplit
-// key splits takes vla_flash_wg_128: where it is built, for head dims
-// padded to 128, over bf16 rows (not the kernels that read float K and V
-// in place), with one split: query tiles × heads enough to fill the GPU,
-// the prefill. Split calls (the action expert's 64 queries over the
+// useFlashWG says whether a flash call of nsplit key splits takes
+// vla_flash_wg_* (of its padded head dim): where they are built, over
+// bf16 rows (not the kernels that read float K and V in place), with one
+// split: query tiles × heads enough to fill the GPU (the prefill, the
+// vision encoder). Split calls (the action expert's 64 queries over the
 // cache) stay on vla_flash_pipe_128, faster there (35 µs against 38-39
 // for the expert's call, bench/results/cuda-kernels.md run 17). The
 // choice depends on the shapes alone.
-func (g *gpu) useFlashWG(hdp, nsplit int) bool {
-	if !g.flashWG || g.noFlashWG || g.flashInPlace || hdp != 128 {
+func (g *gpu) useFlashWG(nsplit int) bool {
+	if !g.flashWG || g.noFlashWG || g.flashInPlace {
 		return false
 	}
 	return nsplit == 1 || g.flashWGAll
@@ -271,7 +286,7 @@ func (g *gpu) attnFlash(a attnCall) error {
 		nsplit = flashSplits(tiles, a.o.Heads, (keys+flashBlockK-1)/flashBlockK, flashPerSM*g.info.SMs)
 	}
 	hdp := flashHeadDims[idx]
-	wg := g.useFlashWG(hdp, nsplit)
+	wg := g.useFlashWG(nsplit)
 	var po, pml driver.DevicePtr
 	if nsplit > 1 {
 		var err error
@@ -282,7 +297,7 @@ func (g *gpu) attnFlash(a attnCall) error {
 	kernel, name := g.k.flashPipe[idx], "attention flash"
 	threads, smem := flashThreads, uint32(0)
 	if wg {
-		kernel, name, threads, smem = g.k.flashWG, "attention flash wgmma", flashWGThreads, flashWGSmem
+		kernel, name, threads, smem = g.k.flashWG[idx], "attention flash wgmma", flashWGThreads, uint32(flashWGSmem[idx])
 	}
 	kp, vp := a.k.ptr, a.v.ptr
 	hs, rs := uint64(a.o.HeadDim), a.o.KVHeads*a.o.HeadDim // a bf16 cache in place

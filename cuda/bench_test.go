@@ -149,7 +149,7 @@ type attnBench struct {
 	o          backend.AttnOpts
 	exact      bool
 	inPlace    bool    // the flash kernels that read float K and V in place
-	mma        bool    // vla_flash_pipe_128 where vla_flash_wg_128 would run
+	mma        bool    // vla_flash_pipe_* where vla_flash_wg_* would run
 	flops      float64 // multiply-adds × 2 of the visible scores and P·V
 	rotateKV   bool
 	rowsPerSeg int
@@ -182,6 +182,7 @@ func BenchmarkGPUAttention(b *testing.B) {
 		{name: "expert_64_over_3094_inplace", tq: 64, rows: T + 64, o: backend.AttnOpts{Heads: 32, KVHeads: 8, HeadDim: 128, NKV: T + 64},
 			flops: 4 * 128 * 32 * 64 * (T + 64), rotateKV: true, inPlace: true},
 		{name: "vision_16x720_16x72", tq: 16 * 720, rows: 16 * 720, o: vis, flops: 4 * 72 * 16 * 16 * 720 * 720},
+		{name: "vision_16x720_16x72_mma", tq: 16 * 720, rows: 16 * 720, o: vis, flops: 4 * 72 * 16 * 16 * 720 * 720, mma: true},
 		{name: "vision_16x720_16x72_inplace", tq: 16 * 720, rows: 16 * 720, o: vis, flops: 4 * 72 * 16 * 16 * 720 * 720, inPlace: true},
 		{name: "vision_16x720_16x72_exact", tq: 16 * 720, rows: 16 * 720, o: vis, flops: 4 * 72 * 16 * 16 * 720 * 720, exact: true},
 	}
@@ -393,6 +394,56 @@ func BenchmarkGPUGraph(b *testing.B) {
 				fn = gr.Launch
 			}
 			gpuBench(b, be, benchWork{bytes: st.bytes}, fn)
+		})
+	}
+}
+
+// BenchmarkGPUVisionNorms compares a vision block's two LayerNorms and
+// the products that read them as sequences (LayerNorm, then MatMuls or
+// GELUMLP: the norm written in float and in bf16) with LayerNormMatMuls
+// and LayerNormGELUMLP (the norm written only in bf16), Qwen3-VL's vision
+// sizes (11,520 patches of 1152, an MLP of 4304), in one process.
+func BenchmarkGPUVisionNorms(b *testing.B) {
+	be := gpuBackend(b)
+	needCeilings(b, be)
+	const VT, VH, VF = 16 * 720, 1152, 4304
+	f32 := func(b *testing.B, shape ...int) backend.Tensor {
+		t := devRandom(b, be, tensor.F32, 1, shape...)
+		b.Cleanup(func() { be.Free(t) })
+		return t
+	}
+	bf16 := func(b *testing.B, scale float32, shape ...int) backend.Tensor {
+		t := devRandom(b, be, tensor.BF16, scale, shape...)
+		b.Cleanup(func() { be.Free(t) })
+		return t
+	}
+	for _, fused := range []bool{false, true} {
+		suffix := "_seq"
+		if fused {
+			suffix = ""
+		}
+		b.Run("layernorm_qkv_11520x1152"+suffix, func(b *testing.B) {
+			x, h, w, nb := f32(b, VT, VH), f32(b, VT, VH), bf16(b, 1, VH), bf16(b, 1, VH)
+			ws, biases, dsts := make([]backend.Tensor, 3), make([]backend.Tensor, 3), make([]backend.Tensor, 3)
+			for i := range ws {
+				ws[i], biases[i], dsts[i] = bf16(b, 0.05, VH, VH), bf16(b, 1, VH), f32(b, VT, VH)
+			}
+			gpuBench(b, be, benchWork{bytes: 4 * 4 * VT * VH, flops: 3 * 2 * VT * VH * VH}, func() error {
+				if fused {
+					return be.LayerNormMatMuls(dsts, h, x, w, nb, 1e-6, ws, biases)
+				}
+				return backend.LayerNormMatMulsSeq(be, dsts, h, x, w, nb, 1e-6, ws, biases)
+			})
+		})
+		b.Run("layernorm_mlp_11520x1152x4304"+suffix, func(b *testing.B) {
+			x, h, mid, w, nb := f32(b, VT, VH), f32(b, VT, VH), f32(b, VT, VF), bf16(b, 1, VH), bf16(b, 1, VH)
+			w1, b1, w2, b2 := bf16(b, 0.05, VF, VH), bf16(b, 1, VF), bf16(b, 0.05, VH, VF), bf16(b, 1, VH)
+			gpuBench(b, be, benchWork{bytes: 3 * 4 * VT * VH, flops: 2 * 2 * VT * VH * VF}, func() error {
+				if fused {
+					return be.LayerNormGELUMLP(x, h, mid, w, nb, 1e-6, w1, b1, w2, b2, true)
+				}
+				return backend.LayerNormGELUMLPSeq(be, x, h, mid, w, nb, 1e-6, w1, b1, w2, b2, true)
+			})
 		})
 	}
 }

@@ -94,7 +94,8 @@
 // (Backend.SetRowProducts(false) sends them to cuBLAS). Attention takes
 // one of three kernels by shape: split flash decoding for up to 4 queries
 // (float32), flash attention on the tensor cores (bf16 operands, float32
-// softmax and sums; on sm_90a the prefill's on wgmma, vla_flash_wg_128)
+// softmax and sums; on sm_90a the prefill's and the vision encoder's on
+// wgmma, vla_flash_wg_*)
 // for more, and a float32 kernel for head dims the
 // others do not cover (see Attention and WithExactAttention); split
 // results are merged by vla_attn_combine, or a warp a row for up to 32
@@ -114,7 +115,9 @@
 // residual sum, a residual added by the product itself (the GEMV kernel's
 // epilogue, cuBLAS's beta = 1: no Add), and the input of a cuBLAS product
 // written straight in its 16-bit type by the op before (an RMSNorm,
-// silu(gate)·up, the bias and GELU) instead of in float and then rounded.
+// silu(gate)·up, the bias and GELU) instead of in float and then rounded,
+// the vision encoder's LayerNorms in that type alone (LayerNormMatMuls,
+// LayerNormGELUMLP: nothing reads their float output).
 // Each computes the bits of its sequence (the same per-thread loops and
 // roundings; TestGPUFused*), so a model gets the same answers either way;
 // shapes the fused kernels do not take run the sequence.

@@ -714,56 +714,152 @@ func (g *gpu) swigluTo16(xp driver.DevicePtr, ga, ua matmulOperands, dt tensor.D
 // with the tanh GELU, biases and cuBLASLt, two cuBLASLt products instead
 // (geluMLPEpilogues); otherwise MatMulGELU then MatMulResidual.
 func (b *Backend) GELUMLP(x, h, mid, a, w1, b1, w2, b2 backend.Tensor, tanh bool) error {
-	m1, err := b.matmulArgs(mid, a, w1, b1)
+	xt, m1, m2, ok, err := b.geluMLPArgs(x, h, mid, a, w1, b1, w2, b2)
 	if err != nil {
 		return err
 	}
-	m2, err := b.matmulArgs(h, mid, w2, b2)
-	if err != nil {
-		return err
-	}
-	xt, in, err := b.elementwiseArgs("gelu mlp", x, []string{"h"}, h)
-	if err != nil {
-		return err
-	}
-	if xt.overlaps(in[0]) || xt.overlaps(m1.x) || xt.overlaps(m1.d) {
-		return fmt.Errorf("cuda: gelu mlp: x %v overlaps h, a or mid", xt)
-	}
-	if m1.M == 0 || m1.N == 0 || m1.K == 0 || m2.N == 0 || useGEMV(m1.x, m1.w, m1.M, m1.K) ||
-		useGEMV(m2.x, m2.w, m2.M, m2.K) || !is16(m2.w.dt) {
+	if !ok {
 		return backend.GELUMLPSeq(b, x, h, mid, a, w1, b1, w2, b2, tanh)
 	}
+	return b.run(func(g *gpu) error { return g.geluMLP(xt, m1, m2, tanh) })
+}
+
+// geluMLPArgs checks GELUMLP's operands and says whether its kernels take
+// them (both products on cuBLAS, a 16-bit second weight).
+func (b *Backend) geluMLPArgs(x, h, mid, a, w1, b1, w2, b2 backend.Tensor) (xt *Tensor, m1, m2 matmulOperands, ok bool,
+	err error) {
+	if m1, err = b.matmulArgs(mid, a, w1, b1); err != nil {
+		return
+	}
+	if m2, err = b.matmulArgs(h, mid, w2, b2); err != nil {
+		return
+	}
+	var in []*Tensor
+	if xt, in, err = b.elementwiseArgs("gelu mlp", x, []string{"h"}, h); err != nil {
+		return
+	}
+	if xt.overlaps(in[0]) || xt.overlaps(m1.x) || xt.overlaps(m1.d) {
+		err = fmt.Errorf("cuda: gelu mlp: x %v overlaps h, a or mid", xt)
+		return
+	}
+	ok = m1.M > 0 && m1.N > 0 && m1.K > 0 && m2.N > 0 && !useGEMV(m1.x, m1.w, m1.M, m1.K) &&
+		!useGEMV(m2.x, m2.w, m2.M, m2.K) && is16(m2.w.dt)
+	return
+}
+
+// geluMLP queues GELUMLP for operands geluMLPArgs took.
+func (g *gpu) geluMLP(xt *Tensor, m1, m2 matmulOperands, tanh bool) error {
 	act := int32(1)
 	if tanh {
 		act = 2
 	}
+	if ok, err := g.geluMLPEpilogues(xt, m1, m2, tanh); ok || err != nil {
+		return err
+	}
+	if err := g.matmul(m1.d, m1.x, m1.w, nil, m1.M, m1.N, m1.K); err != nil {
+		return err
+	}
+	// The product above is queued before the scratch is rewritten (or,
+	// to grow it, waited for).
+	n := m1.d.elements()
+	p, err := g.scratch(&g.xScratch, n*2)
+	if err != nil {
+		return fmt.Errorf("cuda: gelu mlp: %w", err)
+	}
+	bp, bdt := biasArg(m1.bias)
+	g.args.Reset()
+	g.args.Ptr(p).Ptr(m1.d.ptr).Ptr(bp).I32(bdt).U64(uint64(m1.M)).U64(uint64(m1.N)).I32(act)
+	items := n
+	if m1.N%4 == 0 && m1.d.ptr%16 == 0 && p%8 == 0 {
+		items = n / 4
+	}
+	if err := g.elementwise("matmul bias+gelu to 16 bits", g.k.addBias16[kind16(m2.w.dt)], items); err != nil {
+		return err
+	}
+	if err := g.gemm(m2.d, p, m2.w, nil, m2.M, m2.N, m2.K); err != nil {
+		return err
+	}
+	return g.biasResidual(xt, m2.d, m2.bias, m2.M, m2.N)
+}
+
+// LayerNormMatMuls computes LayerNorm(h, x, w, bias, eps) then
+// MatMuls(dsts, h, ws, biases) (backend.Fused). Where the norm holds its
+// rows in registers (vla_layernorm_reg) and the products share one bf16
+// input on cuBLAS (the vision encoder's q, k and v), the norm is written
+// only rounded to bf16, as the products read it, and h is left untouched:
+// the sequence's bits, 2·rows·n bytes fewer written. Otherwise the
+// sequence.
+func (b *Backend) LayerNormMatMuls(dsts []backend.Tensor, h, x, w, bias backend.Tensor, eps float32, ws,
+	biases []backend.Tensor) error {
+	seq := func() error { return backend.LayerNormMatMulsSeq(b, dsts, h, x, w, bias, eps, ws, biases) }
+	ln, err := b.layerNormArgs(h, x, w, bias, eps)
+	if err != nil {
+		return err
+	}
+	if ln.rows <= gemvMaxM || !ln.reg() || len(ws) != len(dsts) || (biases != nil && len(biases) != len(dsts)) ||
+		len(dsts) < 2 {
+		return seq()
+	}
+	ops, _, shared, err := b.matmulsArgs(dsts, h, ws, biases)
+	if err != nil {
+		return err
+	}
+	if !shared || ops[0].w.dt != tensor.BF16 {
+		return seq()
+	}
+	for i, a := range ops {
+		if a.d.overlaps(ln.x) || a.d.overlaps(ln.d) {
+			return fmt.Errorf("cuda: layernorm+matmuls: dst %d %v overlaps x %v or h %v", i, a.d, ln.x, ln.d)
+		}
+	}
 	return b.run(func(g *gpu) error {
-		if ok, err := g.geluMLPEpilogues(xt, m1, m2, tanh); ok || err != nil {
-			return err
-		}
-		if err := g.matmul(m1.d, m1.x, m1.w, nil, m1.M, m1.N, m1.K); err != nil {
-			return err
-		}
-		// The product above is queued before the scratch is rewritten (or,
-		// to grow it, waited for).
-		n := m1.d.elements()
-		p, err := g.scratch(&g.xScratch, n*2)
+		xp, err := g.layerNormTwin(ln)
 		if err != nil {
-			return fmt.Errorf("cuda: gelu mlp: %w", err)
-		}
-		bp, bdt := biasArg(m1.bias)
-		g.args.Reset()
-		g.args.Ptr(p).Ptr(m1.d.ptr).Ptr(bp).I32(bdt).U64(uint64(m1.M)).U64(uint64(m1.N)).I32(act)
-		items := n
-		if m1.N%4 == 0 && m1.d.ptr%16 == 0 && p%8 == 0 {
-			items = n / 4
-		}
-		if err := g.elementwise("matmul bias+gelu to 16 bits", g.k.addBias16[kind16(m2.w.dt)], items); err != nil {
 			return err
 		}
-		if err := g.gemm(m2.d, p, m2.w, nil, m2.M, m2.N, m2.K); err != nil {
-			return err
-		}
-		return g.biasResidual(xt, m2.d, m2.bias, m2.M, m2.N)
+		return g.gemmsFrom(xp, ops)
 	})
+}
+
+// LayerNormGELUMLP computes LayerNorm(h, x, w, bias, eps) then GELUMLP(x,
+// h, mid, h, w1, b1, w2, b2, tanh) (backend.Fused). Where the norm holds
+// its rows in registers and the MLP's kernels take it with a bf16 first
+// weight, the norm is written only rounded to bf16, as the first product
+// reads it: the sequence's bits, 2·rows·n bytes fewer written. Otherwise
+// the sequence.
+func (b *Backend) LayerNormGELUMLP(x, h, mid, w, bias backend.Tensor, eps float32, w1, b1, w2, b2 backend.Tensor,
+	tanh bool) error {
+	seq := func() error { return backend.LayerNormGELUMLPSeq(b, x, h, mid, w, bias, eps, w1, b1, w2, b2, tanh) }
+	ln, err := b.layerNormArgs(h, x, w, bias, eps)
+	if err != nil {
+		return err
+	}
+	xt, m1, m2, ok, err := b.geluMLPArgs(x, h, mid, h, w1, b1, w2, b2)
+	if err != nil {
+		return err
+	}
+	if !ok || !ln.reg() || m1.w.dt != tensor.BF16 || ln.d.overlaps(ln.x) {
+		return seq()
+	}
+	return b.run(func(g *gpu) error {
+		xp, err := g.layerNormTwin(ln)
+		if err != nil {
+			return err
+		}
+		g.twinIn = twin{src: ln.d.ptr, p: xp, n: ln.d.elements()} // the products read h through it
+		return g.geluMLP(xt, m1, m2, tanh)
+	})
+}
+
+// layerNormTwin queues the norm ln (ln.reg()) written only rounded to
+// bf16, into the MatMul scratch, and returns where; where a capture could
+// not grow the scratch, the norm in float and then rounded as MatMul
+// rounds its input.
+func (g *gpu) layerNormTwin(ln layerNormOperands) (driver.DevicePtr, error) {
+	g.twinIn = twin{} // what the op before left is not of this norm's output
+	y16, err := g.layerNormReg(ln, false)
+	if err != nil || y16 != 0 {
+		return y16, err
+	}
+	return g.convertX(ln.d, tensor.BF16)
 }

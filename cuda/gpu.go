@@ -74,10 +74,10 @@ type gpu struct {
 	rowsWG         bool                // vla_gemm_rows_wg is built (sm_90a) and granted its shared memory
 	rowsWGOff      string              // why not, when not
 	noRowsWG       bool                // benchmarks: vla_gemm_rows on mma.sync where the wgmma kernel is built
-	flashWG        bool                // vla_flash_wg_128 is built (sm_90a) and granted its shared memory
+	flashWG        bool                // the vla_flash_wg_* kernels are built (sm_90a) and granted their shared memory
 	flashWGOff     string              // why not, when not
-	noFlashWG      bool                // benchmarks, tests: the flash attention that would take vla_flash_wg_128 on vla_flash_pipe_128
-	flashWGAll     bool                // tests: vla_flash_wg_128 for every flash call it can take, split or not
+	noFlashWG      bool                // benchmarks, tests: the flash attention that would take vla_flash_wg_* on vla_flash_pipe_*
+	flashWGAll     bool                // tests: vla_flash_wg_* for every flash call they can take, split or not
 	gstreamOK      bool                // vla_gemv_stream is built and granted its shared memory
 	gstreamOff     string              // why not, when not
 	noStream       bool                // benchmarks: one-row products on the warp-per-column GEMVs

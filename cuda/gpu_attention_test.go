@@ -109,12 +109,11 @@ var attnCases = []attnCase{
 
 // TestGPUAttention runs every case through the kernel Attention picks
 // (flash on the tensor cores for more than 4 queries, pipelined over bf16
-// copies of K and V: vla_flash_wg_128 for head dims 81-128 and one split
-// where it is built), then with the flash kernels that read the float K
-// and V in place, then with exact attention forced, then with
-// vla_flash_pipe_128 (mma.sync) where vla_flash_wg_128 would run, then
-// (where it is built) with vla_flash_wg_128 for every flash call of head
-// dim 81-128, splits included. The float32 kernels must match the float64
+// copies of K and V: vla_flash_wg_80 or _128 for one split where they are
+// built), then with the flash kernels that read the float K and V in
+// place, then with exact attention forced, then with vla_flash_pipe_*
+// (mma.sync) where vla_flash_wg_* would run, then (where they are built)
+// with vla_flash_wg_* for every flash call, splits included. The float32 kernels must match the float64
 // reference to 1e-5 + 1e-4·|want|. The flash kernel rounds q, k, v and the
 // softmax weights to bf16: it is checked against the reference on the
 // rounded q, k, v, within 2^-8·Σp|v|/Σp + 1e-5(1 + |want|) (twice the
@@ -125,7 +124,7 @@ func TestGPUAttention(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 5))
 	wgOn, wgOff := flashWGState(t, b)
 	if !wgOn {
-		t.Logf("vla_flash_wg_128 is not used here (%s): the default and mma variants run the same kernels", wgOff)
+		t.Logf("vla_flash_wg_* are not used here (%s): the default and mma variants run the same kernels", wgOff)
 	}
 	wgRuns := 0
 	for _, variant := range []string{"default", "in-place", "exact", "mma", "wgmma"} {
@@ -137,12 +136,12 @@ func TestGPUAttention(t *testing.T) {
 		for _, c := range attnCases {
 			t.Run(fmt.Sprintf("%s/%s", c.name, variant), func(t *testing.T) {
 				n := countOps(t, b, "attention flash wgmma", func() { runAttnCase(t, b, r, c, exact) })
-				flash128 := !exact && !inPlace && c.tq > decMaxQueries && c.o.HeadDim > 80 && c.o.HeadDim <= 128
-				if all && wgOn && flash128 && n == 0 {
-					t.Error("vla_flash_wg_128 did not run")
+				flash := !exact && !inPlace && c.tq > decMaxQueries && c.o.HeadDim <= flashHeadDims[len(flashHeadDims)-1]
+				if all && wgOn && flash && n == 0 {
+					t.Error("vla_flash_wg_* did not run")
 				}
-				if (mma || !wgOn || !flash128) && n > 0 {
-					t.Errorf("vla_flash_wg_128 ran %d times", n)
+				if (mma || !wgOn || !flash) && n > 0 {
+					t.Errorf("vla_flash_wg_* ran %d times", n)
 				}
 				wgRuns += n
 			})
@@ -152,7 +151,7 @@ func TestGPUAttention(t *testing.T) {
 	setFlashInPlace(t, b, false)
 	noErrs(t, b.SetFlashWGMMA(true))
 	setFlashWGAll(t, b, false)
-	t.Logf("vla_flash_wg_128 ran %d times", wgRuns)
+	t.Logf("vla_flash_wg_* ran %d times", wgRuns)
 	q := alloc(t, b, 2, 64)
 	if err := b.Attention(q, q, q, q, backend.AttnOpts{Heads: 1, KVHeads: 1, HeadDim: 64, NKV: 2, Scale: 1}); err == nil {
 		t.Error("attention into its own q accepted")
@@ -211,7 +210,7 @@ func TestGPUCombineRows(t *testing.T) {
 	}
 }
 
-// flashWGState says whether vla_flash_wg_128 is built and used, and why
+// flashWGState says whether vla_flash_wg_* are built and used, and why
 // not.
 func flashWGState(t testing.TB, b *Backend) (on bool, why string) {
 	t.Helper()
@@ -221,8 +220,8 @@ func flashWGState(t testing.TB, b *Backend) (on bool, why string) {
 	return on, why
 }
 
-// setFlashWGAll sends every flash call that vla_flash_wg_128 can take to
-// it (where it is built), split or not.
+// setFlashWGAll sends every flash call that vla_flash_wg_* can take to
+// them (where they are built), split or not.
 func setFlashWGAll(t testing.TB, b *Backend, all bool) {
 	t.Helper()
 	if err := b.run(func(g *gpu) error { g.flashWGAll = all; return nil }); err != nil {

@@ -369,6 +369,65 @@ func TestGPUFusedGELUMLP(t *testing.T) {
 	}
 }
 
+// TestGPUFusedLayerNorm checks LayerNormMatMuls and LayerNormGELUMLP
+// against their sequences (LayerNorm, then MatMuls or GELUMLP), bit for
+// bit: for rows the fused path takes (the vision encoder's 1152, the norm
+// written only in bf16: LayerNormMatMuls must leave h as it was) and for
+// others (the sequence, h written). h is the MLP's scratch as well.
+func TestGPUFusedLayerNorm(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(7, 12))
+	for _, c := range []struct {
+		M, H, FF int
+		fused    bool
+	}{{300, 1152, 512, true}, {70, 1152, 256, true}, {3, 1152, 256, true}, {300, 512, 256, false}, {1, 1152, 256, false}} {
+		t.Run(fmt.Sprintf("%dx%dx%d", c.M, c.H, c.FF), func(t *testing.T) {
+			xv := randVals(r, c.M*c.H, 2)
+			nw, _ := weight(t, b, tensor.BF16, randVals(r, c.H, 1), c.H)
+			nb, _ := weight(t, b, tensor.BF16, randVals(r, c.H, 1), c.H)
+			nan := make([]float32, c.M*c.H)
+			for i := range nan {
+				nan[i] = float32(math.NaN())
+			}
+			untouched := func(what string, h backend.Tensor) {
+				t.Helper()
+				got := download(t, b, h)
+				if written := !math.IsNaN(float64(got[0])); written == c.fused {
+					t.Errorf("%s: h written %v, want %v", what, written, !c.fused)
+				}
+			}
+			ws, biases := make([]backend.Tensor, 3), make([]backend.Tensor, 3)
+			d1, d2 := make([]backend.Tensor, 3), make([]backend.Tensor, 3)
+			for i := range ws {
+				ws[i], _ = weight(t, b, tensor.BF16, randVals(r, c.H*c.H, 0.05), c.H, c.H)
+				biases[i], _ = weight(t, b, tensor.BF16, randVals(r, c.H, 1), c.H)
+				d1[i], d2[i] = alloc(t, b, c.M, c.H), alloc(t, b, c.M, c.H)
+			}
+			x, h1, h2 := upload(t, b, xv, c.M, c.H), alloc(t, b, c.M, c.H), upload(t, b, nan, c.M, c.H)
+			noErrs(t, backend.LayerNormMatMulsSeq(b, d1, h1, x, nw, nb, 1e-6, ws, biases),
+				b.LayerNormMatMuls(d2, h2, x, nw, nb, 1e-6, ws, biases))
+			for i := range ws {
+				sameBits(t, fmt.Sprintf("projection %d", i), download(t, b, d2[i]), download(t, b, d1[i]))
+			}
+			untouched("layernorm+matmuls", h2)
+			sameBits(t, "x", download(t, b, x), xv)
+
+			w1, _ := weight(t, b, tensor.BF16, randVals(r, c.FF*c.H, 0.1), c.FF, c.H)
+			w2, _ := weight(t, b, tensor.BF16, randVals(r, c.H*c.FF, 0.1), c.H, c.FF)
+			b1, _ := weight(t, b, tensor.BF16, randVals(r, c.FF, 1), c.FF)
+			b2, _ := weight(t, b, tensor.BF16, randVals(r, c.H, 1), c.H)
+			for _, tanh := range []bool{false, true} {
+				x1, x2 := upload(t, b, xv, c.M, c.H), upload(t, b, xv, c.M, c.H)
+				h1, h2 := alloc(t, b, c.M, c.H), upload(t, b, nan, c.M, c.H)
+				m1, m2 := alloc(t, b, c.M, c.FF), alloc(t, b, c.M, c.FF)
+				noErrs(t, backend.LayerNormGELUMLPSeq(b, x1, h1, m1, nw, nb, 1e-6, w1, b1, w2, b2, tanh),
+					b.LayerNormGELUMLP(x2, h2, m2, nw, nb, 1e-6, w1, b1, w2, b2, tanh))
+				sameBits(t, fmt.Sprintf("x + mlp (tanh %v)", tanh), download(t, b, x2), download(t, b, x1))
+			}
+		})
+	}
+}
+
 // TestGPUFusedRMSNormMatMuls checks RMSNormMatMuls against RMSNorm then
 // MatMul each: the same bits where the norm writes the products' 16-bit
 // input itself (more than one row, a norm of more than 1,024) and on the

@@ -43,7 +43,7 @@ type kernelSet struct {
 	// flash.cu, by padded head dim (flashHeadDims): loading tiles through
 	// registers, and pipelined over bf16 copies of K and V.
 	flash, flashPipe       [len(flashHeadDims)]driver.Function
-	flashWG                driver.Function // sm_90a: vla_flash_pipe_128 on wgmma (gpu.flashWG)
+	flashWG                [len(flashHeadDims)]driver.Function // sm_90a: vla_flash_pipe_* on wgmma (gpu.flashWG)
 	kvToBF16, kvBF16ToBF16 driver.Function
 	// decode.cu: float or bf16 K and V.
 	attnDecode, attnDecodeBF16, attnCombine driver.Function
@@ -109,7 +109,8 @@ func (k *kernelSet) entries() []kernelEntry {
 		{&k.gemmRows[1], "vla_gemm_rows_f16"},
 		{&k.gemmRowsWG[0], "vla_gemm_rows_wg_bf16"},
 		{&k.gemmRowsWG[1], "vla_gemm_rows_wg_f16"},
-		{&k.flashWG, "vla_flash_wg_128"},
+		{&k.flashWG[0], "vla_flash_wg_80"},
+		{&k.flashWG[1], "vla_flash_wg_128"},
 		{&k.addRMSNorm, "vla_add_rmsnorm"},
 		{&k.qkNormRope, "vla_qk_norm_rope"},
 		{&k.qkNormRopeCache, "vla_qk_norm_rope_cache"},

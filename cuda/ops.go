@@ -107,22 +107,16 @@ func (g *gpu) rmsNorm(d, xt, wt *Tensor, rows, n int64, eps float32) error {
 // double). w and bias may be F32, F16 or BF16; bias may be nil; dst may be
 // x.
 func (b *Backend) LayerNorm(dst, x, w, bias backend.Tensor, eps float32) error {
-	d, xt, wt, rows, n, err := b.normArgs("layernorm", dst, x, w)
+	ln, err := b.layerNormArgs(dst, x, w, bias, eps)
 	if err != nil {
 		return err
 	}
-	bt, err := b.optArg("layernorm", "bias", bias)
-	if err != nil {
-		return err
-	}
-	if bt != nil && bt.elements() != n {
-		return fmt.Errorf("cuda: layernorm: bias %v for rows of %d", bt, n)
-	}
+	d, xt, wt, rows, n := ln.d, ln.x, ln.w, ln.rows, ln.n
 	if rows == 0 {
 		return nil
 	}
-	bp, bdt := biasArg(bt)
-	if n > warpRowMax && n <= layerNormRegMax && n%4 == 0 && (d.ptr|xt.ptr)%16 == 0 {
+	bp, bdt := biasArg(ln.b)
+	if ln.reg() {
 		// The vision encoder's rows of 1152: vla_layernorm (below) took 69
 		// µs for [11520, 1152] on the H200, three passes over each row;
 		// this, 56-59 µs with the twin (bench/results/cuda-kernels.md run 9).
@@ -130,20 +124,11 @@ func (b *Backend) LayerNorm(dst, x, w, bias backend.Tensor, eps float32) error {
 			// Its output rounded to bf16 as well, into the MatMul
 			// scratch: the next op's products read it instead of
 			// converting (gpu.twin; in the vision encoder, q/k/v and fc1).
-			y16, err := g.twinFor(d)
-			if err != nil {
-				return fmt.Errorf("cuda: layernorm: %w", err)
-			}
-			g.args.Reset()
-			g.args.Ptr(d.ptr).Ptr(y16).Ptr(xt.ptr).Ptr(wt.ptr).I32(dtypeCode(wt.dt)).Ptr(bp).I32(bdt).I32(int32(n)).F32(eps).U64(uint64(rows))
-			f := g.k.layerNormReg[(n+127)/128-layerNormRegMin]
-			if err := g.launch("layernorm", f, warpRowsGrid(rows), block1D(threadsPerBlock), 0); err != nil {
-				return err
-			}
-			if y16 != 0 {
+			y16, err := g.layerNormReg(ln, true)
+			if err == nil && y16 != 0 {
 				g.twinOut = twin{src: d.ptr, p: y16, n: d.elements()}
 			}
-			return nil
+			return err
 		})
 	}
 	return b.run(func(g *gpu) error {
@@ -155,6 +140,56 @@ func (b *Backend) LayerNorm(dst, x, w, bias backend.Tensor, eps float32) error {
 		}
 		return g.launch("layernorm", g.k.layerNorm, driver.Dim3{uint32(rows), 1, 1}, block1D(rowThreads(int(n))), 0)
 	})
+}
+
+// layerNormOperands is one checked LayerNorm: d = LayerNorm(x) of rows of
+// n with weight w, bias b (nil: none) and eps.
+type layerNormOperands struct {
+	d, x, w, b *Tensor
+	rows, n    int64
+	eps        float32
+}
+
+// layerNormArgs checks LayerNorm's operands.
+func (b *Backend) layerNormArgs(dst, x, w, bias backend.Tensor, eps float32) (ln layerNormOperands, err error) {
+	ln.eps = eps
+	if ln.d, ln.x, ln.w, ln.rows, ln.n, err = b.normArgs("layernorm", dst, x, w); err != nil {
+		return ln, err
+	}
+	if ln.b, err = b.optArg("layernorm", "bias", bias); err != nil {
+		return ln, err
+	}
+	if ln.b != nil && ln.b.elements() != ln.n {
+		return ln, fmt.Errorf("cuda: layernorm: bias %v for rows of %d", ln.b, ln.n)
+	}
+	return ln, nil
+}
+
+// reg says whether the norm takes vla_layernorm_reg (rows held in
+// registers, a bf16 twin written with them).
+func (ln layerNormOperands) reg() bool {
+	return ln.n > warpRowMax && ln.n <= layerNormRegMax && ln.n%4 == 0 && (ln.d.ptr|ln.x.ptr)%16 == 0
+}
+
+// layerNormReg queues vla_layernorm_reg (ln.reg()) with its output rounded
+// to bf16 into the MatMul scratch as well, and returns where (0 where a
+// capture could not grow the scratch: then the float output alone). The
+// float output is written with writeY, or where there is no twin.
+func (g *gpu) layerNormReg(ln layerNormOperands, writeY bool) (driver.DevicePtr, error) {
+	y16, err := g.twinFor(ln.d)
+	if err != nil {
+		return 0, fmt.Errorf("cuda: layernorm: %w", err)
+	}
+	y := ln.d.ptr
+	if !writeY && y16 != 0 {
+		y = 0
+	}
+	bp, bdt := biasArg(ln.b)
+	g.args.Reset()
+	g.args.Ptr(y).Ptr(y16).Ptr(ln.x.ptr).Ptr(ln.w.ptr).I32(dtypeCode(ln.w.dt)).Ptr(bp).I32(bdt).I32(int32(ln.n)).F32(ln.eps).
+		U64(uint64(ln.rows))
+	f := g.k.layerNormReg[(ln.n+127)/128-layerNormRegMin]
+	return y16, g.launch("layernorm", f, warpRowsGrid(ln.rows), block1D(threadsPerBlock), 0)
 }
 
 // Rope rotates x [T, heads*headDim] in place with rotate-half (NeoX)

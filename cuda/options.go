@@ -137,10 +137,11 @@ func (b *Backend) SetRowsWGMMA(on bool) error {
 }
 
 // SetFlashWGMMA says whether the flash attention calls that take
-// vla_flash_wg_128 (built on sm_90a: head dims from 81 to 128, one split:
-// the prefill's) run on it (on, the default where it is built) or on
-// vla_flash_pipe_128, the mma.sync kernel (off), for the ops queued after
-// the call: for benchmarks that compare the two in one process.
+// vla_flash_wg_80 or _128 (built on sm_90a: one split, the prefill's and
+// the vision encoder's) run on them (on, the default where they are
+// built) or on vla_flash_pipe_80 or _128, the mma.sync kernels (off), for
+// the ops queued after the call: for benchmarks that compare the two in
+// one process.
 func (b *Backend) SetFlashWGMMA(on bool) error {
 	return b.run(func(g *gpu) error {
 		g.noFlashWG = !on

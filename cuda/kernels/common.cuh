@@ -250,6 +250,15 @@ template <int TB> __device__ __forceinline__ void vla_wgmma_rs(float *d, const u
 	             : VLA_WGMMA_D32
 	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
 }
+// vla_wgmma_rs_n16 is vla_wgmma_rs for D[64×16] (eight registers a
+// thread, n8-tiles 0 and 1 of the same layout).
+template <int TB> __device__ __forceinline__ void vla_wgmma_rs_n16(float *d, const u32 *a, u64 db, int acc = 1) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}"
+	             ", {%8, %9, %10, %11}, %12, p, 1, 1, %14;\n}"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
+}
 // vla_wgmma_desc describes a K-major operand tile at shared address addr:
 // rows of 64 16-bit values (128 bytes), 16-byte chunk c of row r at c ^ (r
 // & 7), 8-row groups 1,024 bytes apart (the 128-byte swizzle); addr is the

@@ -28,8 +28,8 @@
 // The head dim is padded with zeros to HDP (80 or 128), so Q·Kᵀ is
 // exact for any hd <= HDP with hd % 4 == 0 (float4 loads).
 //
-// vla_flash_wg_128 (below) is vla_flash_pipe_128 on the asynchronous
-// warpgroup MMA, for sm_90a.
+// vla_flash_wg_80 and _128 (below) are vla_flash_pipe_80 and _128 on the
+// asynchronous warpgroup MMA, for sm_90a.
 
 #define VLA_FA_BQ 64
 #define VLA_FA_BK 64
@@ -445,46 +445,61 @@ VLA_FLASH_KERNEL(vla_flash_128, 128, false)
 VLA_FLASH_KERNEL(vla_flash_pipe_80, 80, true)
 VLA_FLASH_KERNEL(vla_flash_pipe_128, 128, true)
 
-// vla_flash_wg_128 is flash attention on the asynchronous warpgroup MMA
-// (sm_90a): vla_flash_pipe_128's semantics, splits included, over bf16 K
-// and V rows of 128 as that kernel reads them (tiles hidden whole by the
-// mask are computed and masked, not skipped). A block is one warpgroup (128
-// threads) and takes 64 query rows of one head; two blocks share an SM
-// and overlap one another's softmax and products (three fit the shared
-// memory, but at the 168 registers a thread that leaves, ptxas serializes
-// the wgmma: bench/results/cuda-kernels.md run 17). Q, rounded to bf16 (and
-// rotated with rc and rsn), is staged in shared memory and then held as
-// the A fragments of S = Q·Kᵀ in registers. Key tiles of 64 rows of K and
-// of V stream through two stages each by cp.async, laid out as wgmma
-// reads them: rows of 128 bytes (half of a row of the head dim), 16-byte
-// chunk c of row r at c ^ (r & 7) (the 128-byte swizzle), the two halves
-// 8 KB apart. For tile t the warpgroup issues S_t = Q·K_tᵀ (eight k-steps,
-// K-major B) and then O += P_{t-1}·V_{t-1} (four k-steps × two halves of
-// the head dim, P from registers, V read N-major: the same rows as K),
-// and runs the softmax of S_t while the second product runs. The softmax
-// is vla_flash's (vla_fa_softmax; its fragments are mma.sync's), with the
-// scale folded into the exponent. K_{t+1} is copied during tile t, V_{t+1}
-// once the products of V_{t-1} are done. Only the order in which the
-// tensor cores add a row's products and that fold differ from
-// vla_flash_pipe_128: the results agree with it to rounding.
+// vla_flash_wg_128 and vla_flash_wg_80 are flash attention on the asynchronous
+// warpgroup MMA (sm_90a): vla_flash_pipe_128's and vla_flash_pipe_80's
+// semantics, splits included, over bf16 K and V rows of 128 (80) as those
+// kernels read them (tiles hidden whole by the mask are computed and masked,
+// not skipped). A block is one warpgroup (128 threads) and takes 64 query rows
+// of one head; two blocks (three at 80) share an SM and overlap one another's
+// softmax and products (at 128 three fit the shared memory, but at the 168
+// registers a thread that leaves, ptxas serializes the wgmma:
+// bench/results/cuda-kernels.md run 17). Q, rounded to bf16 (and rotated with
+// rc and rsn), is staged in shared memory and then held as the A fragments of S
+// = Q·Kᵀ in registers. Key tiles of 64 rows stream by cp.async through
+// VLA_FW_KST stages of K (three) and two of V, laid out as wgmma reads them:
+// the first 64 columns of the head dim in rows of 128 bytes, 16-byte chunk c of
+// row r at c ^ (r & 7) (the 128-byte swizzle); 8 KB on, columns 64-127 the same
+// way (HDP 128), or columns 64-79 in 8 × 8 core matrices of no swizzle (HDP 80:
+// chunk c of row r at 256·(r / 8) + 128·c + 16·(r % 8)). For tile t the
+// warpgroup issues S_t = Q·K_tᵀ (HDP / 16 k-steps, K-major B) and then O +=
+// P_{t-1}·V_{t-1} (four k-steps × the column blocks of the head dim, P from
+// registers, V read N-major: the same rows as K), and runs the softmax of S_t
+// while the second product runs. The softmax is vla_flash's (vla_fa_softmax;
+// its fragments are mma.sync's), with the scale folded into the exponent.
+// K_{t+KST-1} is copied during tile t (into K_{t-1}'s stage), V_{t+1} once the
+// products of V_{t-1} are done. Only the order in which the tensor cores add a
+// row's products and that fold differ from vla_flash_pipe_*: the results agree
+// with it to rounding.
 #define VLA_FW_BQ VLA_FA_BQ // 64: vla_fa_find_tile's tiles
 #define VLA_FW_BK 64
 #define VLA_FW_THREADS 128
-#define VLA_FW_TBYTES (VLA_FW_BK * 128 * 2)         // a K or V tile: 16 KB
-#define VLA_FW_SMEM (4 * VLA_FW_TBYTES + 1024)      // two stages of K and of V (Q staged in V's second), alignment
-#define VLA_FW_RS (VLA_FW_THREADS / 16)             // rows a round of a tile's copies covers (a multiple of 8)
+#define VLA_FW_RS (VLA_FW_THREADS / 16) // HDP 128: rows a round of a tile's copies covers (a multiple of 8)
+#define VLA_FW_RS80 (VLA_FW_THREADS / 8) // HDP 80: rows a round of the first 64 columns' copies covers
+// VLA_FW_TBYTES: a K or V tile, 16 KB at 128 and 10 KB at 80;
+// VLA_FW_SMEM: VLA_FW_KST stages of K and two of V (Q staged in V's
+// second) and 1,024 bytes of alignment.
+#define VLA_FW_KST 3 // stages of K (two: slower on the attention benchmarks, cuda-kernels.md run 18)
+#define VLA_FW_TBYTES(HDP) (HDP == 128 ? VLA_FW_BK * 128 * 2 : VLA_FW_BK * 80 * 2)
+#define VLA_FW_SMEM(HDP) ((VLA_FW_KST + 2) * VLA_FW_TBYTES(HDP) + 1024)
+#define VLA_FW_HALF 8192 // bytes from a tile's first 64 columns to the rest
 
 #if defined(VLA_WG_BUILT)
-// vla_fw_dst is this thread's offset in a stage: chunk tid % 16 of row
-// tid / 16 (the same swizzle for its rows RS·i further on).
+// vla_fw_dst is this thread's offset in a stage at HDP 128: chunk tid % 16
+// of row tid / 16 (the same swizzle for its rows RS·i further on).
 __device__ __forceinline__ u32 vla_fw_dst() {
 	const int ch = threadIdx.x & 15, r0 = threadIdx.x >> 4;
-	return (u32)((ch >> 3) * 8192 + r0 * 128 + (((ch & 7) ^ (r0 & 7)) << 4));
+	return (u32)((ch >> 3) * VLA_FW_HALF + r0 * 128 + (((ch & 7) ^ (r0 & 7)) << 4));
 }
 
-// vla_fw_issue queues this thread's copies of a tile: its chunk of the
-// tile's row r0 at p and of rows RS·i further on (step apart) to dst (the
-// stage plus vla_fw_dst) and on. Rows left and on (past khi) are
+// vla_fw_core is the offset in a stage of 16-byte chunk c (0 or 1) of
+// columns 64-79 of row r at HDP 80: 8 × 8 core matrices, no swizzle.
+__device__ __forceinline__ u32 vla_fw_core(int r, int c) {
+	return (u32)(VLA_FW_HALF + (r >> 3) * 256 + c * 128 + (r & 7) * 16);
+}
+
+// vla_fw_issue queues this thread's copies of a tile at HDP 128: its chunk
+// of the tile's row r0 at p and of rows RS·i further on (step apart) to
+// dst (the stage plus vla_fw_dst) and on. Rows left and on (past khi) are
 // zero-filled from safe, not read; a tile all of whose rows are below khi
 // (every one but maybe the last) is an add and a copy a row.
 __device__ __forceinline__ void vla_fw_issue(u32 dst, const u16 *__restrict__ p, u64 step, int left,
@@ -503,23 +518,63 @@ __device__ __forceinline__ void vla_fw_issue(u32 dst, const u16 *__restrict__ p,
 	}
 }
 
+// vla_fw_issue80 is vla_fw_issue at HDP 80: chunk tid % 8 of rows tid / 8
+// + RS80·i (p, step apart; left rows from the first) of the first 64
+// columns to da and on, and chunk tid % 2 of columns 64-79 of row tid / 2
+// (pb; leftb rows from it) to db.
+__device__ __forceinline__ void vla_fw_issue80(u32 da, u32 db, const u16 *__restrict__ p, const u16 *__restrict__ pb,
+                                               u64 step, int left, int leftb, const u16 *__restrict__ safe) {
+	if (left >= VLA_FW_BK) { // then row tid / 2 is below khi too
+#pragma unroll
+		for (int i = 0; i < VLA_FW_BK / VLA_FW_RS80; i++)
+			asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(da + VLA_FW_RS80 * 128 * i), "l"(p + i * step)
+			             : "memory");
+		asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(db), "l"(pb) : "memory");
+	} else {
+#pragma unroll
+		for (int i = 0; i < VLA_FW_BK / VLA_FW_RS80; i++) {
+			const bool ok = VLA_FW_RS80 * i < left;
+			vla_cp_async16(da + VLA_FW_RS80 * 128 * i, ok ? p + i * step : safe, ok);
+		}
+		vla_cp_async16(db, leftb > 0 ? pb : safe, leftb > 0);
+	}
+}
+
 // The descriptors of a stage's k-steps differ from the stage's by
 // constants in their start address (bits 0-13, in 16-byte units, well
 // below 2^14 for any shared address): lo is the low word of
 // vla_wgmma_desc or vla_wgmma_desc_mn, the high word (stride 1,024, the
-// 128-byte swizzle) is the same for both.
+// 128-byte swizzle) is the same for both. vla_fw_desc_core describes the
+// core matrices of columns 64-79 at HDP 80 (no swizzle): lo holds the
+// start and the leading byte offset (the stride between core matrices
+// along k), sbo the stride along n.
 __device__ __forceinline__ u64 vla_fw_desc(u32 lo) { return ((u64)((1024 >> 4) | (1u << 30)) << 32) | lo; }
+__device__ __forceinline__ u64 vla_fw_desc_core(u32 lo, u32 sbo) { return ((u64)(sbo >> 4) << 32) | lo; }
+
+// The core matrices' strides at HDP 80: K-major (S's B), the two chunks of
+// a row 128 bytes apart along k and 8-row groups 256 apart along n;
+// N-major (V in P·V), 8-key groups 256 apart along k and the two chunks
+// 128 apart along n.
+#define VLA_FW_K_LBO 128
+#define VLA_FW_K_SBO 256
+#define VLA_FW_V_LBO 256
+#define VLA_FW_V_SBO 128
 
 // vla_fw_pv issues O += P·V for a V stage (vd, its descriptors' low word):
-// four k-steps of 16 keys, each over the two halves of the head dim.
-__device__ __forceinline__ void vla_fw_pv(float (&o)[16][4], const u32 (&pa)[4][4], u32 vd) {
+// four k-steps of 16 keys, each over the column blocks of the head dim
+// (two of 64 at HDP 128; 64 and 16 at 80, vcd the low word of the second
+// block's descriptor).
+template <int HDP>
+__device__ __forceinline__ void vla_fw_pv(float (&o)[HDP / 8][4], const u32 (&pa)[4][4], u32 vd, u32 vcd) {
 #pragma unroll
 	for (int kk = 0; kk < 4; kk++) {
 		vla_wgmma_rs<1>(&o[0][0], pa[kk], vla_fw_desc(vd + ((kk * 2048) >> 4)));
-		vla_wgmma_rs<1>(&o[8][0], pa[kk], vla_fw_desc(vd + ((8192 + kk * 2048) >> 4)));
+		if constexpr (HDP == 128) vla_wgmma_rs<1>(&o[8][0], pa[kk], vla_fw_desc(vd + ((VLA_FW_HALF + kk * 2048) >> 4)));
+		else vla_wgmma_rs_n16<1>(&o[8][0], pa[kk], vla_fw_desc_core(vcd + ((kk * 512) >> 4), VLA_FW_V_SBO));
 	}
 }
 
+template <int HDP>
 __device__ __forceinline__ void vla_flash_wg(float *__restrict__ out, u16 *__restrict__ out16,
                                              float *__restrict__ part_o, float *__restrict__ part_ml,
                                              const float *__restrict__ q, const u16 *__restrict__ kp,
@@ -527,9 +582,12 @@ __device__ __forceinline__ void vla_flash_wg(float *__restrict__ out, u16 *__res
                                              int nkv, float sl2, int causal, int qpos0, int mask_from, int mask_to,
                                              const vla_segments &segs, u64 hs, int rs, const float *__restrict__ rc,
                                              const float *__restrict__ rsn) {
+	static_assert(HDP == 128 || HDP == 80, "head dims padded to 80 or 128");
+	constexpr int TB = VLA_FW_TBYTES(HDP), KS = HDP / 16, ND = HDP / 8, C4 = HDP / 4;
 	extern __shared__ __align__(128) unsigned char vla_fw_smem[];
-	const u32 ks0 = (vla_smem_addr(vla_fw_smem) + 1023u) & ~1023u, vs0 = ks0 + 2 * VLA_FW_TBYTES;
-	const u32 qs = vs0 + VLA_FW_TBYTES; // Q, until the first tile's end
+	constexpr int KST = VLA_FW_KST;
+	const u32 ks0 = (vla_smem_addr(vla_fw_smem) + 1023u) & ~1023u, vs0 = ks0 + KST * TB;
+	const u32 qs = vs0 + TB; // Q, until the first tile's end
 	const int tid = threadIdx.x, lane = tid & 31, wi = tid >> 5;
 	const int g = lane >> 2, q4 = lane & 3;
 	const int h = blockIdx.y, kvh = h / (heads / kvheads);
@@ -543,28 +601,46 @@ __device__ __forceinline__ void vla_flash_wg(float *__restrict__ out, u16 *__res
 	const int nt = tt1 - tt0, jb = T.klo + tt0 * VLA_FW_BK;
 	const u16 *kb = kp + kvh * hs, *vb = vp + kvh * hs;
 
-	// The first tile's K and V, while Q is loaded. This thread's chunks:
-	// column 8·(tid % 16) of rows tid / 16 + RS·i of a tile, tiles 64 rows
-	// apart.
-	const int r0 = tid >> 4;
-	const u32 dof = vla_fw_dst();
-	const u64 rstep = (u64)VLA_FW_RS * rs, tstep = (u64)VLA_FW_BK * rs;
-	const u16 *pk = kb + (u64)(jb + r0) * rs + (tid & 15) * 8, *pv = vb + (u64)(jb + r0) * rs + (tid & 15) * 8;
-	if (nt > 0) vla_fw_issue(ks0 + dof, pk, rstep, khi - jb - r0, kb);
+	// The first tile's K and V, while Q is loaded. This thread's chunks
+	// (HDP 128): column 8·(tid % 16) of rows tid / 16 + RS·i of a tile;
+	// (HDP 80) column 8·(tid % 8) of rows tid / 8 + RS80·i and column 64 +
+	// 8·(tid % 2) of row tid / 2. Tiles are 64 rows apart.
+	const int r0 = HDP == 128 ? tid >> 4 : tid >> 3, rb = tid >> 1;
+	const u32 dof = HDP == 128 ? vla_fw_dst() : (u32)(r0 * 128 + (((tid & 7) ^ (r0 & 7)) << 4));
+	const u32 dofb = vla_fw_core(rb, tid & 1);
+	const u64 rstep = (u64)(HDP == 128 ? VLA_FW_RS : VLA_FW_RS80) * rs, tstep = (u64)VLA_FW_BK * rs;
+	const int col = HDP == 128 ? (tid & 15) * 8 : (tid & 7) * 8;
+	const u16 *pk = kb + (u64)(jb + r0) * rs + col, *pv = vb + (u64)(jb + r0) * rs + col;
+	// HDP 80: the chunk of columns 64-79 is this far from the first.
+	const long long bdel = (long long)(rb - r0) * rs + 64 + (tid & 1) * 8 - col;
+	const auto issue = [&](u32 stage, const u16 *p, int j0, const u16 *safe) {
+		if constexpr (HDP == 128) vla_fw_issue(stage + dof, p, rstep, khi - j0 - r0, safe);
+		else vla_fw_issue80(stage + dof, stage + dofb, p, p + bdel, rstep, khi - j0 - r0, khi - j0 - rb, safe);
+	};
+	if (nt > 0) issue(ks0, pk, jb, kb);
 	vla_cp_async_commit();
-	if (nt > 0) vla_fw_issue(vs0 + dof, pv, rstep, khi - jb - r0, vb);
+	if (nt > 0) issue(vs0, pv, jb, vb);
 	vla_cp_async_commit();
+#pragma unroll
+	for (int i = 1; i + 1 < KST; i++) { // K's further stages
+		if (i < nt) issue(ks0 + i * TB, pk + i * tstep, jb + i * VLA_FW_BK, kb);
+		vla_cp_async_commit();
+	}
 
-	// Q: 64 rows of 32 float4, rounded (and rotated) into the layout of a
-	// tile; rows past q1 and columns past hd are zeros. Then each thread's
-	// A fragments: rows 16·warp + g and + 8, columns 16kk + 2·q4 (+1) and
-	// + 8 of k-step kk.
+	// Q: 64 rows of HDP/4 float4, rounded (and rotated) into the layout of
+	// a tile; rows past q1 and columns past hd are zeros. Then each
+	// thread's A fragments: rows 16·warp + g and + 8, columns 16kk + 2·q4
+	// (+1) and + 8 of k-step kk.
+	const auto qaddr = [&](int r, int c) {
+		if (HDP == 80 && c >= 64) return qs + vla_fw_core(r, (c - 64) >> 3) + (c & 7) * 2;
+		return qs + (u32)((c >> 6) * VLA_FW_HALF + r * 128 + ((((c >> 3) & 7) ^ (r & 7)) << 4) + (c & 7) * 2);
+	};
 	{
 		const u64 qstride = (u64)heads * hd;
 		const float *qh = q + (u64)h * hd;
 #pragma unroll 4
-		for (int e = tid; e < VLA_FW_BQ * 32; e += VLA_FW_THREADS) {
-			const int r = e >> 5, c = (e & 31) * 4;
+		for (int e = tid; e < VLA_FW_BQ * C4; e += VLA_FW_THREADS) {
+			const int r = e / C4, c = (e % C4) * 4;
 			float4 x;
 			x.x = x.y = x.z = x.w = 0.0f;
 			if (T.q0 + r < T.q1 && c < hd) {
@@ -572,58 +648,65 @@ __device__ __forceinline__ void vla_flash_wg(float *__restrict__ out, u16 *__res
 				const u64 t = (u64)(T.q0 + r) * (hd / 2);
 				x = rc ? vla_rope4_at(row, rc + t, rsn + t, c, hd) : *(const float4 *)(row + c);
 			}
-			const u32 a = qs + (u32)((c >> 6) * 8192 + r * 128 + ((((c >> 3) & 7) ^ (r & 7)) << 4) + (c & 4) * 2);
-			asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(a), "r"(vla_pack_bf16x2(x.x, x.y)),
+			asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(qaddr(r, c)), "r"(vla_pack_bf16x2(x.x, x.y)),
 			             "r"(vla_pack_bf16x2(x.z, x.w))
 			             : "memory");
 		}
 	}
 	__syncthreads();
-	u32 qf[8][4];
+	u32 qf[KS][4];
 #pragma unroll
-	for (int kk = 0; kk < 8; kk++)
+	for (int kk = 0; kk < KS; kk++)
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
 			const int r = 16 * wi + g + 8 * (i & 1), c = kk * 16 + 8 * (i >> 1) + 2 * q4;
-			const u32 a = qs + (u32)((c >> 6) * 8192 + r * 128 + ((((c >> 3) & 7) ^ (r & 7)) << 4) + (c & 7) * 2);
-			asm volatile("ld.shared.u32 %0, [%1];" : "=r"(qf[kk][i]) : "r"(a));
+			asm volatile("ld.shared.u32 %0, [%1];" : "=r"(qf[kk][i]) : "r"(qaddr(r, c)));
 		}
 
 	const int ia = T.q0 + 16 * wi + g, ib = ia + 8; // this thread's query rows
 	const int hia = causal ? min(khi, qpos0 + ia + 1) : khi;
 	const int hib = causal ? min(khi, qpos0 + ib + 1) : khi;
-	const u32 klo = (ks0 >> 4) | (1u << 16), vlo = (vs0 >> 4) | ((8192u >> 4) << 16); // descriptors' low words
-	float o[16][4], s[8][4];
+	// descriptors' low words: K and V's first 64 columns, and at HDP 80
+	// the core matrices of the rest
+	const u32 klo = (ks0 >> 4) | (1u << 16), vlo = (vs0 >> 4) | ((8192u >> 4) << 16);
+	const u32 kclo = ((ks0 + VLA_FW_HALF) >> 4) | ((VLA_FW_K_LBO >> 4) << 16);
+	const u32 vclo = ((vs0 + VLA_FW_HALF) >> 4) | ((VLA_FW_V_LBO >> 4) << 16);
+	float o[ND][4], s[8][4];
 #pragma unroll
-	for (int nd = 0; nd < 16; nd++) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
+	for (int nd = 0; nd < ND; nd++) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
 	float mrow[2] = {VLA_NEG_INF, VLA_NEG_INF}, lrow[2] = {0.0f, 0.0f};
 	u32 pa[4][4]; // P of the last tile: the A fragments of its four k-steps
 
-	for (int t = 0; t < nt; t++) {
+	for (int t = 0, kst = 0; t < nt; t++, kst = kst + 1 == KST ? 0 : kst + 1) { // kst: K_t's stage
 		const int j0 = jb + t * VLA_FW_BK;
-		vla_cp_async_wait<1>(); // K_t and V_{t-1} are in (V_t may still be under way)
+		vla_cp_async_wait<KST - 1>(); // K_t and V_{t-1} are in (K_{t+1}.. and V_t may still be under way)
 		vla_fence_proxy_async();
 		__syncthreads(); // ... for every thread; the products of K_{t-1} are done
-		if (t + 1 < nt)
-			vla_fw_issue(ks0 + ((t + 1) & 1) * VLA_FW_TBYTES + dof, pk + (t + 1) * tstep, rstep,
-			             khi - j0 - VLA_FW_BK - r0, kb);
+		// K_{t+KST-1} into K_{t-1}'s stage
+		if (t + KST - 1 < nt)
+			issue(ks0 + (kst == 0 ? KST - 1 : kst - 1) * TB, pk + (t + KST - 1) * tstep, j0 + (KST - 1) * VLA_FW_BK, kb);
 		vla_cp_async_commit();
 
 		vla_wgmma_fence();
-		const u32 kd = klo + (t & 1) * (VLA_FW_TBYTES >> 4);
+		const u32 kd = klo + kst * (TB >> 4);
 #pragma unroll
-		for (int kk = 0; kk < 8; kk++)
-			vla_wgmma_rs<0>(&s[0][0], qf[kk], vla_fw_desc(kd + (((kk >> 2) * 8192 + (kk & 3) * 32) >> 4)), kk > 0);
+		for (int kk = 0; kk < KS; kk++) {
+			if (HDP == 80 && kk == 4)
+				vla_wgmma_rs<0>(&s[0][0], qf[kk], vla_fw_desc_core(kclo + kst * (TB >> 4), VLA_FW_K_SBO));
+			else
+				vla_wgmma_rs<0>(&s[0][0], qf[kk], vla_fw_desc(kd + (((kk >> 2) * VLA_FW_HALF + (kk & 3) * 32) >> 4)),
+				                kk > 0);
+		}
 		vla_wgmma_commit();
-		if (t > 0) vla_fw_pv(o, pa, vlo + ((t - 1) & 1) * (VLA_FW_TBYTES >> 4));
+		if (t > 0) vla_fw_pv<HDP>(o, pa, vlo + ((t - 1) & 1) * (TB >> 4), vclo + ((t - 1) & 1) * (TB >> 4));
 		vla_wgmma_commit();
 		vla_wgmma_wait<1>(); // S_t
 		vla_wgmma_regs<32>(&s[0][0]);
 		float corr[2];
 		vla_fa_softmax<8, true>(s, corr, mrow, lrow, sl2, j0, khi, hia, hib, causal, qpos0, T.q0, mask_from, mask_to);
 		vla_wgmma_wait<0>(); // O += P_{t-1}·V_{t-1}
-		vla_wgmma_regs<64>(&o[0][0]);
-		vla_fa_rescale<16>(o, corr);
+		vla_wgmma_regs<ND * 4>(&o[0][0]);
+		vla_fa_rescale<ND>(o, corr);
 #pragma unroll
 		for (int kk = 0; kk < 4; kk++) {
 			pa[kk][0] = vla_pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
@@ -632,9 +715,7 @@ __device__ __forceinline__ void vla_flash_wg(float *__restrict__ out, u16 *__res
 			pa[kk][3] = vla_pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 		}
 		__syncthreads(); // every thread is done with V_{t-1} (and, at t = 0, with Q)
-		if (t + 1 < nt)
-			vla_fw_issue(vs0 + ((t + 1) & 1) * VLA_FW_TBYTES + dof, pv + (t + 1) * tstep, rstep,
-			             khi - j0 - VLA_FW_BK - r0, vb);
+		if (t + 1 < nt) issue(vs0 + ((t + 1) & 1) * TB, pv + (t + 1) * tstep, j0 + VLA_FW_BK, vb);
 		vla_cp_async_commit();
 	}
 	if (nt > 0) { // the last tile's P·V
@@ -642,27 +723,35 @@ __device__ __forceinline__ void vla_flash_wg(float *__restrict__ out, u16 *__res
 		vla_fence_proxy_async();
 		__syncthreads();
 		vla_wgmma_fence();
-		vla_fw_pv(o, pa, vlo + ((nt - 1) & 1) * (VLA_FW_TBYTES >> 4));
+		vla_fw_pv<HDP>(o, pa, vlo + ((nt - 1) & 1) * (TB >> 4), vclo + ((nt - 1) & 1) * (TB >> 4));
 		vla_wgmma_commit();
 		vla_wgmma_wait<0>();
-		vla_wgmma_regs<64>(&o[0][0]);
+		vla_wgmma_regs<ND * 4>(&o[0][0]);
 	}
-	vla_fa_store<128>(o, mrow, lrow, ia, ib, T.q1, h, heads, hd, tq, out, out16, part_o, part_ml);
+	vla_fa_store<HDP>(o, mrow, lrow, ia, ib, T.q1, h, heads, hd, tq, out, out16, part_o, part_ml);
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(VLA_FW_THREADS, 2)
-    vla_flash_wg_128(float *__restrict__ out, u16 *__restrict__ out16, float *__restrict__ part_o,
-                     float *__restrict__ part_ml, const float *__restrict__ q, const void *__restrict__ k,
-                     const void *__restrict__ v, int heads, int kvheads, int hd, int tq, int nkv, float sl2, int causal,
-                     int qpos0, int mask_from, int mask_to, vla_segments segs, u64 hs, int rs,
-                     const float *__restrict__ rc, const float *__restrict__ rsn) {
-	vla_pdl_enter();
+#define VLA_FLASH_WG_KERNEL(name, HDP, MINB)                                                                          \
+	extern "C" __global__ void __launch_bounds__(VLA_FW_THREADS, MINB)                                              \
+	    name(float *__restrict__ out, u16 *__restrict__ out16, float *__restrict__ part_o,                        \
+	         float *__restrict__ part_ml, const float *__restrict__ q, const void *__restrict__ k,                    \
+	         const void *__restrict__ v, int heads, int kvheads, int hd, int tq, int nkv, float sl2, int causal,      \
+	         int qpos0, int mask_from, int mask_to, vla_segments segs, u64 hs, int rs, const float *__restrict__ rc,  \
+	         const float *__restrict__ rsn) {                                                                      \
+		vla_pdl_enter();                                                                                          \
+		VLA_FLASH_WG_BODY(HDP)                                                                                    \
+	}
 #if defined(VLA_WG_BUILT)
-	vla_flash_wg(out, out16, part_o, part_ml, q, (const u16 *)k, (const u16 *)v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0,
-	             mask_from, mask_to, segs, hs, rs, rc, rsn);
-#endif // not built (not sm_90a): the Go side never launches it (gpu.flashWG)
-}
+#define VLA_FLASH_WG_BODY(HDP)                                                                                         \
+	vla_flash_wg<HDP>(out, out16, part_o, part_ml, q, (const u16 *)k, (const u16 *)v, heads, kvheads, hd, tq, nkv, sl2, \
+	                  causal, qpos0, mask_from, mask_to, segs, hs, rs, rc, rsn);
+#else // not built (not sm_90a): the Go side never launches them (gpu.flashWG)
+#define VLA_FLASH_WG_BODY(HDP)
+#endif
+
+VLA_FLASH_WG_KERNEL(vla_flash_wg_80, 80, 3)
+VLA_FLASH_WG_KERNEL(vla_flash_wg_128, 128, 2)
 
 // vla_kv_to_bf16 rounds K and V [nkv][kvheads*hd] (float) to bf16 copies
 // kb, vb [kvheads][nkv][HDP], zero-padded from hd to HDP: the layout the

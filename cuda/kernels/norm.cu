@@ -118,8 +118,10 @@ extern "C" __global__ void vla_layernorm_rows(float *y, const float *x, const vo
 //
 // y16, when not null, also receives each output rounded to bf16
 // (vla_f32_to_bf16) at the same index: the next product's input (four a
-// store where y16 is 8-byte aligned). 70 to 84 registers a thread for
-// NV4 = 9 to 12, no local memory.
+// store where y16 is 8-byte aligned); y may then be null, for a norm that
+// only the products read (backend.Fused's LayerNormMatMuls and
+// LayerNormGELUMLP). 70 to 84 registers a thread for NV4 = 9 to 12, no
+// local memory.
 
 // vla_layernorm1 is one output element of vla_layernorm.
 __device__ __forceinline__ float vla_layernorm1(float x, double mean, double r, const void *__restrict__ w, int wdt,
@@ -177,7 +179,7 @@ __device__ __forceinline__ void vla_layernorm_reg(float *y, u16 *y16, const floa
 	}
 	const double var = vla_warp_sum_d((s0 + s1) + (s2 + s3));
 	const double r = (double)(float)(1.0 / sqrt((double)((float)(var / (double)n) + eps)));
-	float4 *yr = (float4 *)(y + row * n);
+	float4 *yr = y != 0 ? (float4 *)(y + row * n) : 0;
 	u16 *hr = y16 != 0 ? y16 + row * n : 0;
 	const bool h8 = ((u64)y16 & 7) == 0; // 4 bf16 in one 8-byte store
 #pragma unroll
@@ -189,7 +191,7 @@ __device__ __forceinline__ void vla_layernorm_reg(float *y, u16 *y16, const floa
 			o.y = vla_layernorm1(v[j].y, mean, r, w, wdt, b, bdt, i + 1);
 			o.z = vla_layernorm1(v[j].z, mean, r, w, wdt, b, bdt, i + 2);
 			o.w = vla_layernorm1(v[j].w, mean, r, w, wdt, b, bdt, i + 3);
-			yr[k] = o;
+			if (yr != 0) yr[k] = o;
 			if (hr != 0) {
 				const u16 hx = vla_f32_to_bf16(o.x), hy = vla_f32_to_bf16(o.y);
 				const u16 hz = vla_f32_to_bf16(o.z), hw = vla_f32_to_bf16(o.w);

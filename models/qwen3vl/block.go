@@ -69,9 +69,8 @@ func (b *VisionBlock) Forward(be backend.Backend, x backend.Tensor, s *visionScr
 	c := b.cfg
 	hd := c.HeadDim()
 	steps := []func() error{
-		func() error { return be.LayerNorm(s.h, x, b.Norm1W, b.Norm1B, visionEps) },
 		func() error {
-			return backend.MatMuls(be, []backend.Tensor{s.q, s.k, s.v}, s.h,
+			return backend.LayerNormMatMuls(be, []backend.Tensor{s.q, s.k, s.v}, s.h, x, b.Norm1W, b.Norm1B, visionEps,
 				[]backend.Tensor{b.q, b.k, b.v}, []backend.Tensor{b.qb, b.kb, b.vb})
 		},
 		func() error {
@@ -81,9 +80,9 @@ func (b *VisionBlock) Forward(be backend.Backend, x backend.Tensor, s *visionScr
 			})
 		},
 		func() error { return backend.MatMulResidual(be, x, s.h, s.attn, b.Proj, b.ProjBias) },
-		func() error { return be.LayerNorm(s.h, x, b.Norm2W, b.Norm2B, visionEps) },
 		func() error {
-			return backend.GELUMLP(be, x, s.h, s.ff, s.h, b.FC1, b.FC1Bias, b.FC2, b.FC2Bias, c.TanhGELU())
+			return backend.LayerNormGELUMLP(be, x, s.h, s.ff, b.Norm2W, b.Norm2B, visionEps, b.FC1, b.FC1Bias, b.FC2,
+				b.FC2Bias, c.TanhGELU())
 		},
 	}
 	for _, step := range steps {
