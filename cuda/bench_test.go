@@ -256,6 +256,22 @@ func BenchmarkGPUOps(b *testing.B) {
 		i := 0
 		return func() backend.Tensor { i++; return ts[i%n] }
 	}
+	// QKNormRopeCache over a prefill's rows (one: a head a warp).
+	const qkBytes = 4*T*(H+2*1024) + 4*T*(H+1024) + 2*T*2*1024
+	qkCase := func(one bool) func(b *testing.B) func() error {
+		return func(b *testing.B) func() error {
+			q, k, v := f32(b, T, H), f32(b, T, 1024), f32(b, T, 1024)
+			qw, kw, c, s := bf16(b, 128), bf16(b, 128), f32(b, T, 64), f32(b, T, 64)
+			kc, vc := bf16(b, T, 1024), bf16(b, T, 1024)
+			return func() error {
+				if err := be.run(func(g *gpu) error { g.qkOne = one; return nil }); err != nil {
+					return err
+				}
+				defer be.run(func(g *gpu) error { g.qkOne = false; return nil })
+				return be.QKNormRopeCache(q, k, v, qw, kw, c, s, 128, 1e-6, kc, vc, backend.CacheAt{})
+			}
+		}
+	}
 	cases := []opCase{
 		{"rmsnorm_3030x4096", 2 * 4 * T * H, func(b *testing.B) func() error {
 			x := rot(b, 4*T*H, func() backend.Tensor { return f32(b, T, H) })
@@ -307,6 +323,8 @@ func BenchmarkGPUOps(b *testing.B) {
 			}
 			return func() error { return be.Embedding(d, table, ids) }
 		}},
+		{"qknormropecache_3030x32x8x128", qkBytes, qkCase(false)},
+		{"qknormropecache_3030x32x8x128_one", qkBytes, qkCase(true)}, // a head a warp
 		{"rmsnorm_decode_1x4096", 2 * 4 * H, func(b *testing.B) func() error {
 			x, w, d := f32(b, 1, H), bf16(b, H), f32(b, 1, H)
 			return func() error { return be.RMSNorm(d, x, w, 1e-6) }

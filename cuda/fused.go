@@ -89,6 +89,20 @@ func (b *Backend) qkArgs(op string, q, k, qw, kw, cos, sin backend.Tensor, headD
 	return a, true, nil
 }
 
+// qkPer is VLA_QK_PER: the heads a warp of vla_qk_norm_rope(_cache) takes
+// at head dim 128 over more than one row.
+const qkPer = 4
+
+// qkHeads returns the heads a warp takes (per) and the grid for items
+// heads of rows: one a warp for a decode row (as soon as possible) and
+// head dims other than 128, else qkPer, their loads issued together.
+func (g *gpu) qkHeads(a qkOperands, items int64) (int32, driver.Dim3) {
+	if a.hd != 128 || a.rows <= 1 || g.qkOne {
+		return 1, warpRowsGrid(items)
+	}
+	return qkPer, warpRowsGrid((items + qkPer - 1) / qkPer)
+}
+
 // QKNormRope is the per-head RMSNorm of q with qw and of k with kw, then
 // Rope of both, in place: one kernel, a warp per head of a row.
 func (b *Backend) QKNormRope(q, k, qw, kw, cos, sin backend.Tensor, headDim int, eps float32) error {
@@ -106,7 +120,9 @@ func (b *Backend) QKNormRope(q, k, qw, kw, cos, sin backend.Tensor, headDim int,
 		g.args.Reset()
 		g.args.Ptr(a.q.ptr).Ptr(a.k.ptr).Ptr(a.qw.ptr).I32(dtypeCode(a.qw.dt)).Ptr(a.kw.ptr).I32(dtypeCode(a.kw.dt)).
 			Ptr(a.cos.ptr).Ptr(a.sin.ptr).U64(uint64(a.rows)).I32(int32(a.qh)).I32(int32(a.kh)).I32(int32(a.hd)).F32(eps)
-		return g.launch("qk norm+rope", g.k.qkNormRope, warpRowsGrid(int64(a.rows)*int64(a.qh+a.kh)), block1D(threadsPerBlock), 0)
+		per, grid := g.qkHeads(a, int64(a.rows)*int64(a.qh+a.kh))
+		g.args.I32(per)
+		return g.launch("qk norm+rope", g.k.qkNormRope, grid, block1D(threadsPerBlock), 0)
 	})
 }
 
@@ -162,7 +178,9 @@ func (b *Backend) QKNormRopeCache(q, k, v, qw, kw, cos, sin backend.Tensor, head
 			Ptr(a.cos.ptr).Ptr(a.sin.ptr).U64(uint64(a.rows)).I32(int32(a.qh)).I32(int32(a.kh)).I32(int32(a.hd)).F32(eps).
 			Ptr(kct.ptr).Ptr(vct.ptr).I32(dtypeCode(kct.dt)).U64(uint64(max(at.Pos, 0))).Ptr(pp).U64(uint64(crows)).
 			I32(boolArg(pp != 0)) // a decode step: the next kernel, AttentionAt's, may load its old rows now
-		return g.launch(op, g.k.qkNormRopeCache, warpRowsGrid(int64(a.rows)*int64(a.qh+2*a.kh)), block1D(threadsPerBlock), 0)
+		per, grid := g.qkHeads(a, int64(a.rows)*int64(a.qh+2*a.kh))
+		g.args.I32(per)
+		return g.launch(op, g.k.qkNormRopeCache, grid, block1D(threadsPerBlock), 0)
 	})
 }
 

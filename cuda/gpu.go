@@ -78,6 +78,7 @@ type gpu struct {
 	flashWGOff     string              // why not, when not
 	noFlashWG      bool                // benchmarks, tests: the flash attention that would take vla_flash_wg_* on vla_flash_pipe_*
 	flashWGAll     bool                // tests: vla_flash_wg_* for every flash call they can take, split or not
+	qkOne          bool                // benchmarks: a head a warp in vla_qk_norm_rope(_cache) at every shape (gpu.qkHeads)
 	gstreamOK      bool                // vla_gemv_stream is built and granted its shared memory
 	gstreamOff     string              // why not, when not
 	noStream       bool                // benchmarks: one-row products on the warp-per-column GEMVs

@@ -96,7 +96,7 @@ func TestGPUFusedAddRMSNorm(t *testing.T) {
 func TestGPUFusedQKNormRope(t *testing.T) {
 	b := gpuBackend(t)
 	r := rand.New(rand.NewPCG(7, 2))
-	for _, c := range []struct{ rows, qh, kh, hd int }{{1, 32, 8, 128}, {64, 16, 8, 128}, {5, 4, 2, 16}, {3, 2, 1, 72}} {
+	for _, c := range []struct{ rows, qh, kh, hd int }{{1, 32, 8, 128}, {64, 16, 8, 128}, {7, 3, 2, 128}, {5, 4, 2, 16}, {3, 2, 1, 72}} {
 		t.Run(fmt.Sprintf("%dx%d/%d/%d", c.rows, c.qh, c.kh, c.hd), func(t *testing.T) {
 			qv, kv := randVals(r, c.rows*c.qh*c.hd, 1), randVals(r, c.rows*c.kh*c.hd, 1)
 			cs, sn := randVals(r, c.rows*c.hd/2, 1), randVals(r, c.rows*c.hd/2, 1)
@@ -225,6 +225,8 @@ func TestGPUFusedQKNormRopeCache(t *testing.T) {
 		{1, 32, 8, 128, 40, 17, tensor.BF16, true},
 		{1, 32, 8, 128, 40, 17, tensor.BF16, false},
 		{64, 16, 8, 128, 200, 100, tensor.BF16, false},
+		{7, 3, 1, 128, 40, 5, tensor.BF16, false}, // 5 heads a row: a warp's 4 straddle rows
+		{7, 3, 1, 128, 40, 5, tensor.F32, true},
 		{5, 4, 2, 16, 9, 4, tensor.F32, false},
 		{3, 4, 2, 16, 9, 2, tensor.F32, true},
 	} {

@@ -35,30 +35,134 @@ __device__ __forceinline__ void vla_cache_store(void *c, int cdt, u64 off, const
 
 // Per-head RMSNorm then rotary embedding of q [rows, qh·hd] and k [rows,
 // kh·hd], in place: vla_rmsnorm_rows on each head (qw for q, kw for k),
-// then vla_rope, one warp per head of a row. cos and sin are [rows, hd/2].
+// then vla_rope, a warp per head of a row. cos and sin are [rows, hd/2].
 // With CACHE, the k heads are then also stored into kc, and kh more warps
 // a row copy v's heads into vc: rows at + t of caches of crows rows, at
 // being *pos_at when pos_at is not null (no row is stored when they would
 // pass crows, as vla_rows_at_* do).
+//
+// Head dim 128, the usual head, from registers: a lane holds its four
+// elements lane + 32u, every load (x, w, cos, sin) issued at once, and
+// each rotation pair (i, i + 64) in one lane: the same sums, products and
+// roundings as the loops below, without their round trips. A warp then
+// takes per heads in a row of the items (heads of rows, in order; per is
+// 1 or VLA_QK_PER), all their loads issued before the first is used: a
+// warp of one head left the memory idle while it summed and stored (the
+// prefill's heads, 3,030 rows of 48: 65-70 µs against 83,
+// bench/results/cuda-kernels.md run 18).
+#define VLA_QK_PER 4
+// vla_qk_item locates item i (a head of a row): its row t and head h, the
+// row it reads and rewrites (r: q, k, or for a v head of CACHE the value
+// row), and the norm's weight.
+struct vla_qk_item {
+	u64 t;
+	int h;
+	float *r;
+	const void *w;
+	int wdt;
+};
+__device__ __forceinline__ vla_qk_item vla_qk_at(u64 i, int hpr, int qh, int kh, int hd, float *q, float *k,
+                                                  const float *v, const void *qw, int qwdt, const void *kw,
+                                                  int kwdt) {
+	vla_qk_item it;
+	it.t = i / hpr;
+	it.h = (int)(i - it.t * hpr);
+	it.w = kw;
+	it.wdt = kwdt;
+	if (it.h < qh) {
+		it.r = q + (it.t * qh + it.h) * hd;
+		it.w = qw;
+		it.wdt = qwdt;
+	} else if (it.h < qh + kh) {
+		it.r = k + (it.t * kh + (it.h - qh)) * hd;
+	} else {
+		it.r = (float *)v + (it.t * kh + (it.h - qh - kh)) * hd; // read only
+	}
+	return it;
+}
+
 template <bool CACHE>
 __device__ __forceinline__ void vla_qk_norm_rope_t(float *q, float *k, const float *v, const void *__restrict__ qw,
                                                    int qwdt, const void *__restrict__ kw, int kwdt,
                                                    const float *__restrict__ cs, const float *__restrict__ sn,
                                                    u64 rows, int qh, int kh, int hd, float eps, void *kc, void *vc,
-                                                   int cdt, u64 at, const int *pos_at, u64 crows) {
+                                                   int cdt, u64 at, const int *pos_at, u64 crows, int per) {
 	const u64 wid = (u64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	const int lane = threadIdx.x & 31, hpr = qh + kh + (CACHE ? kh : 0);
-	if (wid >= rows * (u64)hpr) return;
-	const u64 t = wid / hpr;
-	const int h = (int)(wid - t * hpr);
+	const u64 items = rows * (u64)hpr;
 	if (CACHE) {
 		if (pos_at) at = (u64)*pos_at;
 		if (at + rows > crows) kc = vc = 0;
-		if (h >= qh + kh) { // a head of v: only copied
-			const int hv = h - qh - kh;
-			if (vc) vla_cache_store(vc, cdt, ((at + t) * kh + hv) * hd, v + (t * kh + hv) * hd, hd, lane);
-			return;
+	}
+	if (hd == 128) {
+		if (wid * per >= items) return;
+		float e[VLA_QK_PER][4], wv[VLA_QK_PER][4], c[VLA_QK_PER][2], sv[VLA_QK_PER][2];
+#pragma unroll
+		for (int p = 0; p < VLA_QK_PER; p++) {
+			const u64 i = wid * per + p;
+			if (p >= per || i >= items) break;
+			const vla_qk_item it = vla_qk_at(i, hpr, qh, kh, hd, q, k, v, qw, qwdt, kw, kwdt);
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				e[p][u] = it.r[lane + 32 * u];
+				wv[p][u] = vla_load(it.w, it.wdt, lane + 32 * u);
+			}
+#pragma unroll
+			for (int u = 0; u < 2; u++) {
+				c[p][u] = cs[it.t * 64 + lane + 32 * u];
+				sv[p][u] = sn[it.t * 64 + lane + 32 * u];
+			}
 		}
+#pragma unroll
+		for (int p = 0; p < VLA_QK_PER; p++) {
+			const u64 i = wid * per + p;
+			if (p >= per || i >= items) break;
+			const vla_qk_item it = vla_qk_at(i, hpr, qh, kh, hd, q, k, v, qw, qwdt, kw, kwdt);
+			if (CACHE && it.h >= qh + kh) { // a head of v: only copied
+				if (vc) {
+					const u64 off = ((at + it.t) * kh + (it.h - qh - kh)) * hd;
+#pragma unroll
+					for (int u = 0; u < 4; u++) {
+						if (cdt == VLA_BF16) ((u16 *)vc)[off + lane + 32 * u] = vla_f32_to_bf16(e[p][u]);
+						else ((float *)vc)[off + lane + 32 * u] = e[p][u];
+					}
+				}
+				continue;
+			}
+			double ss = 0.0;
+#pragma unroll
+			for (int u = 0; u < 4; u++) ss += (double)e[p][u] * (double)e[p][u];
+			ss = vla_warp_sum_d(ss);
+			const float ms = (float)(ss / (double)hd);
+			const float sc = (float)(1.0 / sqrt((double)(ms + eps)));
+#pragma unroll
+			for (int u = 0; u < 4; u++) e[p][u] = __fmul_rn(wv[p][u], __fmul_rn(e[p][u], sc));
+#pragma unroll
+			for (int u = 0; u < 2; u++) {
+				const float a = e[p][u], b = e[p][u + 2];
+				e[p][u] = __fsub_rn(__fmul_rn(a, c[p][u]), __fmul_rn(b, sv[p][u]));
+				e[p][u + 2] = __fadd_rn(__fmul_rn(b, c[p][u]), __fmul_rn(a, sv[p][u]));
+			}
+#pragma unroll
+			for (int u = 0; u < 4; u++) it.r[lane + 32 * u] = e[p][u];
+			if (CACHE && it.h >= qh && kc) {
+				const u64 off = ((at + it.t) * kh + (it.h - qh)) * hd;
+#pragma unroll
+				for (int u = 0; u < 4; u++) {
+					if (cdt == VLA_BF16) ((u16 *)kc)[off + lane + 32 * u] = vla_f32_to_bf16(e[p][u]);
+					else ((float *)kc)[off + lane + 32 * u] = e[p][u];
+				}
+			}
+		}
+		return;
+	}
+	if (wid >= items) return; // other head dims: a head a warp (per is 1)
+	const u64 t = wid / hpr;
+	const int h = (int)(wid - t * hpr);
+	if (CACHE && h >= qh + kh) { // a head of v: only copied
+		const int hv = h - qh - kh;
+		if (vc) vla_cache_store(vc, cdt, ((at + t) * kh + hv) * hd, v + (t * kh + hv) * hd, hd, lane);
+		return;
 	}
 	float *r;
 	const void *w;
@@ -71,48 +175,6 @@ __device__ __forceinline__ void vla_qk_norm_rope_t(float *q, float *k, const flo
 		r = k + (t * kh + (h - qh)) * hd;
 		w = kw;
 		wdt = kwdt;
-	}
-	if (hd == 128) {
-		// The usual head: the lane's four elements lane + 32u held in
-		// registers, every load (x, w, cos, sin) issued at once, and each
-		// rotation pair (i, i + 64) in one lane: the same sums, products
-		// and roundings as the loops below, without their round trips.
-		float e[4], wv[4], c[2], sv[2];
-#pragma unroll
-		for (int u = 0; u < 4; u++) {
-			e[u] = r[lane + 32 * u];
-			wv[u] = vla_load(w, wdt, lane + 32 * u);
-		}
-#pragma unroll
-		for (int u = 0; u < 2; u++) {
-			c[u] = cs[t * 64 + lane + 32 * u];
-			sv[u] = sn[t * 64 + lane + 32 * u];
-		}
-		double ss = 0.0;
-#pragma unroll
-		for (int u = 0; u < 4; u++) ss += (double)e[u] * (double)e[u];
-		ss = vla_warp_sum_d(ss);
-		const float ms = (float)(ss / (double)hd);
-		const float sc = (float)(1.0 / sqrt((double)(ms + eps)));
-#pragma unroll
-		for (int u = 0; u < 4; u++) e[u] = __fmul_rn(wv[u], __fmul_rn(e[u], sc));
-#pragma unroll
-		for (int u = 0; u < 2; u++) {
-			const float a = e[u], b = e[u + 2];
-			e[u] = __fsub_rn(__fmul_rn(a, c[u]), __fmul_rn(b, sv[u]));
-			e[u + 2] = __fadd_rn(__fmul_rn(b, c[u]), __fmul_rn(a, sv[u]));
-		}
-#pragma unroll
-		for (int u = 0; u < 4; u++) r[lane + 32 * u] = e[u];
-		if (CACHE && h >= qh && kc) {
-			const u64 off = ((at + t) * kh + (h - qh)) * hd;
-#pragma unroll
-			for (int u = 0; u < 4; u++) {
-				if (cdt == VLA_BF16) ((u16 *)kc)[off + lane + 32 * u] = vla_f32_to_bf16(e[u]);
-				else ((float *)kc)[off + lane + 32 * u] = e[u];
-			}
-		}
-		return;
 	}
 	vla_rmsnorm_warp(r, r, w, wdt, hd, eps, lane);
 	__syncwarp(); // the rotation pairs elements other lanes normalized
@@ -133,17 +195,18 @@ __device__ __forceinline__ void vla_qk_norm_rope_t(float *q, float *k, const flo
 extern "C" __global__ void vla_qk_norm_rope(float *q, float *k, const void *__restrict__ qw, int qwdt,
                                             const void *__restrict__ kw, int kwdt, const float *__restrict__ cs,
                                             const float *__restrict__ sn, u64 rows, int qh, int kh, int hd,
-                                            float eps) {
+                                            float eps, int per) {
 	vla_pdl_enter();
-	vla_qk_norm_rope_t<false>(q, k, 0, qw, qwdt, kw, kwdt, cs, sn, rows, qh, kh, hd, eps, 0, 0, 0, 0, 0, 0);
+	vla_qk_norm_rope_t<false>(q, k, 0, qw, qwdt, kw, kwdt, cs, sn, rows, qh, kh, hd, eps, 0, 0, 0, 0, 0, 0, per);
 }
 
 extern "C" __global__ void vla_qk_norm_rope_cache(float *q, float *k, const float *v, const void *__restrict__ qw,
                                                   int qwdt, const void *__restrict__ kw, int kwdt,
                                                   const float *__restrict__ cs, const float *__restrict__ sn,
                                                   u64 rows, int qh, int kh, int hd, float eps, void *kc, void *vc,
-                                                  int cdt, u64 at, const int *pos_at, u64 crows, int launch) {
+                                                  int cdt, u64 at, const int *pos_at, u64 crows, int launch,
+                                                  int per) {
 	vla_pdl_launch_enter_if(launch); // a decode step's attention loads its old rows while this runs
 	vla_qk_norm_rope_t<true>(q, k, v, qw, qwdt, kw, kwdt, cs, sn, rows, qh, kh, hd, eps, kc, vc, cdt, at, pos_at,
-	                         crows);
+	                         crows, per);
 }
