@@ -117,6 +117,9 @@ __device__ __forceinline__ void vla_qk_norm_rope_t(float *q, float *k, const flo
 		for (int p = 0; p < VLA_QK_PER; p++) {
 			const u64 i = wid * per + p;
 			if (p >= per || i >= items) break;
+			// located again rather than held from the loads: holding the
+			// four items took vla_qk_norm_rope_cache from 74 registers to
+			// 91 (ptxas, NVRTC 11.8, sm_90)
 			const vla_qk_item it = vla_qk_at(i, hpr, qh, kh, hd, q, k, v, qw, qwdt, kw, kwdt);
 			if (CACHE && it.h >= qh + kh) { // a head of v: only copied
 				if (vc) {
