@@ -18,6 +18,7 @@ package backend
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"vlanode/tensor"
 )
@@ -212,6 +213,23 @@ type Argmaxer interface {
 	// value is NaN.
 	Argmax(x Tensor, maskLo, maskHi int) (int, error)
 }
+
+// Stopwatch is a backend that times the work it has queued without
+// waiting for it (cuda): a stage's end is marked in the queue, and the
+// host goes on queuing the next stage while the device finishes this one.
+type Stopwatch interface {
+	// Mark records a point in the queue, reached once the work queued
+	// before it has run. Not during a capture.
+	Mark() (Mark, error)
+	// Elapsed waits until to is reached and returns the device's time
+	// from from to to.
+	Elapsed(from, to Mark) (time.Duration, error)
+	// ReleaseMark frees m; a zero Mark is ignored.
+	ReleaseMark(m Mark) error
+}
+
+// Mark is a point in a Stopwatch's queue; the zero Mark is none.
+type Mark uint64
 
 // DevicePos is a backend whose decode-step ops can read the step's token
 // position from device memory, so that one captured graph serves every

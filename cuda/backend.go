@@ -231,10 +231,16 @@ func (b *Backend) Free(bt backend.Tensor) {
 		if g.inCapture("free") != nil {
 			return nil
 		}
-		// Queued kernels may still use the memory.
-		err := g.drv.StreamSynchronize(g.stream)
-		if err != nil {
-			err = fmt.Errorf("cuda: free: %w", err)
+		// Queued kernels may still use the memory: a block that goes to
+		// the allocator's cache is handed only to work queued after them
+		// on the stream, and one that goes back to the driver is freed
+		// once they have run (allocator.quiesce). Free itself does not
+		// wait, unless SetWaitingFree asked it to.
+		var err error
+		if g.waitingFree {
+			if err = g.drv.StreamSynchronize(g.stream); err != nil {
+				err = fmt.Errorf("cuda: free: %w", err)
+			}
 		}
 		g.deferred = errors.Join(g.deferred, err, g.mem.free(t.blk))
 		return nil

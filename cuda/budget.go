@@ -87,6 +87,11 @@ type allocator struct {
 	mem    deviceMemory
 	budget int64 // as configured; 0 = unlimited
 	limit  int64 // the bytes allowed: the budget, or the device's memory
+	// quiesce, when set, waits until no queued work may use memory about
+	// to go back to the driver (the backend's stream synchronized): a
+	// block is freed into the cache while work queued before the free
+	// may still use it.
+	quiesce func() error
 
 	mu       sync.Mutex
 	inUse    int64 // live and cached bytes, as accounted
@@ -262,6 +267,11 @@ func (a *allocator) release1(b *block, keep bool) error {
 			return flushErr
 		}
 	}
+	if a.quiesce != nil {
+		if err := a.quiesce(); err != nil {
+			return err
+		}
+	}
 	if err := a.mem.MemFree(b.ptr); err != nil {
 		return fmt.Errorf("cuda: freeing %s of %q: %w", formatBytes(b.bytes), b.purpose, err)
 	}
@@ -270,6 +280,14 @@ func (a *allocator) release1(b *block, keep bool) error {
 
 // flush returns the cached blocks to the driver. Call with mu held.
 func (a *allocator) flush() error {
+	if len(a.cache) == 0 {
+		return nil
+	}
+	if a.quiesce != nil {
+		if err := a.quiesce(); err != nil {
+			return err
+		}
+	}
 	var errs []error
 	for n, l := range a.cache {
 		for _, c := range l {

@@ -82,6 +82,7 @@ type gpu struct {
 	gstreamOK      bool                // vla_gemv_stream is built and granted its shared memory
 	gstreamOff     string              // why not, when not
 	noStream       bool                // benchmarks: one-row products on the warp-per-column GEMVs
+	waitingFree    bool                // benchmarks: Free waits for the stream (SetWaitingFree)
 	gstreamSlots   int                 // vla_gemv_stream's ring slots (gstreamSlots; tests change it)
 	noEpilogues    bool                // benchmarks: biases and GELUs by kernels of ours, not cuBLASLt
 	flashInPlace   bool                // tests and benchmarks: the flash kernels that read float K and V
@@ -90,6 +91,8 @@ type gpu struct {
 	capture        *capture            // the capture in progress, nil when none
 	graphs         map[*Graph]struct{} // graphs not yet closed
 	trace          *opTrace            // StartTrace's records, nil when off
+
+	marks map[driver.Event]struct{} // Stopwatch marks not yet released
 }
 
 // DeviceInfo describes the device and libraries a Backend runs on.
@@ -180,6 +183,15 @@ func (g *gpu) openDevice(o options) error {
 	}
 	if g.stream, err = d.StreamCreate(driver.StreamNonBlocking); err != nil {
 		return fmt.Errorf("cuda: %w", err)
+	}
+	// A freed block goes to the allocator's cache without a wait (its
+	// next owner's work follows on the stream); memory going back to the
+	// driver waits for the stream's work first.
+	g.mem.quiesce = func() error {
+		if err := d.StreamSynchronize(g.stream); err != nil {
+			return fmt.Errorf("cuda: freeing device memory: %w", err)
+		}
+		return nil
 	}
 	return nil
 }
@@ -331,6 +343,7 @@ func (g *gpu) close() error {
 		if g.stream != 0 {
 			keep(g.closeGraphs())
 			keep(g.drv.StreamSynchronize(g.stream))
+			keep(g.closeMarks())
 		}
 		keep(g.closeLt())
 		if g.handle != 0 {

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"vlanode/backend"
 	"vlanode/tensor"
@@ -362,4 +363,39 @@ func TestGPUTrace(t *testing.T) {
 		t.Errorf("table without its total:\n%s", sb.String())
 	}
 	t.Logf("\n%s", sb.String())
+}
+
+// TestGPUStopwatch times queued work by marks (backend.Stopwatch): the
+// device time between two marks covers what was queued between them,
+// and marks are refused during a capture and once released.
+func TestGPUStopwatch(t *testing.T) {
+	b := gpuBackend(t)
+	var sw backend.Stopwatch = b
+	x := alloc(t, b, 4096, 4096)
+	m0, err := sw.Mark()
+	noErrs(t, err)
+	for range 20 {
+		noErrs(t, b.Add(x, x, x)) // 20 passes over 64 MB: tens of µs at least
+	}
+	m1, err := sw.Mark()
+	noErrs(t, err)
+	d, err := sw.Elapsed(m0, m1)
+	noErrs(t, err)
+	if d < 10*time.Microsecond || d > 10*time.Second {
+		t.Errorf("20 adds of 16M floats took %v by the marks", d)
+	}
+	if d0, err := sw.Elapsed(m1, m1); err != nil || d0 != 0 {
+		t.Errorf("a mark to itself: %v, %v", d0, err)
+	}
+	noErrs(t, sw.ReleaseMark(m0), sw.ReleaseMark(0))
+	if _, err := sw.Elapsed(m0, m1); err == nil {
+		t.Error("a released mark: no error")
+	}
+	if err := sw.ReleaseMark(m0); err == nil {
+		t.Error("a mark released twice: no error")
+	}
+	noErrs(t, sw.ReleaseMark(m1))
+	if _, err := b.Capture(func() error { _, err := sw.Mark(); return err }); err == nil {
+		t.Error("a mark during a capture: no error")
+	}
 }

@@ -445,6 +445,42 @@ func TestGPUBudget(t *testing.T) {
 	}
 }
 
+// TestGPUFreeOrdered frees a tensor while queued work still reads it and
+// takes its block again at once (Free does not wait; the allocator's
+// cache hands the block over): the new owner's upload, queued after that
+// work, must not reach it first. A block too big for the cache goes back
+// to the driver only after the work that reads it.
+func TestGPUFreeOrdered(t *testing.T) {
+	b := gpuBackend(t)
+	r := rand.New(rand.NewPCG(5, 9))
+	const n = 1 << 22 // 16 MB: many blocks of adds
+	xv, yv := randVals(r, n, 1), randVals(r, n, 1)
+	y := upload(t, b, yv, n)
+	raw, err := b.Alloc("activations", tensor.F32, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noErrs(t, b.Upload(raw, xv))
+	for range 8 {
+		noErrs(t, b.Add(y, y, raw)) // y += x, eight times, reading raw
+	}
+	b.Free(raw)
+	again, err := b.Alloc("activations", tensor.F32, n) // the same block, from the cache
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free(again)
+	noErrs(t, b.Upload(again, make([]float32, n)))
+	want := make([]float32, n)
+	for i := range want {
+		want[i] = yv[i]
+		for range 8 {
+			want[i] += xv[i] // float32 adds in the kernel's order
+		}
+	}
+	sameBits(t, "y + 8x", download(t, b, y), want)
+}
+
 // TestGPUAccounting compares what the budget counts with what the device
 // gave up (cuMemGetInfo) for a mix of block sizes.
 func TestGPUAccounting(t *testing.T) {

@@ -162,6 +162,17 @@ func (b *Backend) SetStreamGEMV(on bool) error {
 	})
 }
 
+// SetWaitingFree says whether Free waits until the work queued before it
+// has run (on), or returns at once (off, the default: the block is reused
+// only by work queued after it): for benchmarks that measure what the
+// waits cost the host's lead over the device.
+func (b *Backend) SetWaitingFree(on bool) error {
+	return b.run(func(g *gpu) error {
+		g.waitingFree = on
+		return nil
+	})
+}
+
 // SetSkipOps makes every later kernel launch whose name (as the trace
 // names it, e.g. "rmsnorm", "attention decode") contains one of names do
 // nothing; nil or empty restores them. A developer's diagnostic, never for

@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"vlanode/backend"
 	"vlanode/diffusion"
 	"vlanode/layering"
 	"vlanode/models"
@@ -111,13 +112,38 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 		return nil
 	}
 
-	t0 := time.Now()
+	// The vision stage ends in a mark on a backend with a Stopwatch, not
+	// a wait: the host builds the prompt and queues the prefill while the
+	// device finishes the encoder, and the vision's time is the device's.
+	vt0 := time.Now()
+	sw, _ := m.be.(backend.Stopwatch)
+	if m.SyncStages {
+		sw = nil
+	}
+	var vmarks [2]backend.Mark
+	var err error
+	defer func() {
+		for _, mk := range vmarks {
+			if sw != nil {
+				_ = sw.ReleaseMark(mk)
+			}
+		}
+	}()
+	if sw != nil {
+		if vmarks[0], err = sw.Mark(); err != nil {
+			return nil, fmt.Errorf("alpamayo: %w", err)
+		}
+	}
 	feat, err := m.VLM.Vision.Encode(ctx, &req.Images)
 	if err != nil {
 		return nil, fmt.Errorf("alpamayo: vision: %w", err)
 	}
 	defer func() { feat.Free(m.be) }()
-	if err := stamp(&res.Timing.Vision, t0); err != nil {
+	if sw != nil {
+		if vmarks[1], err = sw.Mark(); err != nil {
+			return nil, fmt.Errorf("alpamayo: %w", err)
+		}
+	} else if err := stamp(&res.Timing.Vision, vt0); err != nil {
 		return nil, err
 	}
 
@@ -142,13 +168,22 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 	}
 	defer sess.Close()
 
-	t0 = time.Now()
+	t0 := time.Now()
 	logits, err := sess.Prefill(ctx, qwen3vl.Prompt{IDs: prompt, Features: feat}, false)
 	if err != nil {
 		return nil, fmt.Errorf("alpamayo: prefill: %w", err)
 	}
 	if err := stamp(&res.Timing.Prefill, t0); err != nil {
 		return nil, err
+	}
+	if sw != nil {
+		// The prefill's share is the rest since the vision began: the
+		// host's work in between ran while the device ran the encoder.
+		end := time.Now()
+		if res.Timing.Vision, err = sw.Elapsed(vmarks[0], vmarks[1]); err != nil {
+			return nil, fmt.Errorf("alpamayo: %w", err)
+		}
+		res.Timing.Prefill = end.Sub(vt0) - res.Timing.Vision
 	}
 	feat.Free(m.be) // the prefill was their last reader
 	if run != nil {

@@ -29,6 +29,11 @@ type Model struct {
 	Tok    *tokenizer.Tokenizer
 	Tokens Tokens
 
+	// SyncStages ends the vision stage in a wait for the device, as on a
+	// backend without a backend.Stopwatch, instead of a mark (benchmarks
+	// compare the two).
+	SyncStages bool
+
 	be      backend.Backend
 	ck      *safetensors.Checkpoint
 	layered *layered // nil: every unit resident, run in place
