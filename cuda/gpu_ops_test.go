@@ -153,6 +153,28 @@ func TestGPUNorms(t *testing.T) {
 	}
 	closeTo(t, "layernorm of misaligned rows", download(t, b, xm), refLayerNorm(xv, wv, make([]float32, 1152), 1152, eps), 1e-5, 1e-5, nil)
 
+	// A weight and bias one element into their allocations (bf16: 2-byte
+	// aligned) are read an element at a time, with the same bits as
+	// aligned ones of the same values.
+	for _, dt := range []tensor.DType{tensor.BF16, tensor.F32} {
+		vals := randVals(r, 1153, 1)
+		wAll, _ := weight(t, b, dt, vals, 1153)
+		bAll, _ := weight(t, b, dt, vals, 1153)
+		wOff, err := b.Rows(wAll, 1, 1152)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bOff, err := b.Rows(bAll, 1, 1152)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wAl, _ := weight(t, b, dt, vals[1:], 1152)
+		x := upload(t, b, xv, 2, 1152)
+		d1, d2 := alloc(t, b, 2, 1152), alloc(t, b, 2, 1152)
+		noErrs(t, b.LayerNorm(d1, x, wOff, bOff, eps), b.LayerNorm(d2, x, wAl, wAl, eps))
+		sameBits(t, fmt.Sprintf("layernorm, %v weight and bias off their alignment", dt), download(t, b, d1), download(t, b, d2))
+	}
+
 	x := alloc(t, b, 2, 10)
 	w, _ = weight(t, b, tensor.F32, make([]float32, 3), 3)
 	if err := b.RMSNorm(x, x, w, eps); err == nil {

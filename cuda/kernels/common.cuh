@@ -95,6 +95,34 @@ __device__ __forceinline__ float vla_load(const void *p, int dt, u64 i) {
 	}
 }
 
+// vla_load4 reads elements i, ..., i + 3 of a tensor of type dt as floats
+// (vla_load's values): with vec (p + i aligned to the four's bytes), one
+// 16- or 8-byte load, else four.
+__device__ __forceinline__ float4 vla_load4(const void *p, int dt, u64 i, bool vec) {
+	float4 r;
+	if (!vec) {
+		r.x = vla_load(p, dt, i);
+		r.y = vla_load(p, dt, i + 1);
+		r.z = vla_load(p, dt, i + 2);
+		r.w = vla_load(p, dt, i + 3);
+		return r;
+	}
+	if (dt != VLA_BF16 && dt != VLA_F16) return *(const float4 *)((const float *)p + i);
+	const uint2 u = *(const uint2 *)((const u16 *)p + i);
+	const u16 h[4] = {(u16)(u.x & 0xffffu), (u16)(u.x >> 16), (u16)(u.y & 0xffffu), (u16)(u.y >> 16)};
+	float f[4];
+#pragma unroll
+	for (int j = 0; j < 4; j++) f[j] = dt == VLA_BF16 ? vla_bf16_to_f32(h[j]) : vla_f16_to_f32(h[j]);
+	r.x = f[0], r.y = f[1], r.z = f[2], r.w = f[3];
+	return r;
+}
+
+// vla_load4_ok says whether vla_load4 may read tensors of type dt at p four
+// elements at a time from any multiple of 4.
+__device__ __forceinline__ bool vla_load4_ok(const void *p, int dt) {
+	return ((u64)p & (dt == VLA_BF16 || dt == VLA_F16 ? 7 : 15)) == 0;
+}
+
 // Grid-stride loop over [0, n).
 #define VLA_FOR(i, n) for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (u64)gridDim.x * blockDim.x)
 

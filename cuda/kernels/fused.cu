@@ -51,9 +51,11 @@ __device__ __forceinline__ void vla_cache_store(void *c, int cdt, u64 off, const
 // prefill's heads, 3,030 rows of 48: 65-70 µs against 83,
 // bench/results/cuda-kernels.md run 18).
 #define VLA_QK_PER 4
-// vla_qk_item locates item i (a head of a row): its row t and head h, the
-// row it reads and rewrites (r: q, k, or for a v head of CACHE the value
-// row), and the norm's weight.
+// vla_qk_item locates the item of head h of row t: the row it reads and
+// rewrites (r: q, k, or for a v head of CACHE the value row), and the
+// norm's weight. A warp's items follow one another: it divides by the
+// heads a row once and steps (vla_qk_next), 64-bit divisions costing ~70
+// instructions each.
 struct vla_qk_item {
 	u64 t;
 	int h;
@@ -61,12 +63,12 @@ struct vla_qk_item {
 	const void *w;
 	int wdt;
 };
-__device__ __forceinline__ vla_qk_item vla_qk_at(u64 i, int hpr, int qh, int kh, int hd, float *q, float *k,
+__device__ __forceinline__ vla_qk_item vla_qk_at(u64 t, int h, int qh, int kh, int hd, float *q, float *k,
                                                   const float *v, const void *qw, int qwdt, const void *kw,
                                                   int kwdt) {
 	vla_qk_item it;
-	it.t = i / hpr;
-	it.h = (int)(i - it.t * hpr);
+	it.t = t;
+	it.h = h;
 	it.w = kw;
 	it.wdt = kwdt;
 	if (it.h < qh) {
@@ -96,12 +98,18 @@ __device__ __forceinline__ void vla_qk_norm_rope_t(float *q, float *k, const flo
 	}
 	if (hd == 128) {
 		if (wid * per >= items) return;
+		// The warp's first item: row t0, head h0; the next ones in turn.
+		const u64 t0 = wid * per / hpr;
+		const int h0 = (int)(wid * per - t0 * hpr);
 		float e[VLA_QK_PER][4], wv[VLA_QK_PER][4], c[VLA_QK_PER][2], sv[VLA_QK_PER][2];
+		u64 t = t0;
+		int h = h0;
 #pragma unroll
 		for (int p = 0; p < VLA_QK_PER; p++) {
 			const u64 i = wid * per + p;
 			if (p >= per || i >= items) break;
-			const vla_qk_item it = vla_qk_at(i, hpr, qh, kh, hd, q, k, v, qw, qwdt, kw, kwdt);
+			const vla_qk_item it = vla_qk_at(t, h, qh, kh, hd, q, k, v, qw, qwdt, kw, kwdt);
+			if (++h == hpr) h = 0, t++;
 #pragma unroll
 			for (int u = 0; u < 4; u++) {
 				e[p][u] = it.r[lane + 32 * u];
@@ -113,6 +121,8 @@ __device__ __forceinline__ void vla_qk_norm_rope_t(float *q, float *k, const flo
 				sv[p][u] = sn[it.t * 64 + lane + 32 * u];
 			}
 		}
+		t = t0;
+		h = h0;
 #pragma unroll
 		for (int p = 0; p < VLA_QK_PER; p++) {
 			const u64 i = wid * per + p;
@@ -120,7 +130,8 @@ __device__ __forceinline__ void vla_qk_norm_rope_t(float *q, float *k, const flo
 			// located again rather than held from the loads: holding the
 			// four items took vla_qk_norm_rope_cache from 74 registers to
 			// 91 (ptxas, NVRTC 11.8, sm_90)
-			const vla_qk_item it = vla_qk_at(i, hpr, qh, kh, hd, q, k, v, qw, qwdt, kw, kwdt);
+			const vla_qk_item it = vla_qk_at(t, h, qh, kh, hd, q, k, v, qw, qwdt, kw, kwdt);
+			if (++h == hpr) h = 0, t++;
 			if (CACHE && it.h >= qh + kh) { // a head of v: only copied
 				if (vc) {
 					const u64 off = ((at + it.t) * kh + (it.h - qh - kh)) * hd;

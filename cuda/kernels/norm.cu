@@ -123,12 +123,10 @@ extern "C" __global__ void vla_layernorm_rows(float *y, const float *x, const vo
 // LayerNormGELUMLP). 70 to 84 registers a thread for NV4 = 9 to 12, no
 // local memory.
 
-// vla_layernorm1 is one output element of vla_layernorm.
-__device__ __forceinline__ float vla_layernorm1(float x, double mean, double r, const void *__restrict__ w, int wdt,
-                                                const void *__restrict__ b, int bdt, int i) {
-	float o = __fmul_rn((float)(((double)x - mean) * r), vla_load(w, wdt, i));
-	if (b != 0) o = __fadd_rn(o, vla_load(b, bdt, i));
-	return o;
+// vla_layernorm1w is one output element of vla_layernorm before its bias
+// (added with __fadd_rn): x normalized, times its weight wi.
+__device__ __forceinline__ float vla_layernorm1w(float x, double mean, double r, float wi) {
+	return __fmul_rn((float)(((double)x - mean) * r), wi);
 }
 
 template <int NV4>
@@ -182,15 +180,25 @@ __device__ __forceinline__ void vla_layernorm_reg(float *y, u16 *y16, const floa
 	float4 *yr = y != 0 ? (float4 *)(y + row * n) : 0;
 	u16 *hr = y16 != 0 ? y16 + row * n : 0;
 	const bool h8 = ((u64)y16 & 7) == 0; // 4 bf16 in one 8-byte store
+	// The weight and bias four at a time (n is a multiple of 4).
+	const bool w4 = vla_load4_ok(w, wdt), b4 = b == 0 || vla_load4_ok(b, bdt);
 #pragma unroll
 	for (int j = 0; j < NV4; j++) {
 		const int k = j * 32 + lane, i = 4 * k;
 		if (k < n4) {
+			const float4 wv = vla_load4(w, wdt, i, w4);
 			float4 o;
-			o.x = vla_layernorm1(v[j].x, mean, r, w, wdt, b, bdt, i);
-			o.y = vla_layernorm1(v[j].y, mean, r, w, wdt, b, bdt, i + 1);
-			o.z = vla_layernorm1(v[j].z, mean, r, w, wdt, b, bdt, i + 2);
-			o.w = vla_layernorm1(v[j].w, mean, r, w, wdt, b, bdt, i + 3);
+			o.x = vla_layernorm1w(v[j].x, mean, r, wv.x);
+			o.y = vla_layernorm1w(v[j].y, mean, r, wv.y);
+			o.z = vla_layernorm1w(v[j].z, mean, r, wv.z);
+			o.w = vla_layernorm1w(v[j].w, mean, r, wv.w);
+			if (b != 0) {
+				const float4 bv = vla_load4(b, bdt, i, b4);
+				o.x = __fadd_rn(o.x, bv.x);
+				o.y = __fadd_rn(o.y, bv.y);
+				o.z = __fadd_rn(o.z, bv.z);
+				o.w = __fadd_rn(o.w, bv.w);
+			}
 			if (yr != 0) yr[k] = o;
 			if (hr != 0) {
 				const u16 hx = vla_f32_to_bf16(o.x), hy = vla_f32_to_bf16(o.y);
