@@ -59,7 +59,11 @@
 // for the next allocation of its size, and the cache goes back to the
 // driver when an allocation would otherwise pass the budget: cuMemFree waits for the whole device, which stalled the host
 // behind a layering executor's copies (DFB slots, which another stream
-// writes, are freed at once).
+// writes, are freed at once). Free does not wait for the device: the block
+// is handed only to work queued after it on the stream, and memory going
+// back to the driver waits for the stream first; so the host runs ahead
+// of the device across a model's frees (the vision encoder's end, timed by
+// event marks: Backend.Mark, Elapsed).
 //
 // Uploads, downloads and token ids pass through one pinned staging buffer,
 // used as a ring with an event after each copy, so transfers are
