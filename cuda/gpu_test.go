@@ -448,8 +448,7 @@ func TestGPUBudget(t *testing.T) {
 // TestGPUFreeOrdered frees a tensor while queued work still reads it and
 // takes its block again at once (Free does not wait; the allocator's
 // cache hands the block over): the new owner's upload, queued after that
-// work, must not reach it first. A block too big for the cache goes back
-// to the driver only after the work that reads it.
+// work, must not reach it first.
 func TestGPUFreeOrdered(t *testing.T) {
 	b := gpuBackend(t)
 	r := rand.New(rand.NewPCG(5, 9))

@@ -53,9 +53,9 @@ __device__ __forceinline__ void vla_cache_store(void *c, int cdt, u64 off, const
 #define VLA_QK_PER 4
 // vla_qk_item locates the item of head h of row t: the row it reads and
 // rewrites (r: q, k, or for a v head of CACHE the value row), and the
-// norm's weight. A warp's items follow one another: it divides by the
-// heads a row once and steps (vla_qk_next), 64-bit divisions costing ~70
-// instructions each.
+// norm's weight. A warp's items follow one another: it divides its first
+// item's index by the heads a row once, then steps (h + 1, or head 0 of
+// row t + 1), a 64-bit division costing ~70 instructions.
 struct vla_qk_item {
 	u64 t;
 	int h;

@@ -45,7 +45,11 @@ const (
 	DefaultTopP        = 0.98
 )
 
-// Timing is the wall time of each stage.
+// Timing is the wall time of each stage. On a backend with a
+// backend.Stopwatch (cuda) the vision stage's is the device's time from its
+// first work to its last, and the prefill's the rest of the wall time since
+// the vision began (the host prepares the prefill while the device runs
+// the encoder); the stages still add up to the time since the vision began.
 type Timing struct {
 	Vision, Prefill, Decode, Diffusion, Total time.Duration
 }
