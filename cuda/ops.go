@@ -115,7 +115,6 @@ func (b *Backend) LayerNorm(dst, x, w, bias backend.Tensor, eps float32) error {
 	if rows == 0 {
 		return nil
 	}
-	bp, bdt := biasArg(ln.b)
 	if ln.reg() {
 		// The vision encoder's rows of 1152: vla_layernorm (below) took 69
 		// µs for [11520, 1152] on the H200, three passes over each row;
@@ -131,6 +130,7 @@ func (b *Backend) LayerNorm(dst, x, w, bias backend.Tensor, eps float32) error {
 			return err
 		})
 	}
+	bp, bdt := biasArg(ln.b)
 	return b.run(func(g *gpu) error {
 		g.args.Reset()
 		g.args.Ptr(d.ptr).Ptr(xt.ptr).Ptr(wt.ptr).I32(dtypeCode(wt.dt)).Ptr(bp).I32(bdt).I32(int32(n)).F32(eps)

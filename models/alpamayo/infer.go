@@ -126,14 +126,12 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 	}
 	var vmarks [2]backend.Mark
 	var err error
-	defer func() {
-		for _, mk := range vmarks {
-			if sw != nil {
+	if sw != nil {
+		defer func() {
+			for _, mk := range vmarks {
 				_ = sw.ReleaseMark(mk)
 			}
-		}
-	}()
-	if sw != nil {
+		}()
 		if vmarks[0], err = sw.Mark(); err != nil {
 			return nil, fmt.Errorf("alpamayo: %w", err)
 		}
