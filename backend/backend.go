@@ -214,6 +214,42 @@ type Argmaxer interface {
 	Argmax(x Tensor, maskLo, maskHi int) (int, error)
 }
 
+// TokenFeed is a backend whose decode steps can take their token from
+// device memory (cuda): the greedy token one step picks (ArgmaxAt) is
+// embedded by the next on the device (EmbeddingAt), so that the host
+// queues step t+1 before it reads token t (FetchI32).
+type TokenFeed interface {
+	// HostTable returns a read-only tensor of dt and shape [rows, cols]
+	// over a copy of data in page-locked host memory that kernels read in
+	// place, over the bus: an embedding table for EmbeddingAt that takes
+	// no device memory. Free releases it once the queued work has run.
+	HostTable(dt tensor.DType, rows, cols int, data []byte) (Tensor, error)
+	// EmbeddingAt is Embedding with the ids read from device memory when
+	// it runs: ids is an I32 tensor of one id a row of dst. An id outside
+	// the table's rows gives a row of zeros (the device cannot return an
+	// error; ArgmaxAt gives -1 when every value is NaN).
+	EmbeddingAt(dst, table, ids Tensor) error
+	// ArgmaxAt is Argmax with the index written to dst (an I32 tensor of
+	// one element) when it runs, instead of returned: nothing waits.
+	ArgmaxAt(dst, x Tensor, maskLo, maskHi int) error
+	// FetchI32 queues a copy of src (I32, at most FetchMax elements) to
+	// the host, in order with the queued ops. Every Fetch must be waited
+	// for or released.
+	FetchI32(src Tensor) (Fetch, error)
+}
+
+// FetchMax is the most elements a TokenFeed's FetchI32 copies.
+const FetchMax = 16
+
+// Fetch is a copy to the host queued by TokenFeed.FetchI32.
+type Fetch interface {
+	// Wait waits until the copy has run (not for the ops queued after
+	// it) and returns the values.
+	Wait() ([]int32, error)
+	// Release gives the copy up without waiting for it.
+	Release()
+}
+
 // Stopwatch is a backend that times the work it has queued without
 // waiting for it (cuda): a stage's end is marked in the queue, and the
 // host goes on queuing the next stage while the device finishes this one.

@@ -47,10 +47,7 @@ func (b *Backend) Argmax(x backend.Tensor, maskLo, maskHi int) (int, error) {
 		if err != nil {
 			return fmt.Errorf("cuda: argmax: %w", err)
 		}
-		blocks := min(argmaxBlocks, (n+argmaxChunk-1)/argmaxChunk)
-		g.args.Reset()
-		g.args.Ptr(out).Ptr(xt.ptr).I32(int32(n)).I32(lo).I32(hi)
-		if err := g.launch("argmax", g.k.argmax, driver.Dim3{uint32(blocks), 1, 1}, block1D(argmaxThreads), 0); err != nil {
+		if err := g.argmax(out, xt, lo, hi); err != nil {
 			return err
 		}
 		buf, err := g.fetch("argmax", out, 4)
@@ -63,6 +60,20 @@ func (b *Backend) Argmax(x backend.Tensor, maskLo, maskHi int) (int, error) {
 		return 0, err
 	}
 	return int(id), nil
+}
+
+// argmax queues vla_argmax over x's values (at most MaxInt32 of them, at
+// least one) with [lo, hi] masked, the index to idx.
+func (g *gpu) argmax(idx driver.DevicePtr, x *Tensor, lo, hi int32) error {
+	out, err := g.argmaxBuffer()
+	if err != nil {
+		return fmt.Errorf("cuda: argmax: %w", err)
+	}
+	n := x.elements()
+	blocks := min(argmaxBlocks, (n+argmaxChunk-1)/argmaxChunk)
+	g.args.Reset()
+	g.args.Ptr(out).Ptr(idx).Ptr(x.ptr).I32(int32(n)).I32(lo).I32(hi)
+	return g.launch("argmax", g.k.argmax, driver.Dim3{uint32(blocks), 1, 1}, block1D(argmaxThreads), 0)
 }
 
 // argmaxBuffer returns vla_argmax's buffer, allocated and zeroed on first

@@ -231,6 +231,11 @@ func (b *Backend) Free(bt backend.Tensor) {
 		if g.inCapture("free") != nil {
 			return nil
 		}
+		if t.blk.host != nil { // a HostTable: kernels may still read it
+			delete(g.hostTables, t.blk)
+			g.deferred = errors.Join(g.deferred, g.freeHostTable(t.blk))
+			return nil
+		}
 		// Queued kernels may still use the memory: a block that goes to
 		// the allocator's cache is handed only to work queued after them
 		// on the stream, and one that goes back to the driver is freed

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"vlanode/cuda/driver"
 )
@@ -60,6 +61,7 @@ type block struct {
 	cost    int64 // accounted
 	purpose string
 	live    bool
+	host    unsafe.Pointer // a HostTable's page-locked memory (not the allocator's)
 }
 
 // account is the memory of one purpose.

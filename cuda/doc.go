@@ -70,6 +70,12 @@
 // asynchronous DMA in stream order and a small upload waits only for the
 // copies whose bytes it reuses. Weight copies from Go memory and waits.
 // Argmax picks a greedy token on the GPU and brings back its index alone.
+// backend.TokenFeed goes further: ArgmaxAt leaves the index on the device,
+// EmbeddingAt embeds the token it reads there (from the embedding table
+// itself or a page-locked copy of a host table, HostTable, which kernels
+// read over the bus), and FetchI32 copies it back behind an event of its
+// own, so that the host queues a greedy decode step before it reads the
+// token the step feeds (qwen3.Session.StartGreedy).
 //
 // # Kernels
 //

@@ -50,6 +50,8 @@ type gpu struct {
 	rowsCount   *block // the row products' tile counters, zero between launches
 	rowsOut     *block // silu(gate)·up of a row product, the down product's input
 	stage       staging
+	fetches     fetchPool           // FetchI32's page-locked slots
+	hostTables  map[*block]struct{} // HostTable's memory not freed yet
 
 	info  DeviceInfo
 	kinfo KernelInfo
@@ -344,6 +346,10 @@ func (g *gpu) close() error {
 			keep(g.closeGraphs())
 			keep(g.drv.StreamSynchronize(g.stream))
 			keep(g.closeMarks())
+			keep(g.closeFetches())
+			for blk := range g.hostTables {
+				keep(g.freeHostTable(blk))
+			}
 		}
 		keep(g.closeLt())
 		if g.handle != 0 {

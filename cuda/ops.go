@@ -434,7 +434,7 @@ func (b *Backend) Embedding(dst, table backend.Tensor, ids []int32) error {
 			return err
 		}
 		g.args.Reset()
-		g.args.Ptr(d.ptr).Ptr(tt.ptr).I32(dtypeCode(tt.dt)).Ptr(idp).U64(uint64(len(ids))).U64(uint64(H))
+		g.args.Ptr(d.ptr).Ptr(tt.ptr).I32(dtypeCode(tt.dt)).Ptr(idp).U64(uint64(len(ids))).U64(uint64(H)).U64(uint64(V))
 		chunks := (int64(H) + embChunk - 1) / embChunk
 		return g.launch("embedding", g.k.embedding, rowsGrid(int64(len(ids))*chunks), block1D(threadsPerBlock), 0)
 	})

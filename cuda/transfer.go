@@ -108,8 +108,13 @@ func (g *gpu) fetch(op string, p driver.DevicePtr, n int64) ([]byte, error) {
 // parallelCopy copies src into dst (equal lengths) on every core when it
 // is large: one core's memcpy moves a few GB/s, and a batch of images is
 // tens of megabytes.
-func parallelCopy(dst, src []float32) {
-	const chunk = 1 << 18 // floats per goroutine at least: 16 for an upload piece
+func parallelCopy(dst, src []float32) { parallelCopyOf(dst, src, 1<<18) }
+
+// parallelCopyBytes is parallelCopy of bytes.
+func parallelCopyBytes(dst, src []byte) { parallelCopyOf(dst, src, 1<<20) }
+
+// parallelCopyOf copies src into dst, chunk elements a goroutine at least.
+func parallelCopyOf[E any](dst, src []E, chunk int) {
 	workers := min(runtime.GOMAXPROCS(0), len(src)/chunk)
 	if workers <= 1 {
 		copy(dst, src)

@@ -1,24 +1,29 @@
 // Package replay is a test double for the graph capabilities of a
-// backend (backend.Capturer, backend.DevicePos) on any backend, typically
+// backend (backend.Capturer, backend.DevicePos, backend.TokenFeed) on any
+// backend, typically
 // the cpu one: a "graph" is the captured function, run again at each
 // Launch (its ops read their tensors then, as a replayed CUDA graph does),
-// and device positions are int tensors of its own. Models' graph logic
+// and device positions (and tokens) are int tensors of its own. Models' graph logic
 // (capture once, replay, positions set before each launch, fall back when
 // refused) runs with it without a GPU, against the same model op by op.
 package replay
 
 import (
 	"errors"
+	"math"
 
 	"vlanode/backend"
+	"vlanode/sample"
 	"vlanode/tensor"
 )
 
-// Backend wraps a backend with Capturer and DevicePos done on the host.
+// Backend wraps a backend with Capturer, DevicePos and TokenFeed done on
+// the host.
 type Backend struct {
 	backend.Backend
-	// Captures and Launches count the graphs made and replayed.
-	Captures, Launches int
+	// Captures and Launches count the graphs made and replayed; Fetches
+	// the FetchI32 calls.
+	Captures, Launches, Fetches int
 	// RefuseAttention makes AttentionAt fail, as a backend does for a
 	// cache longer than its decode kernel splits.
 	RefuseAttention bool
@@ -115,3 +120,56 @@ func (b *Backend) AttentionAt(dst, q, k, v backend.Tensor, o backend.AttnOpts, a
 	o.QPos0, o.NKV = p.v, p.v+rows
 	return b.Attention(dst, q, k, v, o)
 }
+
+// HostTable is a weight of the wrapped backend.
+func (b *Backend) HostTable(dt tensor.DType, rows, cols int, data []byte) (backend.Tensor, error) {
+	return b.Weight("host-table", dt, []int{rows, cols}, data)
+}
+
+// EmbeddingAt embeds the id a one-element int tensor holds (zeros for an
+// id outside the table).
+func (b *Backend) EmbeddingAt(dst, table, ids backend.Tensor) error {
+	p, err := position(ids)
+	if err != nil {
+		return err
+	}
+	if p.v < 0 || p.v >= table.Shape()[0] {
+		return b.Upload(dst, make([]float32, backend.Elements(dst)))
+	}
+	return b.Embedding(dst, table, []int32{int32(p.v)})
+}
+
+// ArgmaxAt sets the int tensor dst to sample.Greedy of x's values with
+// those at [maskLo, maskHi] taken as -Inf.
+func (b *Backend) ArgmaxAt(dst, x backend.Tensor, maskLo, maskHi int) error {
+	p, err := position(dst)
+	if err != nil {
+		return err
+	}
+	v, err := b.Download(x)
+	if err != nil {
+		return err
+	}
+	for i := max(maskLo, 0); i <= maskHi && i < len(v); i++ {
+		v[i] = float32(math.Inf(-1))
+	}
+	p.v = sample.Greedy(v)
+	return nil
+}
+
+// FetchI32 reads the int tensor's value now (the wrapped backend's ops
+// have run).
+func (b *Backend) FetchI32(src backend.Tensor) (backend.Fetch, error) {
+	p, err := position(src)
+	if err != nil {
+		return nil, err
+	}
+	b.Fetches++
+	return fetched(int32(p.v)), nil
+}
+
+// fetched is a value FetchI32 read.
+type fetched int32
+
+func (f fetched) Wait() ([]int32, error) { return []int32{int32(f)}, nil }
+func (f fetched) Release()               {}

@@ -37,6 +37,7 @@ const (
 	EventDefault         = 0
 	EventDisableTiming   = 2
 	HostAllocPortable    = 1 // CU_MEMHOSTALLOC_PORTABLE
+	HostAllocDeviceMap   = 2 // CU_MEMHOSTALLOC_DEVICEMAP: kernels read it in place (HostDevicePtr)
 	HostRegisterPortable = 1 // CU_MEMHOSTREGISTER_PORTABLE
 )
 
@@ -52,7 +53,7 @@ type Driver struct {
 		deviceGetAttribute, deviceTotalMem, primaryCtxRetain, primaryCtxRelease,
 		ctxSetCurrent, getErrorName, getErrorString,
 		memGetInfo, memAlloc, memFree, memHostAlloc, memFreeHost, memHostRegister,
-		memHostUnregister, memcpyHtoDAsync, memcpyDtoHAsync, memcpyDtoDAsync, memsetD8Async,
+		memHostUnregister, memHostGetDevicePointer, memcpyHtoDAsync, memcpyDtoHAsync, memcpyDtoDAsync, memsetD8Async,
 		streamCreate, streamDestroy, streamSynchronize, streamWaitEvent,
 		eventCreate, eventDestroy, eventRecord, eventSynchronize, eventQuery, eventElapsedTime,
 		moduleLoadData, moduleUnload, moduleGetFunction, funcSetAttribute, launchKernel, launchKernelEx,
@@ -93,6 +94,7 @@ func OpenDriver() (*Driver, error) {
 		sym(&f.memFreeHost, "cuMemFreeHost"),
 		sym(&f.memHostRegister, "cuMemHostRegister_v2"),
 		sym(&f.memHostUnregister, "cuMemHostUnregister"),
+		sym(&f.memHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"),
 		sym(&f.memcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
 		sym(&f.memcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
 		sym(&f.memcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),

@@ -43,6 +43,16 @@ func (d *Driver) FreeHost(p unsafe.Pointer) error {
 	return d.check("cuMemFreeHost", C.vla_cuMemFreeHost(d.f.memFreeHost, p))
 }
 
+// HostDevicePtr is the device address of host memory from HostAlloc with
+// HostAllocDeviceMap: kernels read and write it there, over the bus.
+func (d *Driver) HostDevicePtr(p unsafe.Pointer) (DevicePtr, error) {
+	var dp C.vla_dptr
+	if err := d.check("cuMemHostGetDevicePointer_v2", C.vla_cuMemHostGetDevicePointer(d.f.memHostGetDevicePointer, &dp, p)); err != nil {
+		return 0, err
+	}
+	return DevicePtr(dp), nil
+}
+
 // HostRegister page-locks existing host memory. The memory must not be Go
 // heap memory (use syscall.Mmap or C memory): the driver keeps using it
 // after the call. Undo with HostUnregister before unmapping it.

@@ -78,6 +78,9 @@ vla_status vla_cuMemFree(void *fn, vla_dptr p) { return ((vla_status(*)(vla_dptr
 vla_status vla_cuMemHostAlloc(void *fn, void **p, size_t bytes, unsigned flags) {
 	return ((vla_status(*)(void **, size_t, unsigned))fn)(p, bytes, flags);
 }
+vla_status vla_cuMemHostGetDevicePointer(void *fn, vla_dptr *dp, void *p) {
+	return ((vla_status(*)(vla_dptr *, void *, unsigned))fn)(dp, p, 0);
+}
 vla_status vla_cuMemFreeHost(void *fn, void *p) { return ((vla_status(*)(void *))fn)(p); }
 vla_status vla_cuMemHostRegister(void *fn, void *p, size_t bytes, unsigned flags) {
 	return ((vla_status(*)(void *, size_t, unsigned))fn)(p, bytes, flags);

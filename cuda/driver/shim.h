@@ -47,6 +47,7 @@ vla_status vla_cuMemHostAlloc(void *fn, void **p, size_t bytes, unsigned flags);
 vla_status vla_cuMemFreeHost(void *fn, void *p);
 vla_status vla_cuMemHostRegister(void *fn, void *p, size_t bytes, unsigned flags);
 vla_status vla_cuMemHostUnregister(void *fn, void *p);
+vla_status vla_cuMemHostGetDevicePointer(void *fn, vla_dptr *dp, void *p);
 vla_status vla_cuMemcpyHtoDAsync(void *fn, vla_dptr dst, const void *src, size_t bytes, uintptr_t stream);
 vla_status vla_cuMemcpyDtoHAsync(void *fn, void *dst, vla_dptr src, size_t bytes, uintptr_t stream);
 vla_status vla_cuMemcpyDtoDAsync(void *fn, vla_dptr dst, vla_dptr src, size_t bytes, uintptr_t stream);

@@ -199,7 +199,7 @@ extern "C" __global__ void vla_add_bias_f16(u16 *__restrict__ d, const float *__
 	vla_add_bias_16<true>(d, y, bias, bdt, rows, cols, act);
 }
 
-// vla_argmax writes to out[0] sample.Greedy's choice among x[0, n) with
+// vla_argmax writes to *idx sample.Greedy's choice among x[0, n) with
 // the values at [mlo, mhi] taken as -inf: the lowest index of the largest
 // value, no NaN's, -1 when every value is NaN. Each block takes a
 // contiguous chunk: each thread scans its elements in order with Greedy's
@@ -242,7 +242,7 @@ __device__ __forceinline__ void vla_argmax_block(float &bv, int &bi, float *sv, 
 	}
 }
 extern "C" __global__ void __launch_bounds__(VLA_ARGMAX_THREADS)
-    vla_argmax(int *out, const float *__restrict__ x, int n, int mlo, int mhi) {
+    vla_argmax(int *out, int *idx, const float *__restrict__ x, int n, int mlo, int mhi) {
 	vla_pdl_enter();
 	__shared__ float sv[VLA_ARGMAX_THREADS / 32];
 	__shared__ int si[VLA_ARGMAX_THREADS / 32];
@@ -277,7 +277,7 @@ extern "C" __global__ void __launch_bounds__(VLA_ARGMAX_THREADS)
 	__syncthreads(); // sv and si are reused
 	vla_argmax_block(bv, bi, sv, si);
 	if (threadIdx.x == 0) {
-		out[0] = bi;
+		*idx = bi;
 		out[1] = 0;
 	}
 }

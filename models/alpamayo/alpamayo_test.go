@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -116,36 +117,83 @@ func TestInferTiny(t *testing.T) {
 // host-side graphs (backend/replay): the decode and Euler steps go
 // through their graphs (captured once each, replayed after), and
 // reasoning, actions and trajectory are the bits of the plain cpu run.
+// Greedy decode steps take their tokens on the "device"
+// (backend.TokenFeed): each step is queued before the host reads the
+// token it feeds, and the same tokens come out where the reasoning ends
+// on <|im_end|> (the step queued after it dropped), on
+// <|traj_future_start|> (fed, then the end) mid-way and as the last token
+// allowed, and after a single token.
 func TestInferGraphsTiny(t *testing.T) {
 	dir := tinyCheckpoint(t)
 	host, err := cpu.New()
 	require.NoError(t, err)
 	defer host.Close()
-	req := request(4)
-	req.MaxReasoningTokens = 8
-	infer := func(be backend.Backend) *alpamayo.Result {
+	infer := func(be backend.Backend, req *alpamayo.Request, tokens func(*alpamayo.Tokens)) *alpamayo.Result {
 		m, err := alpamayo.Load(be, dir, alpamayo.LoadOptions{})
 		require.NoError(t, err)
 		defer m.Close()
+		if tokens != nil {
+			tokens(&m.Tokens)
+		}
 		res, err := m.Infer(context.Background(), req)
 		require.NoError(t, err)
 		return res
 	}
-	want := infer(host)
-	assert.False(t, want.DecodeGraph || want.DiffusionGraph, "the cpu backend captures nothing")
-	r := replay.New(host)
-	got := infer(r)
-	require.Empty(t, got.GraphError)
-	require.True(t, got.DecodeGraph, "decode steps through a graph")
-	require.True(t, got.DiffusionGraph, "Euler steps through a graph")
-	decodes := got.CachedTokens - got.PromptTokens
-	require.Positive(t, decodes)
-	assert.Equal(t, 2, r.Captures, "one decode step graph, one Euler step graph")
-	assert.Equal(t, (decodes-1)+(10-1), r.Launches, "every step after the first launches its graph")
-	assert.Equal(t, want.ReasoningIDs, got.ReasoningIDs)
-	assert.Equal(t, want.Normalized, got.Normalized)
-	assert.Equal(t, want.XYZ, got.XYZ)
-	assert.Equal(t, want.Rot, got.Rot)
+	greedy := request(4)
+	greedy.Greedy, greedy.MaxReasoningTokens = true, 8
+	plain := infer(host, greedy, nil).ReasoningIDs
+	require.Len(t, plain, 8)
+	k := 2 // a token of the plain reasoning not seen before it
+	for slices.Contains(plain[:k], plain[k]) {
+		k++
+	}
+	one := request(4)
+	one.Greedy, one.MaxReasoningTokens = true, 1
+	sampled := request(4)
+	sampled.MaxReasoningTokens = 8
+	for _, c := range []struct {
+		name    string
+		req     *alpamayo.Request
+		tokens  func(*alpamayo.Tokens)
+		dropped int // speculative steps taken back
+	}{
+		{"sampled", sampled, nil, 0},
+		{"greedy", greedy, nil, 0},
+		{"greedy, im_end mid-way", greedy, func(tk *alpamayo.Tokens) { tk.EOS = int(plain[k]) }, 1},
+		{"greedy, traj_future_start mid-way", greedy, func(tk *alpamayo.Tokens) { tk.FutureStart = int(plain[k]) }, 0},
+		{"greedy, traj_future_start last", greedy, func(tk *alpamayo.Tokens) { tk.FutureStart = int(plain[7]) }, 0},
+		{"greedy, one token", one, nil, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			want := infer(host, c.req, c.tokens)
+			assert.False(t, want.DecodeGraph || want.DiffusionGraph, "the cpu backend captures nothing")
+			r := replay.New(host)
+			got := infer(r, c.req, c.tokens)
+			require.Empty(t, got.GraphError)
+			decodes := got.CachedTokens - got.PromptTokens
+			t.Logf("reasoning %v, %d decode steps cached, %d fetched", got.ReasoningIDs, decodes, r.Fetches)
+			assert.Equal(t, want.ReasoningIDs, got.ReasoningIDs)
+			assert.Equal(t, want.CachedTokens, got.CachedTokens)
+			assert.Equal(t, want.Normalized, got.Normalized)
+			assert.Equal(t, want.XYZ, got.XYZ)
+			assert.Equal(t, want.Rot, got.Rot)
+			require.True(t, got.DiffusionGraph, "Euler steps through a graph")
+			if decodes == 0 {
+				assert.Equal(t, 1, r.Captures, "one Euler step graph")
+				assert.Equal(t, 10-1, r.Launches, "every Euler step after the first launches its graph")
+				return
+			}
+			require.True(t, got.DecodeGraph, "decode steps through a graph")
+			assert.Equal(t, 2, r.Captures, "one decode step graph, one Euler step graph")
+			steps := decodes + c.dropped
+			assert.Equal(t, (steps-1)+(10-1), r.Launches, "every step after the first launches its graph")
+			if c.req.Greedy {
+				assert.Equal(t, steps, r.Fetches, "each decode step's token fed on the device")
+			} else {
+				assert.Zero(t, r.Fetches, "sampled tokens are fed from the host")
+			}
+		})
+	}
 }
 
 func TestInferRejectsBadRequests(t *testing.T) {

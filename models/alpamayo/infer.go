@@ -11,6 +11,7 @@ import (
 	"vlanode/diffusion"
 	"vlanode/layering"
 	"vlanode/models"
+	"vlanode/models/qwen3"
 	"vlanode/models/qwen3vl"
 	"vlanode/residency"
 	"vlanode/sample"
@@ -285,6 +286,21 @@ func (m *Model) reason(ctx context.Context, sess *qwen3vl.Session, logits []floa
 			return nil, 0, fmt.Errorf("alpamayo: %w: %w", models.ErrBadInput, err)
 		}
 	}
+	if smp == nil && logits != nil && maxNew > 0 {
+		gr, err := sess.StartGreedy(m.Tokens.TrajFirst, m.Tokens.TrajLast)
+		if err != nil {
+			return nil, 0, fmt.Errorf("alpamayo: %w", err)
+		}
+		if gr != nil {
+			gen, err := m.reasonFed(ctx, gr, logits, maxNew)
+			gr.Close()
+			if !errors.Is(err, qwen3.ErrNoFeed) {
+				return gen, len(gen), err
+			}
+			// Refused at its first step, with nothing appended: the steps
+			// below wait for each token instead.
+		}
+	}
 	var gen []int32
 	next := -1 // greedy after the first token: picked by the decode step itself
 	for len(gen) < maxNew {
@@ -323,6 +339,68 @@ func (m *Model) reason(ctx context.Context, sess *qwen3vl.Session, logits []floa
 		}
 	}
 	return gen, len(gen), nil
+}
+
+// reasonFed is reason's greedy loop on steps fed on the device
+// (qwen3vl.Greedy): the step that feeds a token the host has not read yet
+// is queued before the host reads it, wherever that token is fed whatever
+// it is (all but <|im_end|>, whose speculative step is dropped), so that
+// the device runs step after step while the host reads their tokens. The
+// tokens and the cache are reason's, bit for bit.
+func (m *Model) reasonFed(ctx context.Context, gr *qwen3vl.Greedy, logits []float32, maxNew int) ([]int32, error) {
+	m.maskTrajectoryTokens(logits)
+	first, err := m.pick(logits, nil)
+	if err != nil {
+		return nil, err
+	}
+	gen := []int32{int32(first)}
+	eos, fs := m.Tokens.EOS, m.Tokens.FutureStart
+	if first == eos || len(gen) == maxNew && first != fs {
+		return gen, nil
+	}
+	if err := gr.Queue(ctx, int32(first)); err != nil {
+		return nil, err
+	}
+	if first == fs {
+		return gen, nil // the step after it is not needed: its pick is dropped
+	}
+	for {
+		// The step feeding gen's last token is queued; its pick will be
+		// fed too unless it is <|im_end|>, or the last token allowed
+		// (then only <|traj_future_start|> is).
+		spec := len(gen)+1 < maxNew
+		if spec {
+			if err := gr.Queue(ctx, -1); err != nil {
+				return nil, fmt.Errorf("alpamayo: decode step %d: %w", len(gen)+1, err)
+			}
+		}
+		next, err := gr.Next()
+		if err != nil {
+			return nil, fmt.Errorf("alpamayo: decode step %d: %w", len(gen), err)
+		}
+		if next < 0 {
+			return nil, errors.New("alpamayo: every logit is NaN")
+		}
+		gen = append(gen, int32(next))
+		switch {
+		case next == eos:
+			if spec {
+				if err := gr.Drop(); err != nil {
+					return nil, fmt.Errorf("alpamayo: %w", err)
+				}
+			}
+			return gen, nil
+		case !spec:
+			if next == fs {
+				if err := gr.Queue(ctx, int32(next)); err != nil {
+					return nil, fmt.Errorf("alpamayo: decode step %d: %w", len(gen), err)
+				}
+			}
+			return gen, nil
+		case next == fs:
+			return gen, nil
+		}
+	}
 }
 
 func (m *Model) pick(logits []float32, smp *sample.Sampler) (int, error) {

@@ -11,6 +11,7 @@ import (
 	"vlanode/backend"
 	"vlanode/cpu"
 	"vlanode/cuda"
+	"vlanode/models"
 	"vlanode/models/qwen3"
 	"vlanode/safetensors"
 	"vlanode/sample"
@@ -148,4 +149,88 @@ func TestCUDAStepGraph(t *testing.T) {
 			sameBits(t, plain, graph)
 		})
 	}
+}
+
+// TestCUDAGreedyFed decodes greedy tokens with each step fed on the
+// device (Session.StartGreedy: the step queued before the host reads the
+// token it feeds, replayed from a graph) and with one Forward a step and
+// the token picked on the host: the same tokens, and a step after them
+// (a speculative one dropped first) gives the same logits bit for bit,
+// so the caches hold the same bits.
+func TestCUDAGreedyFed(t *testing.T) {
+	be := openCUDA(t)
+	for _, name := range referenceCases(t) {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(referenceDir, name)
+			_, ids, _ := loadCase(t, dir)
+			m := loadOn(t, be, dir)
+			const steps, lo, hi = 7, 10, 20
+			pick := func(logits []float32) int32 {
+				for i := lo; i <= hi; i++ {
+					logits[i] = float32(math.Inf(-1))
+				}
+				return int32(sample.Greedy(logits))
+			}
+			ctx := context.Background()
+			open := func() (*qwen3.Session, int32) {
+				s, err := m.NewSession(len(ids) + steps + 2)
+				require.NoError(t, err)
+				t.Cleanup(s.Close)
+				logits, err := s.Forward(ctx, ids, false)
+				require.NoError(t, err)
+				return s, pick(logits)
+			}
+			serial, first := open()
+			want := []int32{}
+			for tok := first; len(want) < steps; {
+				logits, err := serial.Forward(ctx, []int32{tok}, false)
+				require.NoError(t, err)
+				tok = pick(logits)
+				want = append(want, tok)
+			}
+
+			fed, first2 := open()
+			require.Equal(t, first, first2)
+			gr, err := fed.StartGreedy(lo, hi)
+			require.NoError(t, err)
+			require.NotNil(t, gr, "the cuda backend feeds tokens on the device")
+			defer gr.Close()
+			queue := func(id int32) error {
+				cos, sin := rope(m, fed.Len())
+				return gr.Queue(ctx, id, cos, sin)
+			}
+			require.NoError(t, queue(first))
+			var got []int32
+			for len(got) < steps {
+				if len(got)+1 < steps {
+					require.NoError(t, queue(-1))
+				}
+				id, err := gr.Next()
+				require.NoError(t, err)
+				got = append(got, int32(id))
+			}
+			require.Equal(t, want, got)
+			require.Equal(t, serial.Len(), fed.Len())
+			graphed, gerr := fed.StepGraph()
+			require.NoError(t, gerr)
+			require.True(t, graphed, "the fed steps replay a graph")
+
+			require.NoError(t, queue(-1)) // speculative: taken back
+			require.NoError(t, gr.Drop())
+			require.Equal(t, serial.Len(), fed.Len())
+			a, err := serial.Forward(ctx, []int32{5}, false)
+			require.NoError(t, err)
+			b, err := fed.Forward(ctx, []int32{5}, false)
+			require.NoError(t, err)
+			sameBits(t, [][]float32{a}, [][]float32{b})
+		})
+	}
+}
+
+// rope is the rotary tables (cos, sin) of one token at cache row pos.
+func rope(m *qwen3.Model, pos int) ([]float32, []float32) {
+	half := m.Config.HeadDim / 2
+	cos, sin := make([]float32, half), make([]float32, half)
+	models.RopeTables(cos, sin, []int{pos}, models.RopeInvFreq(m.Config.HeadDim, m.Config.RopeTheta))
+	return cos, sin
 }

@@ -42,9 +42,13 @@ type Model struct {
 	// HostGreedy makes GreedyNext refuse (ok false), so that greedy tokens
 	// are picked on the host from downloaded logits (benchmarks).
 	HostGreedy bool
+	// SerialGreedy makes StartGreedy refuse, so that each greedy step
+	// waits on the host for the token it feeds (benchmarks).
+	SerialGreedy bool
 
-	embedHost *weights.Blob // the table's blob when it stays on the host
-	gathered  []float32     // gatherHost's rows, reused
+	embedHost *weights.Blob  // the table's blob when it stays on the host
+	embedFeed backend.Tensor // its copy that device-fed greedy steps read (feedTable)
+	gathered  []float32      // gatherHost's rows, reused
 	invFreq   []float32
 }
 
@@ -160,12 +164,12 @@ func (m *Model) Close() {
 			m.be.Free(b.W)
 		}
 	}
-	for _, t := range []backend.Tensor{m.Embed, m.Norm} {
+	for _, t := range []backend.Tensor{m.Embed, m.Norm, m.embedFeed} {
 		if t != nil {
 			m.be.Free(t)
 		}
 	}
-	m.Head, m.Layers, m.Embed, m.Norm = nil, nil, nil, nil
+	m.Head, m.Layers, m.Embed, m.Norm, m.embedFeed = nil, nil, nil, nil, nil
 }
 
 // gatherHost writes the embeddings of ids, read from the host table, into

@@ -2,6 +2,7 @@ package qwen3
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"vlanode/backend"
@@ -22,6 +23,8 @@ type Session struct {
 	step *Scratch
 	// graph replays the decode step's layers, where the backend can.
 	graph *stepGraph
+	// greedy is the device-fed greedy step (StartGreedy).
+	greedy *greedyGraph
 }
 
 // stepGraph is the decode step's layers captured in one graph: on a
@@ -115,10 +118,17 @@ func (s *Session) Truncate(n int) error {
 // StepGraph reports whether decode steps replay a captured graph, and why
 // not when the capture failed.
 func (s *Session) StepGraph() (bool, error) {
-	if s.graph == nil {
-		return false, nil
+	var captured bool
+	var errs []error
+	if g := s.graph; g != nil {
+		captured = g.Captured()
+		errs = append(errs, g.Err())
 	}
-	return s.graph.Captured(), s.graph.Err()
+	if g := s.greedy; g != nil {
+		captured = captured || g.Captured()
+		errs = append(errs, g.Err())
+	}
+	return captured, errors.Join(errs...)
 }
 
 // Close frees the KV cache.
@@ -132,6 +142,7 @@ func (s *Session) Close() {
 		}
 		s.graph = nil
 	}
+	s.closeGreedy()
 	if s.step != nil {
 		s.step.Free(s.m.be)
 		s.step = nil

@@ -150,21 +150,64 @@ func (s *Session) decode(ctx context.Context, ids []int32) (backend.Tensor, erro
 	if err != nil {
 		return nil, err
 	}
-	var pos Positions
-	for a := range pos {
-		pos[a] = make([]int, len(ids))
-		for i := range ids {
-			pos[a][i] = s.NextPosition() + i
-		}
-	}
-	cos, sin := m.ropeTables(len(ids))
-	MRopeTables(cos, sin, pos, m.invFreq, m.Config.MRopeSection)
+	cos, sin := s.textRope(len(ids))
 	if err := s.text.ForwardEmbedded(ctx, x, cos, sin, nil); err != nil {
 		m.be.Free(x)
 		return nil, err
 	}
 	return x, nil
 }
+
+// textRope returns the rotary tables of n text tokens appended at
+// NextPosition (the same position on all three axes).
+func (s *Session) textRope(n int) (cos, sin []float32) {
+	m := s.m
+	var pos Positions
+	for a := range pos {
+		pos[a] = make([]int, n)
+		for i := range n {
+			pos[a][i] = s.NextPosition() + i
+		}
+	}
+	cos, sin = m.ropeTables(n)
+	MRopeTables(cos, sin, pos, m.invFreq, m.Config.MRopeSection)
+	return cos, sin
+}
+
+// Greedy is a run of greedy decode steps fed on the device
+// (qwen3.Greedy), at Qwen3-VL's positions.
+type Greedy struct {
+	s *Session
+	r *qwen3.Greedy
+}
+
+// StartGreedy begins a run of greedy steps picking with the logits at
+// [maskLo, maskHi] taken as -Inf (qwen3.Session.StartGreedy): nil, and no
+// error, where the steps cannot be fed on the device (then use
+// DecodeGreedy). Close the run when done.
+func (s *Session) StartGreedy(maskLo, maskHi int) (*Greedy, error) {
+	r, err := s.text.StartGreedy(maskLo, maskHi)
+	if r == nil || err != nil {
+		return nil, err
+	}
+	return &Greedy{s: s, r: r}, nil
+}
+
+// Queue queues a step feeding id (>= 0), or the token the step before it
+// picks (id < 0), at NextPosition (qwen3.Greedy.Queue).
+func (g *Greedy) Queue(ctx context.Context, id int32) error {
+	cos, sin := g.s.textRope(1)
+	return g.r.Queue(ctx, id, cos, sin)
+}
+
+// Next waits for the oldest unread step's pick (qwen3.Greedy.Next).
+func (g *Greedy) Next() (int, error) { return g.r.Next() }
+
+// Drop takes the last queued step back (qwen3.Greedy.Drop).
+func (g *Greedy) Drop() error { return g.r.Drop() }
+
+// Close releases the picks not read (qwen3.Greedy.Close).
+func (g *Greedy) Close() { g.r.Close() }
 
 func (m *Model) ropeTables(T int) (cos, sin []float32) {
 	n := T * len(m.invFreq)
