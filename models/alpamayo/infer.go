@@ -359,7 +359,7 @@ func (m *Model) reasonFed(ctx context.Context, gr *qwen3vl.Greedy, logits []floa
 		return gen, nil
 	}
 	if err := gr.Queue(ctx, int32(first)); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("alpamayo: decode step 1: %w", err) // ErrNoFeed: reason's loop instead
 	}
 	if first == fs {
 		return gen, nil // the step after it is not needed: its pick is dropped

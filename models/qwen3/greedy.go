@@ -67,8 +67,9 @@ func (s *Session) StartGreedy(maskLo, maskHi int) (*Greedy, error) {
 	}
 	if s.greedy == nil {
 		g := &greedyGraph{lo: maskLo, hi: maskHi}
-		s.greedy = g // closeGreedy frees what was allocated
+		s.greedy = g
 		if err := g.alloc(m); err != nil {
+			s.closeGreedy()
 			return nil, fmt.Errorf("qwen3: greedy steps: %w", err)
 		}
 	}
