@@ -433,9 +433,6 @@ func (b *Backend) Embedding(dst, table backend.Tensor, ids []int32) error {
 		if err := g.stage.queued(g.drv, g.stream); err != nil {
 			return err
 		}
-		g.args.Reset()
-		g.args.Ptr(d.ptr).Ptr(tt.ptr).I32(dtypeCode(tt.dt)).Ptr(idp).U64(uint64(len(ids))).U64(uint64(H)).U64(uint64(V))
-		chunks := (int64(H) + embChunk - 1) / embChunk
-		return g.launch("embedding", g.k.embedding, rowsGrid(int64(len(ids))*chunks), block1D(threadsPerBlock), 0)
+		return g.embedding("embedding", d, tt, idp, len(ids))
 	})
 }

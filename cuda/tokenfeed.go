@@ -88,7 +88,7 @@ func (b *Backend) EmbeddingAt(dst, table, ids backend.Tensor) error {
 	if len(tt.shape) != 2 {
 		return fmt.Errorf("cuda: %s: table %v must be [V, H]", op, tt)
 	}
-	V, H := tt.shape[0], tt.shape[1]
+	H := tt.shape[1]
 	R, C := backend.Matrix(d)
 	if it.dt != tensor.I32 || it.elements() != int64(R) {
 		return fmt.Errorf("cuda: %s: ids %v must be %d I32 values, one a row of dst %v", op, it, R, d)
@@ -99,12 +99,17 @@ func (b *Backend) EmbeddingAt(dst, table, ids backend.Tensor) error {
 	if R == 0 || H == 0 {
 		return nil
 	}
-	return b.run(func(g *gpu) error {
-		g.args.Reset()
-		g.args.Ptr(d.ptr).Ptr(tt.ptr).I32(dtypeCode(tt.dt)).Ptr(it.ptr).U64(uint64(R)).U64(uint64(H)).U64(uint64(V))
-		chunks := (int64(H) + embChunk - 1) / embChunk
-		return g.launch(op, g.k.embedding, rowsGrid(int64(R)*chunks), block1D(threadsPerBlock), 0)
-	})
+	return b.run(func(g *gpu) error { return g.embedding(op, d, tt, it.ptr, R) })
+}
+
+// embedding queues vla_embedding: rows of table at the n ids at ids
+// (device memory) into dst.
+func (g *gpu) embedding(op string, dst, table *Tensor, ids driver.DevicePtr, n int) error {
+	V, H := table.shape[0], table.shape[1]
+	g.args.Reset()
+	g.args.Ptr(dst.ptr).Ptr(table.ptr).I32(dtypeCode(table.dt)).Ptr(ids).U64(uint64(n)).U64(uint64(H)).U64(uint64(V))
+	chunks := (int64(H) + embChunk - 1) / embChunk
+	return g.launch(op, g.k.embedding, rowsGrid(int64(n)*chunks), block1D(threadsPerBlock), 0)
 }
 
 // ArgmaxAt is Argmax with the index written to dst, one I32, when the

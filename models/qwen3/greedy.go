@@ -171,16 +171,8 @@ func (r *Greedy) Queue(ctx context.Context, id int32, cos, sin []float32) error 
 		if err := tf.EmbeddingAt(g.x, table, g.tok); err != nil {
 			return fmt.Errorf("qwen3: embedding: %w", err)
 		}
-		for i, l := range m.Layers {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			err := models.Do(m.Exec, m.LayerUnits[i], func() error {
-				return l.Attend(m.be, g.x, s.kc[i], s.vc[i], Span{Pos: s.len, Causal: true, PosAt: g.pos}, sc)
-			})
-			if err != nil {
-				return fmt.Errorf("qwen3: layer %d: %w", i, err)
-			}
+		if err := s.stepLayers(ctx, g.x, g.pos, sc); err != nil {
+			return err
 		}
 		for i, b := range m.Head {
 			if err := m.headBlock(i, b, g.h, g.x, g.outs[i]); err != nil {

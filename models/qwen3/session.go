@@ -276,20 +276,7 @@ func (s *Session) graphStep(ctx context.Context, x backend.Tensor, cos, sin []fl
 	if err := m.be.Copy(g.x, x); err != nil {
 		return true, err
 	}
-	layers := func() error {
-		for i, l := range m.Layers {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			err := models.Do(m.Exec, m.LayerUnits[i], func() error {
-				return l.Attend(m.be, g.x, s.kc[i], s.vc[i], Span{Pos: s.len, Causal: true, PosAt: g.pos}, sc)
-			})
-			if err != nil {
-				return fmt.Errorf("qwen3: layer %d: %w", i, err)
-			}
-		}
-		return nil
-	}
+	layers := func() error { return s.stepLayers(ctx, g.x, g.pos, sc) }
 	// When the device-position ops refuse the first step (a cache longer
 	// than the decode kernel splits), Run says so and the step is redone
 	// op by op from x, which is untouched, rewriting the cache rows it
@@ -302,6 +289,25 @@ func (s *Session) graphStep(ctx context.Context, x backend.Tensor, cos, sin []fl
 	}
 	s.len++
 	return true, nil
+}
+
+// stepLayers queues the decoder layers over one token's hidden state x
+// at the cache row that pos holds in device memory (s.len when the step
+// runs op by op).
+func (s *Session) stepLayers(ctx context.Context, x, pos backend.Tensor, sc *Scratch) error {
+	m := s.m
+	for i, l := range m.Layers {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		err := models.Do(m.Exec, m.LayerUnits[i], func() error {
+			return l.Attend(m.be, x, s.kc[i], s.vc[i], Span{Pos: s.len, Causal: true, PosAt: pos}, sc)
+		})
+		if err != nil {
+			return fmt.Errorf("qwen3: layer %d: %w", i, err)
+		}
+	}
+	return nil
 }
 
 // EmbedTokens returns the embeddings of ids as a new F32 tensor [len(ids),
