@@ -385,26 +385,34 @@ func (b *Backend) Copy(dst, src backend.Tensor) error {
 // time.
 const embChunk = 1024
 
+// embeddingArgs unwraps the destination [rows, H] and the table [V, H]
+// of Embedding and EmbeddingAt.
+func (b *Backend) embeddingArgs(op string, dst, table backend.Tensor, rows int) (d, tt *Tensor, err error) {
+	if d, err = b.dstArg(op, "dst", dst); err != nil {
+		return nil, nil, err
+	}
+	if tt, err = b.floatArg(op, "table", table); err != nil {
+		return nil, nil, err
+	}
+	if len(tt.shape) != 2 {
+		return nil, nil, fmt.Errorf("cuda: %s: table %v must be [V, H]", op, tt)
+	}
+	if dr, dc := backend.Matrix(d); dr != rows || dc != tt.shape[1] {
+		return nil, nil, fmt.Errorf("cuda: %s: dst %v for %d ids of %d", op, d, rows, tt.shape[1])
+	}
+	return d, tt, nil
+}
+
 // Embedding gathers rows ids of table [V, H] (F32, F16 or BF16) into
 // dst [len(ids), H] as float32. The ids travel through the pinned staging
 // buffer; an id out of range is an error before anything is queued.
 func (b *Backend) Embedding(dst, table backend.Tensor, ids []int32) error {
 	const op = "embedding"
-	d, err := b.dstArg(op, "dst", dst)
+	d, tt, err := b.embeddingArgs(op, dst, table, len(ids))
 	if err != nil {
 		return err
-	}
-	tt, err := b.floatArg(op, "table", table)
-	if err != nil {
-		return err
-	}
-	if len(tt.shape) != 2 {
-		return fmt.Errorf("cuda: embedding: table %v must be [V, H]", tt)
 	}
 	V, H := tt.shape[0], tt.shape[1]
-	if dr, dc := backend.Matrix(d); dr != len(ids) || dc != H {
-		return fmt.Errorf("cuda: embedding: dst %v for %d ids of %d", d, len(ids), H)
-	}
 	for i, id := range ids {
 		if id < 0 || int(id) >= V {
 			return fmt.Errorf("cuda: embedding: id %d (at %d) outside the %d rows of the table", id, i, V)

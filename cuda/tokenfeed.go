@@ -73,29 +73,19 @@ func (g *gpu) freeHostTable(blk *block) error {
 // outside the table gives a row of zeros.
 func (b *Backend) EmbeddingAt(dst, table, ids backend.Tensor) error {
 	const op = "embedding at"
-	d, err := b.dstArg(op, "dst", dst)
-	if err != nil {
-		return err
-	}
-	tt, err := b.floatArg(op, "table", table)
-	if err != nil {
-		return err
-	}
 	it, err := b.arg(op, "ids", ids)
 	if err != nil {
 		return err
 	}
-	if len(tt.shape) != 2 {
-		return fmt.Errorf("cuda: %s: table %v must be [V, H]", op, tt)
+	R := int(it.elements())
+	if it.dt != tensor.I32 {
+		return fmt.Errorf("cuda: %s: ids %v must be I32, one a row of dst", op, it)
+	}
+	d, tt, err := b.embeddingArgs(op, dst, table, R)
+	if err != nil {
+		return err
 	}
 	H := tt.shape[1]
-	R, C := backend.Matrix(d)
-	if it.dt != tensor.I32 || it.elements() != int64(R) {
-		return fmt.Errorf("cuda: %s: ids %v must be %d I32 values, one a row of dst %v", op, it, R, d)
-	}
-	if C != H {
-		return fmt.Errorf("cuda: %s: dst %v for rows of %d", op, d, H)
-	}
 	if R == 0 || H == 0 {
 		return nil
 	}
