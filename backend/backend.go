@@ -250,6 +250,24 @@ type Fetch interface {
 	Release()
 }
 
+// FlowFeed is a backend that runs a flow's Euler steps on the device
+// (cuda): the Fourier features of the state and the Euler update, with the
+// step's time read from device memory, so that one captured graph serves
+// every step and the state comes back once, at the end.
+type FlowFeed interface {
+	// Fourier writes the features of x [T, C] into dst [T, (C+1)·2H]: for
+	// channel c of a row, sin(a_j)·√2 for j < H then cos(a_j)·√2, with
+	// a_j = ((x·freqs[c][j])·2)·π (freqs [C, H]), each float product
+	// rounded to float32 and the sine and cosine taken in double, then
+	// rounded; then row *step of tf [steps, 2H] (step an I32 tensor of
+	// one element; nil for row 0). The backend's sine and cosine may
+	// differ from Go's in the last bit of a double.
+	Fourier(dst, x, freqs, tf, step Tensor) error
+	// EulerStep sets x += dt[*step]·v elementwise (the product rounded to
+	// float32, then the sum), then *step += 1.
+	EulerStep(x, v, dt, step Tensor) error
+}
+
 // Stopwatch is a backend that times the work it has queued without
 // waiting for it (cuda): a stage's end is marked in the queue, and the
 // host goes on queuing the next stage while the device finishes this one.

@@ -14,6 +14,7 @@ type kernelSet struct {
 	rowsAtBF16, rowsAtF32        driver.Function // convert.cu
 	add, silu, siluMul, gelu     driver.Function // elementwise.cu
 	argmax                       driver.Function // elementwise.cu
+	fourier, eulerStep           driver.Function // flow.cu
 	// elementwise.cu: SiLUMul and the bias with its GELU, rounded to 16
 	// bits for the next product ([0] bf16, [1] f16).
 	siluMul16, addBias16       [2]driver.Function
@@ -72,6 +73,8 @@ func (k *kernelSet) entries() []kernelEntry {
 		{&k.silu, "vla_silu"},
 		{&k.siluMul, "vla_silu_mul"},
 		{&k.argmax, "vla_argmax"},
+		{&k.fourier, "vla_fourier"},
+		{&k.eulerStep, "vla_euler_step"},
 		{&k.gelu, "vla_gelu"},
 		{&k.siluMul16[0], "vla_silu_mul_bf16"},
 		{&k.siluMul16[1], "vla_silu_mul_f16"},

@@ -40,6 +40,9 @@ type Expert struct {
 	// NoGraphs runs Euler steps op by op even where a graph could replay
 	// them (see Sample): for comparisons.
 	NoGraphs bool
+	// HostEuler runs the Euler updates on the host, each step waiting for
+	// its velocity, even on a backend.FlowFeed (benchmarks compare).
+	HostEuler bool
 
 	// graph replays the Euler steps of the sample in progress, where the
 	// backend can; lastGraphed and lastGraphErr are the last sample's
@@ -52,6 +55,7 @@ type Expert struct {
 	layerUnits       []*models.Unit
 	invFreq          []float32
 	s                *scratch
+	flow             *devFlow // the Euler steps' device memory on a backend.FlowFeed
 }
 
 // Checkpoint prefixes of the action side (NVlabs/alpamayo
@@ -162,6 +166,7 @@ func prefixed(prefix string, specs []models.Spec) []models.Spec {
 
 // Close releases the Expert's backend tensors.
 func (e *Expert) Close() {
+	e.freeFlow()
 	if e.s != nil {
 		e.s.free(e.be)
 		e.s = nil
@@ -249,6 +254,15 @@ func (e *Expert) setInputs(x []float32, t float32) error {
 	}
 	if math.IsNaN(float64(t)) || math.IsInf(float64(t), 0) {
 		return fmt.Errorf("diffusion: flow time %g: %w", t, models.ErrBadInput)
+	}
+	ff, df, err := e.flowFeed()
+	if err != nil {
+		return err
+	}
+	if ff != nil {
+		// The features on the device, as the Euler steps there make them
+		// (integrateOnDevice): every path of a backend the same bits.
+		return e.deviceFeatures(ff, df, x, t)
 	}
 	if err := e.InProj.Fourier(s.featsH, x, t); err != nil {
 		return err

@@ -158,17 +158,9 @@ func (p *ActionInProj) Fourier(dst, x []float32, t float32) error {
 	return nil
 }
 
-// fourier is FourierEncoderV2.forward for one value: dst [2·len(freqs)].
-func fourier(dst []float32, v float32, freqs []float32) {
-	const pi = float32(math.Pi)
-	const sqrt2 = float32(math.Sqrt2)
-	half := len(freqs)
-	for j, f := range freqs {
-		a := float64(float32(float32(float32(v*f)*2) * pi))
-		dst[j] = float32(float32(math.Sin(a)) * sqrt2)
-		dst[half+j] = float32(float32(math.Cos(a)) * sqrt2)
-	}
-}
+// fourier is FourierEncoderV2.forward for one value: dst [2·len(freqs)]
+// (backend.FourierFeatures).
+func fourier(dst []float32, v float32, freqs []float32) { backend.FourierFeatures(dst, v, freqs) }
 
 // Forward embeds the uploaded features [T, feats] into out [T, hidden],
 // using s for the MLP's activations.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"vlanode/backend"
 	"vlanode/diffusion/actionspace"
 	"vlanode/models"
 )
@@ -49,7 +50,8 @@ func (e *Expert) Sample(ctx context.Context, prefixes []Prefix, opt SampleOption
 }
 
 // integrate runs one sample's Euler steps, replaying them from a graph
-// where the backend can (see models.StepGraph).
+// where the backend can (see models.StepGraph), all on the device where
+// it is a backend.FlowFeed and every unit is in place.
 func (e *Expert) integrate(ctx context.Context, flow Flow, x []float32, p Prefix) error {
 	if !e.NoGraphs {
 		e.graph = &models.StepGraph{}
@@ -58,6 +60,13 @@ func (e *Expert) integrate(ctx context.Context, flow Flow, x []float32, p Prefix
 			_ = e.graph.Close()
 			e.graph = nil
 		}()
+	}
+	ff, df, err := e.flowFeed()
+	if err != nil {
+		return err
+	}
+	if _, dp := e.be.(backend.DevicePos); ff != nil && dp && !e.HostEuler && models.Direct(e.Exec) {
+		return e.integrateOnDevice(ctx, ff, df, flow, x, &p)
 	}
 	return flow.Integrate(ctx, x, e.Field(p))
 }

@@ -1,11 +1,12 @@
 // Package replay is a test double for the graph capabilities of a
-// backend (backend.Capturer, backend.DevicePos, backend.TokenFeed) on any
-// backend, typically
-// the cpu one: a "graph" is the captured function, run again at each
-// Launch (its ops read their tensors then, as a replayed CUDA graph does),
-// and device positions (and tokens) are int tensors of its own. Models' graph logic
-// (capture once, replay, positions set before each launch, fall back when
-// refused) runs with it without a GPU, against the same model op by op.
+// backend (backend.Capturer, backend.DevicePos, backend.TokenFeed,
+// backend.FlowFeed) on any backend, typically the cpu one: a "graph" is
+// the captured function, run again at each Launch (its ops read their
+// tensors then, as a replayed CUDA graph does), and device positions (and
+// tokens, and step counters) are int tensors of its own. Models' graph
+// logic (capture once, replay, positions set before each launch, fall
+// back when refused) runs with it without a GPU, against the same model
+// op by op.
 package replay
 
 import (
@@ -17,13 +18,13 @@ import (
 	"vlanode/tensor"
 )
 
-// Backend wraps a backend with Capturer, DevicePos and TokenFeed done on
-// the host.
+// Backend wraps a backend with Capturer, DevicePos, TokenFeed and
+// FlowFeed done on the host.
 type Backend struct {
 	backend.Backend
 	// Captures and Launches count the graphs made and replayed; Fetches
-	// the FetchI32 calls.
-	Captures, Launches, Fetches int
+	// the FetchI32 calls, EulerSteps the EulerStep calls.
+	Captures, Launches, Fetches, EulerSteps int
 	// RefuseAttention makes AttentionAt fail, as a backend does for a
 	// cache longer than its decode kernel splits.
 	RefuseAttention bool
@@ -173,3 +174,68 @@ type fetched int32
 
 func (f fetched) Wait() ([]int32, error) { return []int32{int32(f)}, nil }
 func (f fetched) Release()               {}
+
+// Fourier computes backend.FlowFeed's features on the host
+// (backend.FourierFeatures), the time's row at the int tensor step (row 0
+// for nil).
+func (b *Backend) Fourier(dst, x, freqs, tf, step backend.Tensor) error {
+	row := 0
+	if step != nil {
+		p, err := position(step)
+		if err != nil {
+			return err
+		}
+		row = p.v
+	}
+	T, C := backend.Matrix(x)
+	_, H := backend.Matrix(freqs)
+	xv, err := b.Download(x)
+	if err != nil {
+		return err
+	}
+	fv, err := b.Download(freqs)
+	if err != nil {
+		return err
+	}
+	tv, err := b.Download(tf)
+	if err != nil {
+		return err
+	}
+	per := (C + 1) * 2 * H
+	out := make([]float32, T*per)
+	for w := range T {
+		for c := range C {
+			backend.FourierFeatures(out[w*per+c*2*H:w*per+(c+1)*2*H], xv[w*C+c], fv[c*H:(c+1)*H])
+		}
+		copy(out[w*per+C*2*H:(w+1)*per], tv[row*2*H:(row+1)*2*H])
+	}
+	return b.Upload(dst, out)
+}
+
+// EulerStep sets x += float32(dt[step]·v) on the host, then advances the
+// int tensor step.
+func (b *Backend) EulerStep(x, v, dt, step backend.Tensor) error {
+	p, err := position(step)
+	if err != nil {
+		return err
+	}
+	xv, err := b.Download(x)
+	if err != nil {
+		return err
+	}
+	vv, err := b.Download(v)
+	if err != nil {
+		return err
+	}
+	dv, err := b.Download(dt)
+	if err != nil {
+		return err
+	}
+	h := dv[p.v]
+	b.EulerSteps++
+	for i := range xv {
+		xv[i] += float32(h * vv[i])
+	}
+	p.v++
+	return b.Upload(x, xv)
+}

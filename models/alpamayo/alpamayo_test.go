@@ -117,7 +117,8 @@ func TestInferTiny(t *testing.T) {
 // host-side graphs (backend/replay): the decode and Euler steps go
 // through their graphs (captured once each, replayed after), and
 // reasoning, actions and trajectory are the bits of the plain cpu run.
-// Greedy decode steps take their tokens on the "device"
+// The Euler steps' features and updates run on the "device"
+// (backend.FlowFeed), the state read back once. Greedy decode steps take their tokens on the "device"
 // (backend.TokenFeed): each step is queued before the host reads the
 // token it feeds, and the same tokens come out where the reasoning ends
 // on <|im_end|> (the step queued after it dropped), on
@@ -178,6 +179,7 @@ func TestInferGraphsTiny(t *testing.T) {
 			assert.Equal(t, want.XYZ, got.XYZ)
 			assert.Equal(t, want.Rot, got.Rot)
 			require.True(t, got.DiffusionGraph, "Euler steps through a graph")
+			assert.Equal(t, 10, r.EulerSteps, "the Euler updates on the device")
 			if decodes == 0 {
 				assert.Equal(t, 1, r.Captures, "one Euler step graph")
 				assert.Equal(t, 10-1, r.Launches, "every Euler step after the first launches its graph")

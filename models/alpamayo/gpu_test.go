@@ -102,24 +102,26 @@ func BenchmarkStandardWorkload(b *testing.B) {
 	// vision stage ending in a wait for the device instead of a mark and
 	// every Free waiting for the device (the host no longer ahead of it),
 	// then with each greedy decode step waiting on the host for the token
-	// it feeds (SerialGreedy), then op by op: all in the same process, for
-	// their ratios.
+	// it feeds (SerialGreedy), then with each Euler step's update on the
+	// host after its velocity comes back (HostEuler), then op by op: all in
+	// the same process, for their ratios.
 	cb := gpu.(*cuda.Backend)
 	for _, v := range []struct {
 		name                                              string
 		noGraphs, serial, noEpilogues, hostGreedy, noRows bool
-		warpGEMV, mmaRows, waiting, hostFed               bool
+		warpGEMV, mmaRows, waiting, hostFed, hostEuler    bool
 	}{
-		{"graphs", false, false, false, false, false, false, false, false, false},
-		{"graphs-serial", false, true, false, false, false, false, false, false, false},
-		{"graphs-no-epilogues", false, false, true, false, false, false, false, false, false},
-		{"graphs-host-greedy", false, false, false, true, false, false, false, false, false},
-		{"graphs-cublas-rows", false, false, false, false, true, false, false, false, false},
-		{"graphs-mma-rows", false, false, false, false, false, false, true, false, false},
-		{"graphs-warp-gemv", false, false, false, false, false, true, false, false, false},
-		{"graphs-waiting", false, false, false, false, false, false, false, true, false},
-		{"graphs-host-fed", false, false, false, false, false, false, false, false, true},
-		{"op-by-op", true, false, false, false, false, false, false, false, false},
+		{"graphs", false, false, false, false, false, false, false, false, false, false},
+		{"graphs-serial", false, true, false, false, false, false, false, false, false, false},
+		{"graphs-no-epilogues", false, false, true, false, false, false, false, false, false, false},
+		{"graphs-host-greedy", false, false, false, true, false, false, false, false, false, false},
+		{"graphs-cublas-rows", false, false, false, false, true, false, false, false, false, false},
+		{"graphs-mma-rows", false, false, false, false, false, false, true, false, false, false},
+		{"graphs-warp-gemv", false, false, false, false, false, true, false, false, false, false},
+		{"graphs-waiting", false, false, false, false, false, false, false, true, false, false},
+		{"graphs-host-fed", false, false, false, false, false, false, false, false, true, false},
+		{"graphs-host-euler", false, false, false, false, false, false, false, false, false, true},
+		{"op-by-op", true, false, false, false, false, false, false, false, false, false},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			m.VLM.Text.NoGraphs, m.Expert.NoGraphs = v.noGraphs, v.noGraphs
@@ -127,6 +129,8 @@ func BenchmarkStandardWorkload(b *testing.B) {
 			defer func() { m.VLM.Text.HostGreedy = false }()
 			m.VLM.Text.SerialGreedy = v.hostFed
 			defer func() { m.VLM.Text.SerialGreedy = false }()
+			m.Expert.HostEuler = v.hostEuler
+			defer func() { m.Expert.HostEuler = false }()
 			m.SyncStages = v.waiting
 			defer func() { m.SyncStages = false }()
 			require.NoError(b, cb.SetWaitingFree(v.waiting))
