@@ -75,7 +75,10 @@
 // itself or a page-locked copy of a host table, HostTable, which kernels
 // read over the bus), and FetchI32 copies it back behind an event of its
 // own, so that the host queues a greedy decode step before it reads the
-// token the step feeds (qwen3.Session.StartGreedy).
+// token the step feeds (qwen3.Session.StartGreedy). backend.FlowFeed does
+// the same for the action expert's Euler steps: Fourier makes a step's
+// features from the state on the device and EulerStep updates it there,
+// the step's time picked by a device counter (diffusion's devFlow).
 //
 // # Kernels
 //

@@ -31,8 +31,11 @@ type devFlow struct {
 // one.
 func (e *Expert) flowFeed() (backend.FlowFeed, *devFlow, error) {
 	ff, ok := e.be.(backend.FlowFeed)
-	if !ok {
+	switch {
+	case !ok:
 		return nil, nil, nil
+	case e.s == nil:
+		return nil, nil, fmt.Errorf("diffusion: expert is closed")
 	}
 	if e.flow != nil {
 		return ff, e.flow, nil
