@@ -254,12 +254,40 @@ func (b *Backend) matmulsArgs(dsts []backend.Tensor, x backend.Tensor, ws, biase
 // MatMuls would round its input once for several cuBLAS products and
 // RMSNorm take a block per row, the norm writes that rounded input itself
 // (rmsNormTo16: the same bits, no float copy, no conversion pass; h
-// untouched); otherwise RMSNorm into h, then MatMuls.
+// untouched). For one row whose products take one streamed GEMV launch,
+// that launch normalizes x itself (gpu.normStream: the same bits, h
+// untouched). Otherwise RMSNorm into h, then MatMuls.
 func (b *Backend) RMSNormMatMuls(dsts []backend.Tensor, h, x, nw backend.Tensor, eps float32, ws, biases []backend.Tensor) error {
 	seq := func() error { return backend.RMSNormMatMulsSeq(b, dsts, h, x, nw, eps, ws, biases) }
 	ht, xt, wt, rows, n, err := b.normArgs("rmsnorm+matmuls", h, x, nw)
 	if err != nil {
 		return err
+	}
+	if rows == 1 && len(dsts) >= 2 && len(ws) == len(dsts) && (biases == nil || len(biases) == len(dsts)) {
+		ops, gemv, _, err := b.matmulsArgs(dsts, h, ws, biases)
+		if err != nil {
+			return err
+		}
+		apart := false // an output overlaps x or h: the sequence's checks and order
+		for _, a := range ops {
+			apart = apart || a.d.overlaps(xt) || a.d.overlaps(ht)
+		}
+		if gemv && !apart {
+			// The sequence's launches (RMSNorm, then MatMuls' GEMV), unless
+			// the streamed GEMV takes the norm.
+			return b.run(func(g *gpu) error {
+				if !g.noGEMV && g.normStream(xt, ops[0].K) {
+					return g.gemvStream("norm+matmuls gemv stream", withX(ops, xt), gstreamModeSet, &gstreamNorm{w: wt, eps: eps})
+				}
+				if err := g.rmsNorm(ht, xt, wt, rows, n, eps); err != nil {
+					return err
+				}
+				if g.noGEMV {
+					return g.matmulsInTurn(ops)
+				}
+				return g.gemv3(ops)
+			})
+		}
 	}
 	// One row (decode) takes the GEMV kernels, which read x as float: the
 	// sequence, without checking the products twice.
@@ -346,6 +374,14 @@ func (b *Backend) RMSNormMLP(x, h, gate, up, nw backend.Tensor, eps float32, wg,
 			return seq()
 		}
 		return b.run(func(g *gpu) error {
+			if !g.noGEMV && g.normStream(xt, ga.K) {
+				// The norm in the gate·up launch itself.
+				glu := withX([]matmulOperands{ga, ua}, xt)
+				if err := g.gemvStream("norm+swiglu gemv stream", glu, gstreamModeGLU, &gstreamNorm{w: wt, eps: eps}); err != nil {
+					return err
+				}
+				return g.gemv(xt, da.x, da.w, nil, da.M, da.N, da.K, true)
+			}
 			if err := g.rmsNorm(ht, xt, wt, rows, n, eps); err != nil {
 				return err
 			}
@@ -404,7 +440,7 @@ func (g *gpu) matmulsInTurn(ops []matmulOperands) error {
 // gemv3 queues up to three one-row projections in one vla_gemv3 launch.
 func (g *gpu) gemv3(ops []matmulOperands) error {
 	if g.useStream(ops[0].K) {
-		return g.gemvStream("matmuls gemv stream", ops, gstreamModeSet)
+		return g.gemvStream("matmuls gemv stream", ops, gstreamModeSet, nil)
 	}
 	// vla_gemv3_args: float *y[3]; const uint4 *w[3]; const void
 	// *bias[3]; int bdt[3]; int n[3] — 96 bytes, 8-byte aligned.
@@ -433,7 +469,7 @@ func (g *gpu) gemv3(ops []matmulOperands) error {
 // vla_gemv_swiglu launch.
 func (g *gpu) gemvSwiGLU(ga, ua matmulOperands) error {
 	if g.useStream(ga.K) {
-		return g.gemvStream("swiglu gemv stream", []matmulOperands{ga, ua}, gstreamModeGLU)
+		return g.gemvStream("swiglu gemv stream", []matmulOperands{ga, ua}, gstreamModeGLU, nil)
 	}
 	f := g.k.gemvSwiGLU[kind16(ga.w.dt)]
 	g.args.Reset()

@@ -33,7 +33,7 @@ func (g *gpu) gemv(d, x, w, bias *Tensor, M, N, K int, accum bool) error {
 		if accum {
 			mode, name = gstreamModeAdd, "matmul+residual gemv stream"
 		}
-		return g.gemvStream(name, []matmulOperands{{d: d, x: x, w: w, bias: bias, M: M, N: N, K: K}}, mode)
+		return g.gemvStream(name, []matmulOperands{{d: d, x: x, w: w, bias: bias, M: M, N: N, K: K}}, mode, nil)
 	}
 	bp, bdt := biasArg(bias)
 	g.args.Reset()

@@ -30,14 +30,20 @@ const (
 	gstreamMinArch = 90                // cp.async.bulk and mbarrier transaction counts
 	gstreamMinRTC  = 12                // the NVRTC that knows them (kernels built by older ones trap)
 	gstreamBarrier = 8                 // bytes of shared memory a buffer's barrier takes
+	gstreamNormSum = 32 * 8            // bytes of shared memory for a norm's block sum (32 doubles)
 )
 
 // gstreamSmem is a block's dynamic shared memory for slots (a multiple of
 // gstreamWarps·gstreamRows: each warp has slots/gstreamWarps, a buffer
 // of gstreamRows slots for each of its steps in flight, and a barrier a
-// buffer) and x of depth K (rounded, as floats).
-func gstreamSmem(slots, K int) int {
-	return slots*gstreamPiece + slots/gstreamRows*gstreamBarrier + 4*K
+// buffer), x of depth K (rounded: packed in 16 bits with xh, else as
+// floats) and a norm's block sum.
+func gstreamSmem(slots, K int, xh bool) int {
+	xb := 4 * K
+	if xh {
+		xb = 2 * K
+	}
+	return slots*gstreamPiece + slots/gstreamRows*gstreamBarrier + xb + gstreamNormSum
 }
 
 // allowStreamSmem turns the streamed GEMV on where it is built: sm_90 or
@@ -74,15 +80,34 @@ func (g *gpu) grantSmem(fs []driver.Function, bytes int) string {
 // write the bias alone). The choice depends on K alone, and both kernels
 // compute the same bits.
 func (g *gpu) useStream(K int) bool {
-	return g.gstreamOK && !g.noStream && K > 0 && gstreamSmem(g.gstreamSlots, K) <= gstreamMaxSmem
+	return g.gstreamOK && !g.noStream && K > 0 && gstreamSmem(g.gstreamSlots, K, !g.gstreamFloatX) <= gstreamMaxSmem
+}
+
+// gstreamNorm is an RMSNorm that a vla_gemv_stream launch applies to x
+// itself before its products read it: weight w (of x's length), eps.
+type gstreamNorm struct {
+	w   *Tensor
+	eps float32
+}
+
+// normStream says whether the one-row products of depth K may read
+// RMSNorm(x) through vla_gemv_stream's own norm (gstreamNorm) rather than
+// after a vla_rmsnorm launch: where they take the streamed kernel, x is
+// 16-byte aligned and K > warpRowMax, so that vla_rmsnorm would reduce
+// the row with a block of gstreamThreads threads, as the streamed kernel's
+// block does: the same sums in the same order, the same bits.
+// Backend.SetNormGEMV(false) turns it off.
+func (g *gpu) normStream(x *Tensor, K int) bool {
+	return !g.noNormStream && g.useStream(K) && K > warpRowMax && rowThreads(K) == gstreamThreads && x.ptr%16 == 0
 }
 
 // gemvStream queues the one-row products of ops (one K, one weight type;
 // the caller checked useGEMV for each and useStream(K)) in one
 // vla_gemv_stream launch: mode gstreamModeSet for up to three ops,
 // gstreamModeAdd for one, gstreamModeGLU for gate and up (ops[0].d gets
-// silu(gate)·up).
-func (g *gpu) gemvStream(name string, ops []matmulOperands, mode int32) error {
+// silu(gate)·up). With norm (the caller checked normStream), the products
+// read RMSNorm(ops[0].x) instead of ops[0].x.
+func (g *gpu) gemvStream(name string, ops []matmulOperands, mode int32, norm *gstreamNorm) error {
 	// vla_gstream_args: the ops (putOpArgs), then int mode, slots, pad.
 	var st [gstreamArgLen]byte
 	le := binary.LittleEndian
@@ -112,8 +137,14 @@ func (g *gpu) gemvStream(name string, ops []matmulOperands, mode int32) error {
 	blocks := max(1, min(g.info.SMs, groups))
 	g.args.Reset()
 	g.args.Struct(st[:], 8).Ptr(ops[0].x.ptr).I32(int32(ops[0].K)).I32(boolArg(early))
-	f := g.k.gemvStream[kind16(ops[0].w.dt)]
-	if err := g.launch(name, f, driver.Dim3{uint32(blocks), 1, 1}, block1D(gstreamThreads), uint32(gstreamSmem(slots, ops[0].K))); err != nil {
+	if norm != nil {
+		g.args.Ptr(norm.w.ptr).I32(dtypeCode(norm.w.dt)).F32(norm.eps).I32(boolArg(g.gemvEarly(norm.w)))
+	} else {
+		g.args.Ptr(0).I32(0).F32(0).I32(0)
+	}
+	xh := !g.gstreamFloatX
+	f := g.k.gemvStream[kind16(ops[0].w.dt)+2*int(boolArg(xh))]
+	if err := g.launch(name, f, driver.Dim3{uint32(blocks), 1, 1}, block1D(gstreamThreads), uint32(gstreamSmem(slots, ops[0].K, xh))); err != nil {
 		return fmt.Errorf("cuda: matmul 1×%d×%d: %w", items, ops[0].K, err)
 	}
 	return nil

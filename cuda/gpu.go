@@ -84,6 +84,8 @@ type gpu struct {
 	gstreamOK      bool                // vla_gemv_stream is built and granted its shared memory
 	gstreamOff     string              // why not, when not
 	noStream       bool                // benchmarks: one-row products on the warp-per-column GEMVs
+	gstreamFloatX  bool                // benchmarks: vla_gemv_stream holds x as floats, not packed in 16 bits (SetGEMVFloatX)
+	noNormStream   bool                // benchmarks: decode norms by vla_rmsnorm ahead of the streamed GEMV (SetNormGEMV)
 	waitingFree    bool                // benchmarks: Free waits for the stream (SetWaitingFree)
 	gstreamSlots   int                 // vla_gemv_stream's ring slots (gstreamSlots; tests change it)
 	noEpilogues    bool                // benchmarks: biases and GELUs by kernels of ours, not cuBLASLt

@@ -438,7 +438,7 @@ func TestGPUFusedRMSNormMatMuls(t *testing.T) {
 	b := gpuBackend(t)
 	r := rand.New(rand.NewPCG(7, 10))
 	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
-		for _, c := range []struct{ M, H int }{{64, 2048}, {300, 4096}, {3, 2048}, {1, 2048}, {64, 512}} {
+		for _, c := range []struct{ M, H int }{{64, 2048}, {300, 4096}, {3, 2048}, {1, 2048}, {1, 4096}, {1, 6144}, {1, 1024}, {64, 512}} {
 			for _, withBias := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%v/M=%d/H=%d/bias=%v", dt, c.M, c.H, withBias), func(t *testing.T) {
 					M, H := c.M, c.H
@@ -463,9 +463,8 @@ func TestGPUFusedRMSNormMatMuls(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
-					if err := b.RMSNormMatMuls(d2, h2, x, nw, 1e-6, ws, biases); err != nil {
-						t.Fatal(err)
-					}
+					noErrs(t, b.StartTrace(), b.RMSNormMatMuls(d2, h2, x, nw, 1e-6, ws, biases))
+					normInGEMV(t, b, M, H, "norm+matmuls gemv stream")
 					for i := range ns {
 						sameBits(t, fmt.Sprintf("projection %d", i), download(t, b, d2[i]), download(t, b, d1[i]))
 					}
@@ -482,7 +481,7 @@ func TestGPUFusedRMSNormMLP(t *testing.T) {
 	b := gpuBackend(t)
 	r := rand.New(rand.NewPCG(7, 11))
 	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
-		for _, c := range []struct{ M, H, FF int }{{1, 2048, 1000}, {1, 4096, 512}, {1, 768, 1000}, {3, 2048, 1000}, {64, 2048, 512}} {
+		for _, c := range []struct{ M, H, FF int }{{1, 2048, 1000}, {1, 4096, 512}, {1, 6144, 512}, {1, 768, 1000}, {3, 2048, 1000}, {64, 2048, 512}} {
 			t.Run(fmt.Sprintf("%v/M=%d/H=%d/FF=%d", dt, c.M, c.H, c.FF), func(t *testing.T) {
 				M, H, FF := c.M, c.H, c.FF
 				xv := randVals(r, M*H, 2)
@@ -494,8 +493,9 @@ func TestGPUFusedRMSNormMLP(t *testing.T) {
 				x2, h2, g2, u2 := upload(t, b, xv, M, H), alloc(t, b, M, H), alloc(t, b, M, FF), alloc(t, b, M, FF)
 				noErrs(t,
 					b.RMSNorm(h1, x1, nw, 1e-6), b.SwiGLU(g1, u1, h1, wg, wu), b.MatMul(h1, g1, wd, nil), b.Add(x1, x1, h1),
-					b.RMSNormMLP(x2, h2, g2, u2, nw, 1e-6, wg, wu, wd),
+					b.StartTrace(), b.RMSNormMLP(x2, h2, g2, u2, nw, 1e-6, wg, wu, wd),
 				)
+				normInGEMV(t, b, M, H, "norm+swiglu gemv stream")
 				sameBits(t, "x + mlp(norm(x))", download(t, b, x2), download(t, b, x1))
 			})
 		}
@@ -509,6 +509,29 @@ func TestGPUFusedRMSNormMLP(t *testing.T) {
 	}
 	if err := b.RMSNormMLP(x, h, g, alloc(t, b, 1, 256), alloc(t, b, 1, 1000), 1e-6, w1, w1, w2); err == nil {
 		t.Fatal("a norm weight of the wrong size: no error")
+	}
+}
+
+// normInGEMV stops the trace of one fused norm-and-products op and checks
+// where its norm ran: for one row of more than 1,024 where the streamed
+// GEMV runs, inside the launch named fused (no vla_rmsnorm launch);
+// otherwise in an rmsnorm launch of its own.
+func normInGEMV(t *testing.T, b *Backend, M, H int, fused string) {
+	t.Helper()
+	ops, err := b.StopTrace()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stream bool
+	noErrs(t, b.run(func(g *gpu) error { stream = g.gstreamOK; return nil }))
+	want := M == 1 && H > warpRowMax && stream
+	var inside, apart bool
+	for _, o := range ops {
+		inside = inside || strings.HasPrefix(o.Op, fused+" ")
+		apart = apart || strings.HasPrefix(o.Op, "rmsnorm ")
+	}
+	if inside != want || apart == want {
+		t.Errorf("M=%d H=%d (streamed GEMV %v): the norm in %q %v, in its own launch %v; ops %v", M, H, stream, fused, inside, apart, ops)
 	}
 }
 

@@ -19,6 +19,12 @@ import (
 // loudly; where it is built, the kernel being off is a failure.
 func streamSlots(t *testing.T, b *Backend, slots, K int, fn func()) {
 	t.Helper()
+	streamRing(t, b, slots, K, false, fn)
+}
+
+// streamRing is streamSlots with x held as floats (floatX) or packed.
+func streamRing(t *testing.T, b *Backend, slots, K int, floatX bool, fn func()) {
+	t.Helper()
 	var skip string
 	noErrs(t, b.run(func(g *gpu) error {
 		if !g.gstreamOK {
@@ -32,7 +38,7 @@ func streamSlots(t *testing.T, b *Backend, slots, K int, fn func()) {
 			}
 			return fmt.Errorf("vla_gemv_stream is off here (sm_%d, %s): %s", g.info.ComputeCapability, g.info.NVRTC, g.gstreamOff)
 		}
-		g.gstreamSlots = slots
+		g.gstreamSlots, g.gstreamFloatX = slots, floatX
 		if !g.useStream(K) {
 			return fmt.Errorf("%d slots and K = %d do not fit a block's shared memory", slots, K)
 		}
@@ -41,7 +47,7 @@ func streamSlots(t *testing.T, b *Backend, slots, K int, fn func()) {
 	if skip != "" {
 		t.Skipf("SKIPPED: vla_gemv_stream is not built here: %s", skip)
 	}
-	defer b.run(func(g *gpu) error { g.gstreamSlots = gstreamSlots; return nil })
+	defer b.run(func(g *gpu) error { g.gstreamSlots, g.gstreamFloatX = gstreamSlots, false; return nil })
 	fn()
 }
 
@@ -59,13 +65,18 @@ func TestGPUStreamGEMV(t *testing.T) {
 	// Rows of two pieces (K = 4,096), part of one (K = 1,000: 2,000
 	// bytes), six (K = 12,288) and three, the last of 16 bytes (K =
 	// 4,104); fewer columns than SMs, odd counts; one to three steps of
-	// a warp in flight.
+	// a warp in flight; x packed in 16 bits (the default) and as floats
+	// (three steps at K = 12,288 fit only packed).
 	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
-		for _, c := range []struct{ N, K, slots int }{
-			{4096, 4096, gstreamSlots}, {1024, 12288, gstreamSlots}, {5, 1000, gstreamSlots}, {301, 4104, 16},
-			{700, 4096, 48}, {2001, 12288, 16},
+		for _, c := range []struct {
+			N, K, slots int
+			floatX      bool
+		}{
+			{4096, 4096, gstreamSlots, false}, {1024, 12288, gstreamSlots, false}, {5, 1000, gstreamSlots, false},
+			{301, 4104, 16, false}, {700, 4096, 48, false}, {2001, 12288, 16, false}, {700, 12288, 48, false},
+			{4096, 4096, gstreamSlots, true}, {1024, 12288, gstreamSlots, true}, {301, 4104, 16, true},
 		} {
-			t.Run(fmt.Sprintf("%v/1x%dx%d/slots=%d", dt, c.N, c.K, c.slots), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%v/1x%dx%d/slots=%d/floatx=%v", dt, c.N, c.K, c.slots, c.floatX), func(t *testing.T) {
 				N, K := c.N, c.K
 				xv := randVals(r, K, 1)
 				x := upload(t, b, xv, 1, K)
@@ -90,7 +101,7 @@ func TestGPUStreamGEMV(t *testing.T) {
 						download(t, b, v), download(t, b, gate)}
 				}
 				var got, want [][]float32
-				streamSlots(t, b, c.slots, c.K, func() { got = run() })
+				streamRing(t, b, c.slots, c.K, c.floatX, func() { got = run() })
 				warpKernels(t, b, func() { want = run() })
 				for i, what := range []string{"matmul+bias", "residual", "matmuls q", "matmuls k", "matmuls v", "swiglu"} {
 					sameBits(t, what, got[i], want[i])

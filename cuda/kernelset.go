@@ -34,7 +34,7 @@ type kernelSet struct {
 	gemv3, gemvSwiGLU [2]driver.Function
 	// gemv_stream.cu: the same products with the weight streamed by
 	// bulk copies ([0] bf16, [1] f16 weights).
-	gemvStream [2]driver.Function
+	gemvStream [4]driver.Function // bf16, f16; then with x held in 16 bits (gstreamXH)
 	// gemm_rows.cu: products of 2 to 64 rows ([0] bf16, [1] f16 weights).
 	gemmRows   [2]driver.Function
 	gemmRowsWG [2]driver.Function // sm_90a: on wgmma (gpu.rowsWG)
@@ -108,6 +108,8 @@ func (k *kernelSet) entries() []kernelEntry {
 		{&k.gemvSwiGLU[1], "vla_gemv_swiglu_f16"},
 		{&k.gemvStream[0], "vla_gemv_stream_bf16"},
 		{&k.gemvStream[1], "vla_gemv_stream_f16"},
+		{&k.gemvStream[2], "vla_gemv_stream_bf16_xh"},
+		{&k.gemvStream[3], "vla_gemv_stream_f16_xh"},
 		{&k.gemmRows[0], "vla_gemm_rows_bf16"},
 		{&k.gemmRows[1], "vla_gemm_rows_f16"},
 		{&k.gemmRowsWG[0], "vla_gemm_rows_wg_bf16"},

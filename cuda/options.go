@@ -162,6 +162,30 @@ func (b *Backend) SetStreamGEMV(on bool) error {
 	})
 }
 
+// SetNormGEMV says whether a decoder layer's RMSNorm of one row ahead of
+// its products (RMSNormMatMuls, RMSNormMLP) runs inside the streamed GEMV
+// launch (on, the default where vla_gemv_stream runs) or as a vla_rmsnorm
+// launch ahead of it (off), for the ops queued after the call: for
+// benchmarks that compare the two in one process. Both compute the same
+// bits. A graph keeps the launches it was captured with.
+func (b *Backend) SetNormGEMV(on bool) error {
+	return b.run(func(g *gpu) error {
+		g.noNormStream = !on
+		return nil
+	})
+}
+
+// SetGEMVFloatX says whether vla_gemv_stream holds x in shared memory as
+// floats (on) or packed in the weight's 16-bit type (off, the default:
+// half the bytes), for the ops queued after the call: for benchmarks. The
+// same bits either way.
+func (b *Backend) SetGEMVFloatX(on bool) error {
+	return b.run(func(g *gpu) error {
+		g.gstreamFloatX = on
+		return nil
+	})
+}
+
 // SetWaitingFree says whether Free waits until the work queued before it
 // has run (on), or returns at once (off, the default: the block is reused
 // only by work queued after it): for benchmarks that measure what the

@@ -41,10 +41,8 @@ template <bool F16> __device__ __forceinline__ void vla_unpack8(uint4 c, float *
 	}
 }
 
-// vla_round8 reads 8 floats of x and rounds them to the weight's type.
-template <bool F16> __device__ __forceinline__ void vla_round8(const float *__restrict__ x, float *f) {
-	const float4 a = ((const float4 *)x)[0], b = ((const float4 *)x)[1];
-	const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+// vla_round8v rounds 8 floats v to the weight's type (as floats in f).
+template <bool F16> __device__ __forceinline__ void vla_round8v(const float *v, float *f) {
 #pragma unroll
 	for (int i = 0; i < 4; i++) {
 		if (F16) {
@@ -57,6 +55,13 @@ template <bool F16> __device__ __forceinline__ void vla_round8(const float *__re
 			f[2 * i + 1] = __uint_as_float(p & 0xffff0000u);
 		}
 	}
+}
+
+// vla_round8 reads 8 floats of x and rounds them to the weight's type.
+template <bool F16> __device__ __forceinline__ void vla_round8(const float *__restrict__ x, float *f) {
+	const float4 a = ((const float4 *)x)[0], b = ((const float4 *)x)[1];
+	const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+	vla_round8v<F16>(v, f);
 }
 
 // vla_gemv_chunk adds the products of one 16-byte weight chunk (index c

@@ -33,6 +33,7 @@
 #define VLA_GSTREAM_PIECE 4096 // bytes of a row a step (a slot)
 #define VLA_GSTREAM_OPS 3
 #define VLA_GSTREAM_THREADS (32 * VLA_GSTREAM_WARPS)
+#define VLA_GSTREAM_NW_HELD 2 // chunks of 8 of a norm weight a thread loads ahead (K <= 4096)
 
 // vla_gstream_args: up to three weights of one K that share x. Mode 0:
 // y[i][n] = x·w[i][n] + bias[i][n]; mode 1: the same added to y (the
@@ -101,14 +102,21 @@ __device__ __forceinline__ const uint4 *vla_gstream_row(const vla_gstream_args &
 }
 
 // vla_gstream_chunk adds the products of one 16-byte chunk of each of two
-// rows (wa, wb) with x's 8 values at xa[0] and xa[kc] (x rounded to the
-// weight's type, as float, in two planes so that a warp's reads of
-// consecutive chunks meet no bank conflict) to acc: the products and
-// order of vla_gemv_chunk, for each row.
-template <bool F16>
-__device__ __forceinline__ void vla_gstream_chunk(uint4 wa, uint4 wb, const float4 *xa, int kc, float *acc) {
-	const float4 a = xa[0], b = xa[kc];
-	const float xf[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+// rows (wa, wb) with x's 8 values at xa (x rounded to the weight's type:
+// with XH, 8 packed 16-bit values at xa[0]; else as float, in two planes,
+// xa[0] and xa[kc], so that a warp's reads of consecutive chunks meet no
+// bank conflict) to acc: the products and order of vla_gemv_chunk, for
+// each row.
+template <bool F16, bool XH>
+__device__ __forceinline__ void vla_gstream_chunk(uint4 wa, uint4 wb, const uint4 *xa, int kc, float *acc) {
+	float xf[8];
+	if (XH) {
+		vla_unpack8<F16>(xa[0], xf);
+	} else {
+		const float4 a = *(const float4 *)xa, b = *(const float4 *)(xa + kc);
+		xf[0] = a.x, xf[1] = a.y, xf[2] = a.z, xf[3] = a.w;
+		xf[4] = b.x, xf[5] = b.y, xf[6] = b.z, xf[7] = b.w;
+	}
 	float fa[8], fb[8];
 	vla_unpack8<F16>(wa, fa);
 	vla_unpack8<F16>(wb, fb);
@@ -123,12 +131,12 @@ __device__ __forceinline__ void vla_gstream_chunk(uint4 wa, uint4 wb, const floa
 // in shared memory at sa and sb, the rows' chunks from cb on) to acc[0]
 // and acc[1], the lane's chunks in vla_gemv_dot's order. A whole piece
 // (the common case) takes the unrolled path: constant offsets, no loop.
-template <bool F16>
-__device__ __forceinline__ void vla_gstream_dot(const uint4 *sa, const uint4 *sb, int pc, int cb, const float4 *xs,
+template <bool F16, bool XH>
+__device__ __forceinline__ void vla_gstream_dot(const uint4 *sa, const uint4 *sb, int pc, int cb, const uint4 *xs,
                                                 int kc, int lane, float *acc) {
 	constexpr int PC = VLA_GSTREAM_PIECE / 16; // chunks of a whole piece
 	if (pc == PC) {
-		const float4 *xl = xs + cb + lane;
+		const uint4 *xl = xs + cb + lane;
 #pragma unroll
 		for (int b = 0; b < PC / 32; b += VLA_GEMV_UNROLL / 2) {
 			uint4 wa[VLA_GEMV_UNROLL / 2], wb[VLA_GEMV_UNROLL / 2];
@@ -138,11 +146,12 @@ __device__ __forceinline__ void vla_gstream_dot(const uint4 *sa, const uint4 *sb
 				wb[u] = sb[lane + 32 * (b + u)];
 			}
 #pragma unroll
-			for (int u = 0; u < VLA_GEMV_UNROLL / 2; u++) vla_gstream_chunk<F16>(wa[u], wb[u], xl + 32 * (b + u), kc, acc);
+			for (int u = 0; u < VLA_GEMV_UNROLL / 2; u++)
+				vla_gstream_chunk<F16, XH>(wa[u], wb[u], xl + 32 * (b + u), kc, acc);
 		}
 		return;
 	}
-	for (int c = lane; c < pc; c += 32) vla_gstream_chunk<F16>(sa[c], sb[c], xs + cb + c, kc, acc);
+	for (int c = lane; c < pc; c += 32) vla_gstream_chunk<F16, XH>(sa[c], sb[c], xs + cb + c, kc, acc);
 }
 
 // vla_gstream_store stores the sum v of column n (numbered across the
@@ -152,9 +161,10 @@ __device__ __forceinline__ void vla_gstream_store(const vla_gstream_args &a, int
 	vla_gemv_store<1>(a.y[j], &v, a.bias[j], a.bdt[j], a.n[j], n, a.mode == 1);
 }
 
-template <bool F16>
+template <bool F16, bool XH>
 __device__ __forceinline__ void vla_gemv_stream(const vla_gstream_args &a, const float *__restrict__ x, int K,
-                                                int early) {
+                                                int early, const void *__restrict__ nw, int nwdt, float eps,
+                                                int nw_early) {
 #ifdef VLA_HAS_BULK
 	extern __shared__ __align__(128) uint4 vla_gstream_smem[];
 	constexpr int W = VLA_GSTREAM_WARPS, R = VLA_GSTREAM_ROWS, P = VLA_GSTREAM_PIECE;
@@ -166,7 +176,8 @@ __device__ __forceinline__ void vla_gemv_stream(const vla_gstream_args &a, const
 	const u32 ring = base + warp * depth * R * P;
 	const u32 full = base + a.slots * P + 8 * warp * depth;
 	const uint4 *slot0 = vla_gstream_smem + warp * depth * R * (P / 16);
-	float4 *xs = (float4 *)((char *)vla_gstream_smem + a.slots * P + 8 * (a.slots / R));
+	uint4 *xs = (uint4 *)((char *)vla_gstream_smem + a.slots * P + 8 * (a.slots / R));
+	const int xchunks = XH ? K >> 3 : K >> 2; // 16-byte entries of x there
 	const int kc = K >> 3, rowBytes = 2 * K;
 	const int ppr = (rowBytes + P - 1) / P; // pieces a row, steps a group
 	// The columns in groups of R rows: for modes 0 and 1 pairs of columns
@@ -199,7 +210,20 @@ __device__ __forceinline__ void vla_gemv_stream(const vla_gstream_args &a, const
 		if (early)
 			for (int t = 0; t < depth && t < steps; t++) copy();
 	}
+	// The norm weight's first chunks of this thread, before the wait where
+	// no kernel writes it (nw_early).
+	float nwv[VLA_GSTREAM_NW_HELD][8];
+	const auto loadNW = [&]() {
+#pragma unroll
+		for (int u = 0; u < VLA_GSTREAM_NW_HELD; u++) {
+			const int c = threadIdx.x + u * VLA_GSTREAM_THREADS;
+#pragma unroll
+			for (int i = 0; i < 8; i++) nwv[u][i] = c < kc ? vla_load(nw, nwdt, 8 * c + i) : 0.0f;
+		}
+	};
+	if (nw && nw_early) loadNW();
 	vla_pdl_enter(); // x is the kernel ahead's output
+	if (nw && !nw_early) loadNW();
 	if (lane == 0 && !early)
 		for (int t = 0; t < depth && t < steps; t++) copy();
 	// A warp lets the next kernel be placed once it has issued its last
@@ -207,15 +231,49 @@ __device__ __forceinline__ void vla_gemv_stream(const vla_gstream_args &a, const
 	// one's last bytes arrive, where shared memory allows).
 	bool triggered = steps <= depth;
 	if (triggered) vla_pdl_launch();
-	for (int c = threadIdx.x; c < kc; c += VLA_GSTREAM_THREADS) {
+	// With a norm weight, x is first normalized (vla_rmsnorm's sums in its
+	// order: this block has its 256 threads) and then rounded.
+	float rs = 0.0f;
+	if (nw) {
+		double ss = vla_norm_sumsq<false>((float *)x, 0, K);
+		ss = vla_block_sum_d(ss, (double *)(xs + xchunks));
+		const float ms = (float)(ss / (double)K);
+		rs = (float)(1.0 / sqrt((double)(ms + eps)));
+	}
+	// Chunk c of x (normalized with weight chunk wv, or loaded from nw
+	// where null) rounded into shared memory: packed (XH), or as floats
+	// in two planes.
+	const auto put = [&](int c, const float *wv) {
+		const float4 a4 = ((const float4 *)(x + 8 * c))[0], b4 = ((const float4 *)(x + 8 * c))[1];
+		float v[8] = {a4.x, a4.y, a4.z, a4.w, b4.x, b4.y, b4.z, b4.w};
+		if (nw) {
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				v[i] = __fmul_rn(wv ? wv[i] : vla_load(nw, nwdt, 8 * c + i), __fmul_rn(v[i], rs));
+		}
+		if (XH) {
+			u32 p[4];
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				p[i] = F16 ? vla_pack_f16x2(v[2 * i], v[2 * i + 1]) : vla_pack_bf16x2(v[2 * i], v[2 * i + 1]);
+			xs[c] = make_uint4(p[0], p[1], p[2], p[3]);
+			return;
+		}
 		float f[8];
-		vla_round8<F16>(x + 8 * c, f);
+		vla_round8v<F16>(v, f);
 		float4 lo4, hi4;
 		lo4.x = f[0], lo4.y = f[1], lo4.z = f[2], lo4.w = f[3];
 		hi4.x = f[4], hi4.y = f[5], hi4.z = f[6], hi4.w = f[7];
-		xs[c] = lo4;
-		xs[c + kc] = hi4;
+		*(float4 *)(xs + c) = lo4;
+		*(float4 *)(xs + c + kc) = hi4;
+	};
+#pragma unroll
+	for (int u = 0; u < VLA_GSTREAM_NW_HELD; u++) {
+		const int c = threadIdx.x + u * VLA_GSTREAM_THREADS;
+		if (c < kc) put(c, nwv[u]);
 	}
+	for (int c = threadIdx.x + VLA_GSTREAM_NW_HELD * VLA_GSTREAM_THREADS; c < kc; c += VLA_GSTREAM_THREADS)
+		put(c, nullptr);
 	__syncthreads();
 	float acc[R] = {0.0f, 0.0f};
 	// s: the buffer of step t (t % depth), ph: its round's parity, pr: the
@@ -224,7 +282,7 @@ __device__ __forceinline__ void vla_gemv_stream(const vla_gstream_args &a, const
 		const int pc = min(P, rowBytes - pr * P) >> 4;
 		vla_mbar_wait(full + 8 * s, (u32)ph);
 		const uint4 *sa = slot0 + s * R * (P / 16);
-		vla_gstream_dot<F16>(sa, sa + P / 16, pc, pr * (P / 16), xs, kc, lane, acc);
+		vla_gstream_dot<F16, XH>(sa, sa + P / 16, pc, pr * (P / 16), xs, kc, lane, acc);
 		__syncwarp(); // the buffer is read: lane 0 refills it
 		if (lane == 0 && t + depth < steps) {
 			asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -257,11 +315,19 @@ __device__ __forceinline__ void vla_gemv_stream(const vla_gstream_args &a, const
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(VLA_GSTREAM_THREADS)
-    vla_gemv_stream_bf16(vla_gstream_args a, const float *__restrict__ x, int K, int early) {
-	vla_gemv_stream<false>(a, x, K, early);
-}
-extern "C" __global__ void __launch_bounds__(VLA_GSTREAM_THREADS)
-    vla_gemv_stream_f16(vla_gstream_args a, const float *__restrict__ x, int K, int early) {
-	vla_gemv_stream<true>(a, x, K, early);
-}
+// With nw (not null), the products read RMSNorm(x) with weight nw (of type
+// nwdt) and eps instead of x: the bits of vla_rmsnorm's output (its block of
+// 256 threads, K > 1024: checked in Go) read by the kernel (RMSNormMatMuls,
+// RMSNormMLP), without that kernel and its place in the chain. nw_early: no
+// kernel writes nw, so it is loaded before the wait.
+#define VLA_GSTREAM_KERNEL(name, F16, XH)                                                                         \
+	extern "C" __global__ void __launch_bounds__(VLA_GSTREAM_THREADS)                                              \
+	    name(vla_gstream_args a, const float *__restrict__ x, int K, int early, const void *__restrict__ nw,      \
+	         int nwdt, float eps, int nw_early) {                                                              \
+		vla_gemv_stream<F16, XH>(a, x, K, early, nw, nwdt, eps, nw_early);                                    \
+	}
+VLA_GSTREAM_KERNEL(vla_gemv_stream_bf16, false, false)
+VLA_GSTREAM_KERNEL(vla_gemv_stream_f16, true, false)
+// x held packed in 16 bits (half the shared memory of the floats).
+VLA_GSTREAM_KERNEL(vla_gemv_stream_bf16_xh, false, true)
+VLA_GSTREAM_KERNEL(vla_gemv_stream_f16_xh, true, true)

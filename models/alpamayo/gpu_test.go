@@ -103,25 +103,30 @@ func BenchmarkStandardWorkload(b *testing.B) {
 	// every Free waiting for the device (the host no longer ahead of it),
 	// then with each greedy decode step waiting on the host for the token
 	// it feeds (SerialGreedy), then with each Euler step's update on the
-	// host after its velocity comes back (HostEuler), then op by op: all in
+	// host after its velocity comes back (HostEuler), then with each decode
+	// layer's two RMSNorms in launches of their own instead of inside the
+	// streamed GEMVs that read them (SetNormGEMV), then op by op: all in
 	// the same process, for their ratios.
 	cb := gpu.(*cuda.Backend)
 	for _, v := range []struct {
 		name                                              string
 		noGraphs, serial, noEpilogues, hostGreedy, noRows bool
 		warpGEMV, mmaRows, waiting, hostFed, hostEuler    bool
+		normApart, floatX                                 bool
 	}{
-		{"graphs", false, false, false, false, false, false, false, false, false, false},
-		{"graphs-serial", false, true, false, false, false, false, false, false, false, false},
-		{"graphs-no-epilogues", false, false, true, false, false, false, false, false, false, false},
-		{"graphs-host-greedy", false, false, false, true, false, false, false, false, false, false},
-		{"graphs-cublas-rows", false, false, false, false, true, false, false, false, false, false},
-		{"graphs-mma-rows", false, false, false, false, false, false, true, false, false, false},
-		{"graphs-warp-gemv", false, false, false, false, false, true, false, false, false, false},
-		{"graphs-waiting", false, false, false, false, false, false, false, true, false, false},
-		{"graphs-host-fed", false, false, false, false, false, false, false, false, true, false},
-		{"graphs-host-euler", false, false, false, false, false, false, false, false, false, true},
-		{"op-by-op", true, false, false, false, false, false, false, false, false, false},
+		{name: "graphs"},
+		{name: "graphs-serial", serial: true},
+		{name: "graphs-no-epilogues", noEpilogues: true},
+		{name: "graphs-host-greedy", hostGreedy: true},
+		{name: "graphs-cublas-rows", noRows: true},
+		{name: "graphs-mma-rows", mmaRows: true},
+		{name: "graphs-warp-gemv", warpGEMV: true},
+		{name: "graphs-waiting", waiting: true},
+		{name: "graphs-host-fed", hostFed: true},
+		{name: "graphs-host-euler", hostEuler: true},
+		{name: "graphs-norm-apart", normApart: true},
+		{name: "graphs-float-x", floatX: true},
+		{name: "op-by-op", noGraphs: true},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			m.VLM.Text.NoGraphs, m.Expert.NoGraphs = v.noGraphs, v.noGraphs
@@ -145,6 +150,10 @@ func BenchmarkStandardWorkload(b *testing.B) {
 			defer cb.SetStreamGEMV(true)
 			require.NoError(b, cb.SetRowsWGMMA(!v.mmaRows))
 			defer cb.SetRowsWGMMA(true)
+			require.NoError(b, cb.SetNormGEMV(!v.normApart))
+			defer cb.SetNormGEMV(true)
+			require.NoError(b, cb.SetGEMVFloatX(v.floatX))
+			defer cb.SetGEMVFloatX(false)
 			var last *alpamayo.Result
 			for i := 0; i < b.N+1; i++ { // the first run warms up (kernel compile, cuBLAS)
 				if i == 1 {
