@@ -157,6 +157,39 @@ func QKNormRopeCache(be Backend, q, k, v, qw, kw, cos, sin Tensor, headDim int, 
 	return QKNormRopeCacheSeq(be, q, k, v, qw, kw, cos, sin, headDim, eps, kc, vc, at)
 }
 
+// QKAttentionAt is implemented by backends that run a decode step's
+// QKNormRopeCache and its AttentionAt as one op.
+type QKAttentionAt interface {
+	// QKNormRopeCacheAttentionAt is QKNormRopeCache(q, k, v, qw, kw,
+	// cos, sin, o.HeadDim, eps, kc, vc, CacheAt{PosAt: pos}) then
+	// AttentionAt(dst, q, kc, vc, o, pos), bit for bit in dst and the
+	// caches. q and k are scratch afterwards: a fused kernel may leave
+	// them as they were.
+	QKNormRopeCacheAttentionAt(dst, q, k, v, qw, kw, cos, sin Tensor, eps float32, kc, vc Tensor, o AttnOpts, pos Tensor) error
+}
+
+// QKNormRopeCacheAttentionAt runs QKAttentionAt's op on be, or its
+// sequence (be must then be a DevicePos).
+func QKNormRopeCacheAttentionAt(be Backend, dst, q, k, v, qw, kw, cos, sin Tensor, eps float32, kc, vc Tensor, o AttnOpts, pos Tensor) error {
+	if f, ok := be.(QKAttentionAt); ok {
+		return f.QKNormRopeCacheAttentionAt(dst, q, k, v, qw, kw, cos, sin, eps, kc, vc, o, pos)
+	}
+	return QKNormRopeCacheAttentionAtSeq(be, dst, q, k, v, qw, kw, cos, sin, eps, kc, vc, o, pos)
+}
+
+// QKNormRopeCacheAttentionAtSeq is the sequence of
+// QKAttentionAt.QKNormRopeCacheAttentionAt.
+func QKNormRopeCacheAttentionAtSeq(be Backend, dst, q, k, v, qw, kw, cos, sin Tensor, eps float32, kc, vc Tensor, o AttnOpts, pos Tensor) error {
+	dp, ok := be.(DevicePos)
+	if !ok {
+		return fmt.Errorf("backend %s has no device positions", be.Name())
+	}
+	if err := QKNormRopeCache(be, q, k, v, qw, kw, cos, sin, o.HeadDim, eps, kc, vc, CacheAt{PosAt: pos}); err != nil {
+		return err
+	}
+	return dp.AttentionAt(dst, q, kc, vc, o, pos)
+}
+
 // QKNormRopeCacheSeq is the sequence of Fused.QKNormRopeCache, op by op.
 func QKNormRopeCacheSeq(be Backend, q, k, v, qw, kw, cos, sin Tensor, headDim int, eps float32, kc, vc Tensor, at CacheAt) error {
 	if err := QKNormRopeSeq(be, q, k, qw, kw, cos, sin, headDim, eps); err != nil {

@@ -135,79 +135,94 @@ func (b *Backend) posArg(op string, pos backend.Tensor) (*Tensor, error) {
 }
 
 func (b *Backend) attention(dst, q, k, v backend.Tensor, o backend.AttnOpts, pos *Tensor, rope *ropeTables) error {
+	a, err := b.attnArgs(dst, q, k, v, o, pos, rope)
+	if err != nil || a.tq == 0 {
+		return err
+	}
+	return b.run(func(g *gpu) error { return g.attend(a) })
+}
+
+// attnArgs checks attention's operands and makes its call (tq 0: nothing
+// to do).
+func (b *Backend) attnArgs(dst, q, k, v backend.Tensor, o backend.AttnOpts, pos *Tensor, rope *ropeTables) (attnCall, error) {
 	const op = "attention"
+	var a attnCall
 	d, err := b.dstArg(op, "dst", dst)
 	if err != nil {
-		return err
+		return a, err
 	}
 	qt, err := b.f32Arg(op, "q", q)
 	if err != nil {
-		return err
+		return a, err
 	}
 	kt, err := b.arg(op, "k", k)
 	if err != nil {
-		return err
+		return a, err
 	}
 	vt, err := b.arg(op, "v", v)
 	if err != nil {
-		return err
+		return a, err
 	}
 	switch {
 	case kt.dt != tensor.F32 && kt.dt != tensor.BF16:
-		return fmt.Errorf("cuda: attention: k %v must be F32 or BF16", kt)
+		return a, fmt.Errorf("cuda: attention: k %v must be F32 or BF16", kt)
 	case vt.dt != kt.dt:
-		return fmt.Errorf("cuda: attention: v %v and k %v differ in type", vt, kt)
+		return a, fmt.Errorf("cuda: attention: v %v and k %v differ in type", vt, kt)
 	}
 	if err := o.Validate(qt, kt, vt, d); err != nil {
-		return fmt.Errorf("cuda: %w", err)
+		return a, fmt.Errorf("cuda: %w", err)
 	}
 	tq, _ := backend.Matrix(qt)
 	switch {
 	case o.QPos0 < 0:
-		return fmt.Errorf("cuda: attention: negative QPos0 %d", o.QPos0)
+		return a, fmt.Errorf("cuda: attention: negative QPos0 %d", o.QPos0)
 	case o.HeadDim > attMaxHeadDim:
-		return fmt.Errorf("cuda: attention: head dim %d is more than the kernel's %d", o.HeadDim, attMaxHeadDim)
+		return a, fmt.Errorf("cuda: attention: head dim %d is more than the kernel's %d", o.HeadDim, attMaxHeadDim)
 	case len(o.Segments) > attMaxBounds:
-		return fmt.Errorf("cuda: attention: %d segments are more than the kernel's %d", len(o.Segments)-1, attMaxBounds-1)
+		return a, fmt.Errorf("cuda: attention: %d segments are more than the kernel's %d", len(o.Segments)-1, attMaxBounds-1)
 	case o.Heads > maxGridY:
-		return fmt.Errorf("cuda: attention: %d heads are more than %d", o.Heads, maxGridY)
+		return a, fmt.Errorf("cuda: attention: %d heads are more than %d", o.Heads, maxGridY)
 	case tq > math.MaxInt32 || o.NKV > math.MaxInt32 || o.QPos0+tq > math.MaxInt32 || o.MaskTo > math.MaxInt32:
-		return fmt.Errorf("cuda: attention: %d queries over %d keys is too many", tq, o.NKV)
+		return a, fmt.Errorf("cuda: attention: %d queries over %d keys is too many", tq, o.NKV)
 	case d.overlaps(qt) || d.overlaps(kt) || d.overlaps(vt):
-		return fmt.Errorf("cuda: attention: dst %v overlaps q, k or v", d)
+		return a, fmt.Errorf("cuda: attention: dst %v overlaps q, k or v", d)
 	}
 	if tq == 0 {
-		return nil
+		return a, nil
 	}
-	a := attnCall{d: d, q: qt, k: kt, v: vt, o: o, tq: tq, segs: segmentBytes(o.Segments)}
+	a = attnCall{d: d, q: qt, k: kt, v: vt, o: o, tq: tq, segs: segmentBytes(o.Segments)}
 	if pos != nil {
 		a.posAt = pos.ptr
 	}
 	if rope != nil {
 		if d.overlaps(rope.cos) || d.overlaps(rope.sin) {
-			return fmt.Errorf("cuda: attention: dst %v overlaps cos or sin", d)
+			return a, fmt.Errorf("cuda: attention: dst %v overlaps cos or sin", d)
 		}
 		a.rc, a.rs = rope.cos.ptr, rope.sin.ptr
 	}
-	return b.run(func(g *gpu) error {
-		path := attnPath(a, g.exactAttention)
-		if pos != nil && path != pathDecode {
-			return fmt.Errorf("cuda: attention: a device position needs the decode kernel (%d queries, head dim %d, %d/%d heads)", tq, o.HeadDim, o.Heads, o.KVHeads)
-		}
-		if a.rc != 0 && path != pathFlash {
-			return errors.New("cuda: attention: rotary tables for a kernel other than flash attention")
-		}
-		if a.k.dt == tensor.BF16 && (path == pathExact || (path == pathFlash && o.HeadDim%8 != 0)) {
-			return fmt.Errorf("cuda: attention: bf16 K and V need the decode or flash kernels (head dim %d; exact attention %v): use a float cache", o.HeadDim, g.exactAttention)
-		}
-		switch path {
-		case pathDecode:
-			return g.attnDecode(a)
-		case pathFlash:
-			return g.attnFlash(a)
-		}
-		return g.attnExact(a)
-	})
+	return a, nil
+}
+
+// attend queues the attention call a on its kernel.
+func (g *gpu) attend(a attnCall) error {
+	o, tq := a.o, a.tq
+	path := attnPath(a, g.exactAttention)
+	if a.posAt != 0 && path != pathDecode {
+		return fmt.Errorf("cuda: attention: a device position needs the decode kernel (%d queries, head dim %d, %d/%d heads)", tq, o.HeadDim, o.Heads, o.KVHeads)
+	}
+	if a.rc != 0 && path != pathFlash {
+		return errors.New("cuda: attention: rotary tables for a kernel other than flash attention")
+	}
+	if a.k.dt == tensor.BF16 && (path == pathExact || (path == pathFlash && o.HeadDim%8 != 0)) {
+		return fmt.Errorf("cuda: attention: bf16 K and V need the decode or flash kernels (head dim %d; exact attention %v): use a float cache", o.HeadDim, g.exactAttention)
+	}
+	switch path {
+	case pathDecode:
+		return g.attnDecode(a)
+	case pathFlash:
+		return g.attnFlash(a)
+	}
+	return g.attnExact(a)
 }
 
 // attnExact queues vla_attention: one block per (query, head).

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"vlanode/backend"
 	"vlanode/cuda/driver"
@@ -174,7 +175,15 @@ func (g *gpu) twinAfter(a attnCall, out16 driver.DevicePtr, err error) error {
 
 // attnDecode queues the decode kernel (one block per 32 keys, KV head and
 // query) and the merge of its splits.
-func (g *gpu) attnDecode(a attnCall) error {
+func (g *gpu) attnDecode(a attnCall) error { return g.attnDecodeWith(a, nil) }
+
+// attnDecodeQK queues vla_attn_decode_bf16_g4_qk, which also does c's
+// norms, rotary embedding and cache store (QKNormRopeCacheAttentionAt
+// checked the shapes: one query at a device position, heads of 128 in
+// groups of four, bf16 caches), and the merge of its splits.
+func (g *gpu) attnDecodeQK(a attnCall, c qkCacheCall) error { return g.attnDecodeWith(a, &c) }
+
+func (g *gpu) attnDecodeWith(a attnCall, qk *qkCacheCall) error {
 	nsplit := (a.o.NKV + decChunk - 1) / decChunk
 	if nsplit > decMaxSplits {
 		if a.posAt != 0 {
@@ -194,7 +203,23 @@ func (g *gpu) attnDecode(a attnCall) error {
 		I32(boolArg(a.posAt != 0)) // rows below *pos_at are loaded before the wait (AttentionAt)
 	grid := driver.Dim3{uint32(nsplit), uint32(a.o.KVHeads), uint32(a.tq)}
 	kernel := g.k.attnDecode
-	if a.k.dt == tensor.BF16 {
+	name := "attention decode"
+	if qk != nil {
+		// struct vla_dec_qk: k, v, qw, kw, qwdt, kwdt, cs, sn, eps, pad.
+		var st [64]byte
+		le := binary.LittleEndian
+		le.PutUint64(st[0:], uint64(qk.k.ptr))
+		le.PutUint64(st[8:], uint64(qk.v.ptr))
+		le.PutUint64(st[16:], uint64(qk.qw.ptr))
+		le.PutUint64(st[24:], uint64(qk.kw.ptr))
+		le.PutUint32(st[32:], uint32(dtypeCode(qk.qw.dt)))
+		le.PutUint32(st[36:], uint32(dtypeCode(qk.kw.dt)))
+		le.PutUint64(st[40:], uint64(qk.cos.ptr))
+		le.PutUint64(st[48:], uint64(qk.sin.ptr))
+		le.PutUint32(st[56:], math.Float32bits(qk.eps))
+		g.args.Struct(st[:], 8)
+		kernel, name = g.k.attnDecodeQK, "attention decode+qk norm"
+	} else if a.k.dt == tensor.BF16 {
 		kernel = g.k.attnDecodeBF16
 		switch a.o.Heads / a.o.KVHeads { // kernels for the group size: the same bits
 		case 1:
@@ -205,7 +230,7 @@ func (g *gpu) attnDecode(a attnCall) error {
 			kernel = g.k.attnDecodeBF16G[2]
 		}
 	}
-	if err := g.launch("attention decode", kernel, grid, block1D(decThreads), 0); err != nil {
+	if err := g.launch(name, kernel, grid, block1D(decThreads), 0); err != nil {
 		return err
 	}
 	return g.combine(a, nsplit, po, pml)

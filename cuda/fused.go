@@ -129,58 +129,117 @@ func (b *Backend) QKNormRope(q, k, qw, kw, cos, sin backend.Tensor, headDim int,
 // QKNormRopeCache is QKNormRope, then k's and v's rows stored into the
 // caches kc and vc at at: one kernel, whose extra warps copy v.
 func (b *Backend) QKNormRopeCache(q, k, v, qw, kw, cos, sin backend.Tensor, headDim int, eps float32, kc, vc backend.Tensor, at backend.CacheAt) error {
-	const op = "qk norm+rope+cache"
-	a, ok, err := b.qkArgs(op, q, k, qw, kw, cos, sin, headDim)
+	c, ok, err := b.qkCacheArgs(q, k, v, qw, kw, cos, sin, headDim, eps, kc, vc, at)
 	if err != nil {
 		return err
-	}
-	vt, err := b.f32Arg(op, "v", v)
-	if err != nil {
-		return err
-	}
-	kct, err := b.arg(op, "k cache", kc)
-	if err != nil {
-		return err
-	}
-	vct, err := b.arg(op, "v cache", vc)
-	if err != nil {
-		return err
-	}
-	var pos *Tensor
-	if at.PosAt != nil {
-		if pos, err = b.posArg(op, at.PosAt); err != nil {
-			return err
-		}
-	}
-	if ok {
-		crows, ccols := backend.Matrix(kct)
-		vrows, vcols := backend.Matrix(vct)
-		vr, vcc := backend.Matrix(vt)
-		ok = !kct.readOnly && !vct.readOnly && kct.dt == vct.dt && (kct.dt == tensor.BF16 || kct.dt == tensor.F32) &&
-			ccols == a.kh*a.hd && vcols == ccols && vrows == crows && vr == a.rows && vcc == ccols &&
-			!kct.overlaps(vct) && !kct.overlaps(a.k) && !kct.overlaps(vt) && !vct.overlaps(vt) && !vct.overlaps(a.k) &&
-			!vt.overlaps(a.q) && !vt.overlaps(a.k) && (pos != nil || at.Pos >= 0 && at.Pos+a.rows <= crows)
 	}
 	if !ok {
 		return backend.QKNormRopeCacheSeq(b, q, k, v, qw, kw, cos, sin, headDim, eps, kc, vc, at)
 	}
-	if a.rows == 0 {
+	if c.rows == 0 {
 		return nil
 	}
-	crows, _ := backend.Matrix(kct)
-	var pp driver.DevicePtr
-	if pos != nil {
-		pp = pos.ptr
+	return b.run(func(g *gpu) error { return g.qkNormRopeCache(c) })
+}
+
+// qkCacheCall is QKNormRopeCache's checked call.
+type qkCacheCall struct {
+	qkOperands
+	v, kc, vc *Tensor
+	eps       float32
+	at        int     // the cache row, where pos is nil
+	pos       *Tensor // the cache row on the device, or nil
+	crows     int     // the caches' rows
+}
+
+// qkCacheArgs checks QKNormRopeCache's operands for the fused kernel: ok
+// is false (with no error) where the ops one by one must run.
+func (b *Backend) qkCacheArgs(q, k, v, qw, kw, cos, sin backend.Tensor, headDim int, eps float32, kc, vc backend.Tensor, at backend.CacheAt) (c qkCacheCall, ok bool, err error) {
+	const op = "qk norm+rope+cache"
+	c.eps, c.at = eps, max(at.Pos, 0)
+	if c.qkOperands, ok, err = b.qkArgs(op, q, k, qw, kw, cos, sin, headDim); err != nil {
+		return c, false, err
 	}
+	if c.v, err = b.f32Arg(op, "v", v); err != nil {
+		return c, false, err
+	}
+	if c.kc, err = b.arg(op, "k cache", kc); err != nil {
+		return c, false, err
+	}
+	if c.vc, err = b.arg(op, "v cache", vc); err != nil {
+		return c, false, err
+	}
+	if at.PosAt != nil {
+		if c.pos, err = b.posArg(op, at.PosAt); err != nil {
+			return c, false, err
+		}
+	}
+	if ok {
+		crows, ccols := backend.Matrix(c.kc)
+		vrows, vcols := backend.Matrix(c.vc)
+		vr, vcc := backend.Matrix(c.v)
+		kct, vct, a := c.kc, c.vc, c.qkOperands
+		ok = !kct.readOnly && !vct.readOnly && kct.dt == vct.dt && (kct.dt == tensor.BF16 || kct.dt == tensor.F32) &&
+			ccols == a.kh*a.hd && vcols == ccols && vrows == crows && vr == a.rows && vcc == ccols &&
+			!kct.overlaps(vct) && !kct.overlaps(a.k) && !kct.overlaps(c.v) && !vct.overlaps(c.v) && !vct.overlaps(a.k) &&
+			!c.v.overlaps(a.q) && !c.v.overlaps(a.k) && (c.pos != nil || at.Pos >= 0 && at.Pos+a.rows <= crows)
+		c.crows = crows
+	}
+	return c, ok, nil
+}
+
+// qkNormRopeCache queues vla_qk_norm_rope_cache for c (rows > 0).
+func (g *gpu) qkNormRopeCache(c qkCacheCall) error {
+	const op = "qk norm+rope+cache"
+	a := c.qkOperands
+	var pp driver.DevicePtr
+	if c.pos != nil {
+		pp = c.pos.ptr
+	}
+	g.args.Reset()
+	g.args.Ptr(a.q.ptr).Ptr(a.k.ptr).Ptr(c.v.ptr).Ptr(a.qw.ptr).I32(dtypeCode(a.qw.dt)).Ptr(a.kw.ptr).I32(dtypeCode(a.kw.dt)).
+		Ptr(a.cos.ptr).Ptr(a.sin.ptr).U64(uint64(a.rows)).I32(int32(a.qh)).I32(int32(a.kh)).I32(int32(a.hd)).F32(c.eps).
+		Ptr(c.kc.ptr).Ptr(c.vc.ptr).I32(dtypeCode(c.kc.dt)).U64(uint64(c.at)).Ptr(pp).U64(uint64(c.crows)).
+		I32(boolArg(pp != 0)) // a decode step: the next kernel, AttentionAt's, may load its old rows now
+	per, grid := g.qkHeads(a, int64(a.rows)*int64(a.qh+2*a.kh))
+	g.args.I32(per)
+	return g.launch(op, g.k.qkNormRopeCache, grid, block1D(threadsPerBlock), 0)
+}
+
+// QKNormRopeCacheAttentionAt is QKNormRopeCache at pos then AttentionAt
+// (backend.QKAttentionAt). For one query of heads of 128 in groups of four
+// over bf16 caches, one kernel does both (vla_attn_decode_bf16_g4_qk: the
+// same bits in dst and the caches; q and k keep the products' values);
+// otherwise the two ops' kernels run in turn.
+func (b *Backend) QKNormRopeCacheAttentionAt(dst, q, k, v, qw, kw, cos, sin backend.Tensor, eps float32, kc, vc backend.Tensor, o backend.AttnOpts, pos backend.Tensor) error {
+	seq := func() error {
+		return backend.QKNormRopeCacheAttentionAtSeq(b, dst, q, k, v, qw, kw, cos, sin, eps, kc, vc, o, pos)
+	}
+	c, ok, err := b.qkCacheArgs(q, k, v, qw, kw, cos, sin, o.HeadDim, eps, kc, vc, backend.CacheAt{PosAt: pos})
+	if err != nil {
+		return err
+	}
+	if !ok || c.pos == nil || c.rows == 0 {
+		return seq()
+	}
+	o.NKV = c.crows // AttentionAt's: the most keys it may see
+	a, err := b.attnArgs(dst, q, kc, vc, o, c.pos, nil)
+	if err != nil {
+		return err
+	}
+	if a.tq != c.rows || a.d.overlaps(c.k) || a.d.overlaps(c.v) || a.d.overlaps(c.cos) || a.d.overlaps(c.sin) {
+		return seq()
+	}
+	fused := a.tq == 1 && c.hd == 128 && c.qh == 4*c.kh && o.Heads == c.qh && o.KVHeads == c.kh &&
+		c.kc.dt == tensor.BF16 && c.q.ptr%16 == 0 && c.v.ptr%16 == 0
 	return b.run(func(g *gpu) error {
-		g.args.Reset()
-		g.args.Ptr(a.q.ptr).Ptr(a.k.ptr).Ptr(vt.ptr).Ptr(a.qw.ptr).I32(dtypeCode(a.qw.dt)).Ptr(a.kw.ptr).I32(dtypeCode(a.kw.dt)).
-			Ptr(a.cos.ptr).Ptr(a.sin.ptr).U64(uint64(a.rows)).I32(int32(a.qh)).I32(int32(a.kh)).I32(int32(a.hd)).F32(eps).
-			Ptr(kct.ptr).Ptr(vct.ptr).I32(dtypeCode(kct.dt)).U64(uint64(max(at.Pos, 0))).Ptr(pp).U64(uint64(crows)).
-			I32(boolArg(pp != 0)) // a decode step: the next kernel, AttentionAt's, may load its old rows now
-		per, grid := g.qkHeads(a, int64(a.rows)*int64(a.qh+2*a.kh))
-		g.args.I32(per)
-		return g.launch(op, g.k.qkNormRopeCache, grid, block1D(threadsPerBlock), 0)
+		if fused && !g.noQKAttn && attnPath(a, g.exactAttention) == pathDecode {
+			return g.attnDecodeQK(a, c)
+		}
+		if err := g.qkNormRopeCache(c); err != nil {
+			return err
+		}
+		return g.attend(a)
 	})
 }
 

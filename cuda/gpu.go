@@ -85,6 +85,7 @@ type gpu struct {
 	gstreamOff     string              // why not, when not
 	noStream       bool                // benchmarks: one-row products on the warp-per-column GEMVs
 	gstreamFloatX  bool                // benchmarks: vla_gemv_stream holds x as floats, not packed in 16 bits (SetGEMVFloatX)
+	noQKAttn       bool                // benchmarks: a decode step's q/k norms in a kernel ahead of its attention (SetQKAttention)
 	noNormStream   bool                // benchmarks: decode norms by vla_rmsnorm ahead of the streamed GEMV (SetNormGEMV)
 	waitingFree    bool                // benchmarks: Free waits for the stream (SetWaitingFree)
 	gstreamSlots   int                 // vla_gemv_stream's ring slots (gstreamSlots; tests change it)

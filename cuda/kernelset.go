@@ -48,6 +48,7 @@ type kernelSet struct {
 	kvToBF16, kvBF16ToBF16 driver.Function
 	// decode.cu: float or bf16 K and V.
 	attnDecode, attnDecodeBF16, attnCombine driver.Function
+	attnDecodeQK                            driver.Function    // vla_attn_decode_bf16_g4_qk
 	attnDecodeBF16G                         [3]driver.Function // for 1, 2 and 4 query heads a KV head
 	attnCombineRows                         [2]driver.Function // a warp a row, up to 16 and 32 splits
 	// bench.cu: for benchmarks and tests.
@@ -97,6 +98,7 @@ func (k *kernelSet) entries() []kernelEntry {
 		{&k.attnDecodeBF16G[0], "vla_attn_decode_bf16_g1"},
 		{&k.attnDecodeBF16G[1], "vla_attn_decode_bf16_g2"},
 		{&k.attnDecodeBF16G[2], "vla_attn_decode_bf16_g4"},
+		{&k.attnDecodeQK, "vla_attn_decode_bf16_g4_qk"},
 		{&k.fillRandom, "vla_fill_random"},
 		{&k.readStream, "vla_read_stream"},
 		{&k.spin, "vla_spin"},

@@ -175,6 +175,19 @@ func (b *Backend) SetNormGEMV(on bool) error {
 	})
 }
 
+// SetQKAttention says whether a decode step's per-head q/k norms, rotary
+// embedding and KV-cache store run inside its attention kernel (on, the
+// default, where QKNormRopeCacheAttentionAt's fused kernel applies) or in
+// vla_qk_norm_rope_cache ahead of it (off), for the ops queued after the
+// call: for benchmarks that compare the two in one process. Both compute
+// the same bits.
+func (b *Backend) SetQKAttention(on bool) error {
+	return b.run(func(g *gpu) error {
+		g.noQKAttn = !on
+		return nil
+	})
+}
+
 // SetGEMVFloatX says whether vla_gemv_stream holds x in shared memory as
 // floats (on) or packed in the weight's 16-bit type (off, the default:
 // half the bytes), for the ops queued after the call: for benchmarks. The

@@ -418,6 +418,28 @@ __device__ __forceinline__ void vla_rmsnorm_warp(float *yr, const float *xr, con
 	for (int i = lane; i < n; i += 32) yr[i] = __fmul_rn(vla_load(w, wdt, i), __fmul_rn(xr[i], s));
 }
 
+// vla_qk_head128 is the per-head RMSNorm (weight w) then rotary embedding
+// (tables c, s) of one head of 128 held by a warp, lane l holding elements
+// l + 32u in e[u]: vla_qk_norm_rope's sums, products and roundings (each
+// rotation pair (i, i + 64) is e[u], e[u + 2] of one lane). Every lane of
+// the warp must call it.
+__device__ __forceinline__ void vla_qk_head128(float *e, const float *w, const float *c, const float *s, float eps) {
+	double ss = 0.0;
+#pragma unroll
+	for (int u = 0; u < 4; u++) ss += (double)e[u] * (double)e[u];
+	ss = vla_warp_sum_d(ss);
+	const float ms = (float)(ss / 128.0);
+	const float sc = (float)(1.0 / sqrt((double)(ms + eps)));
+#pragma unroll
+	for (int u = 0; u < 4; u++) e[u] = __fmul_rn(w[u], __fmul_rn(e[u], sc));
+#pragma unroll
+	for (int u = 0; u < 2; u++) {
+		const float a = e[u], b = e[u + 2];
+		e[u] = __fsub_rn(__fmul_rn(a, c[u]), __fmul_rn(b, s[u]));
+		e[u + 2] = __fadd_rn(__fmul_rn(b, c[u]), __fmul_rn(a, s[u]));
+	}
+}
+
 // vla_rope_pair rotates (u, v) = (x[i], x[i + half]) by (c, s), exactly as
 // vla_rope's scalar path (rope.cu): each product rounded before the sum.
 __device__ __forceinline__ void vla_rope_pair(float &u, float &v, float c, float s) {

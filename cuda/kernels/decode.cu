@@ -74,25 +74,47 @@ template <int C> __device__ __forceinline__ void vla_dec_scatter_sum(float *v, i
 	}
 }
 
+// vla_dec_qk is a decode step's q/k norms, rotary embedding and cache
+// store, done by vla_attn_decode_bf16_g4_qk itself (QKNormRopeCache ahead
+// of AttentionAt, fused): k and v are the step's rows as the products left
+// them ([kvheads · 128] floats; q, the kernel's q, likewise), qw and kw the
+// norms' weights, cs and sn the step's rotary tables (64 floats each).
+struct vla_dec_qk {
+	const float *k, *v;
+	const void *qw, *kw;
+	int qwdt, kwdt;
+	const float *cs, *sn;
+	float eps;
+	int pad;
+};
+
 // vla_attn_decode_t waits for the kernel ahead itself (vla_pdl_enter):
 // first, or, with early (only with pos_at), once it has issued the loads of
-// the K and V rows below the queries' position.
-template <typename T, int GT>
+// the K and V rows below the queries' position. With QKF (one query at
+// *pos_at, hd 128, bf16 caches; checked in Go), q and the new key and value
+// come raw and this kernel does vla_qk_norm_rope_cache's work on them (f):
+// warp r normalizes and rotates query head r of the group into shared
+// memory, and the block whose split holds the position does the group's K
+// head, stores its K and V rows into the caches k and v and uses them as
+// the cache would give them: every value the bits that kernel would leave.
+template <typename T, int GT, bool QKF = false>
 __device__ __forceinline__ void vla_attn_decode_t(float *__restrict__ part_o, float *__restrict__ part_ml,
                                                   const float *__restrict__ q, const T *__restrict__ k,
                                                   const T *__restrict__ v, int heads, int kvheads, int hd, int tq,
                                                   int nkv, float sl2, int causal, int qpos0, int mask_from,
                                                   int mask_to, const vla_segments &segs, const int *pos_at,
-                                                  int early) {
+                                                  int early, const vla_dec_qk &f) {
 	constexpr int QG = GT > 0 ? GT : VLA_DEC_MAX_G;        // query heads held
 	__shared__ float s[QG][VLA_DEC_CHUNK];                        // scores, then weights
 	__shared__ __align__(16) float red[VLA_DEC_WARPS][QG][128]; // the warps' partial P·V
 	__shared__ float ms[VLA_DEC_MAX_G], ls[VLA_DEC_MAX_G];
+	__shared__ __align__(16) float qkn[QKF ? QG + 1 : 1][QKF ? 128 : 1]; // QKF: the group's q heads, then its k head
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const int split = blockIdx.x, kvh = blockIdx.y, i = blockIdx.z;
 	const int G = GT > 0 ? GT : heads / kvheads; // GT: the group size at compile time
 	const u64 qstride = (u64)heads * hd, kstride = (u64)kvheads * hd;
 	if (!early) vla_pdl_enter();
+	const int ncap = nkv; // with pos_at, the rows of the caches
 	if (pos_at) {
 		// The queries' position comes from device memory (one graph serves
 		// every decode step): the grid covers the largest nkv, and the
@@ -141,21 +163,86 @@ __device__ __forceinline__ void vla_attn_decode_t(float *__restrict__ part_o, fl
 		kv[u] = (vis[u] && dl && j < jnow) ? vla_ld_raw(kb + (u64)j * kstride) : zraw;
 		vv[u] = (vis[u] && dl && j < jnow) ? vla_ld_raw(vb + (u64)j * kstride) : zraw;
 	}
-	if (early) {
-		vla_pdl_enter();
+	float4 qr[QG];
+	if (QKF) {
+		// The norms' weights (no kernel writes them) before the wait; then
+		// the query heads, and the new key and value where this split
+		// holds them (the warp whose keys they are).
+		float wq[4], wk[4];
 #pragma unroll
-		for (int u = 0; u < VLA_DEC_KEYS; u++) {
-			const int j = jw + u;
-			if (vis[u] && dl && j >= jnow) {
-				kv[u] = vla_ld_raw(kb + (u64)j * kstride);
-				vv[u] = vla_ld_raw(vb + (u64)j * kstride);
+		for (int u = 0; u < 4; u++) {
+			wq[u] = vla_load(f.qw, f.qwdt, lane + 32 * u);
+			wk[u] = vla_load(f.kw, f.kwdt, lane + 32 * u);
+		}
+		vla_pdl_enter();
+		float c[2], sv[2];
+#pragma unroll
+		for (int u = 0; u < 2; u++) {
+			c[u] = f.cs[lane + 32 * u];
+			sv[u] = f.sn[lane + 32 * u];
+		}
+		for (int r = warp; r < G; r += VLA_DEC_WARPS) {
+			float e[4];
+#pragma unroll
+			for (int u = 0; u < 4; u++) e[u] = q[(u64)(kvh * G + r) * 128 + lane + 32 * u];
+			vla_qk_head128(e, wq, c, sv, f.eps);
+#pragma unroll
+			for (int u = 0; u < 4; u++) qkn[r][lane + 32 * u] = e[u];
+		}
+		const int un = qpos0 - jw; // the new key's place among the warp's keys
+		if (un >= 0 && un < VLA_DEC_KEYS) {
+			float e[4], ev[4];
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				e[u] = f.k[(u64)kvh * 128 + lane + 32 * u];
+				ev[u] = f.v[(u64)kvh * 128 + lane + 32 * u];
+			}
+			vla_qk_head128(e, wk, c, sv, f.eps);
+			u16 *kr = (u16 *)k + (u64)qpos0 * kstride + (u64)kvh * 128, *vr = (u16 *)v + (u64)qpos0 * kstride + (u64)kvh * 128;
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				qkn[QG][lane + 32 * u] = e[u];
+				if (qpos0 < ncap) { // as vla_qk_norm_rope_cache: no row past the caches
+					kr[lane + 32 * u] = vla_f32_to_bf16(e[u]);
+					vr[lane + 32 * u] = vla_f32_to_bf16(ev[u]);
+				}
 			}
 		}
-	}
-	float4 qr[QG];
+		__syncthreads();
 #pragma unroll
-	for (int r = 0; r < QG; r++)
-		qr[r] = (r < G && dl) ? *(const float4 *)(q + (u64)i * qstride + (u64)(kvh * G + r) * hd + lane * 4) : zero4;
+		for (int r = 0; r < QG; r++) qr[r] = r < G ? *(const float4 *)&qkn[r][lane * 4] : zero4;
+		if (un >= 0 && un < VLA_DEC_KEYS) {
+			// The new key and value as the cache holds them now.
+			const float4 kf = *(const float4 *)&qkn[QG][lane * 4];
+			const float4 vf = *(const float4 *)(f.v + (u64)kvh * 128 + lane * 4);
+			const uint2 kp = make_uint2((u32)vla_f32_to_bf16(kf.x) | (u32)vla_f32_to_bf16(kf.y) << 16,
+			                            (u32)vla_f32_to_bf16(kf.z) | (u32)vla_f32_to_bf16(kf.w) << 16);
+			const uint2 vp = make_uint2((u32)vla_f32_to_bf16(vf.x) | (u32)vla_f32_to_bf16(vf.y) << 16,
+			                            (u32)vla_f32_to_bf16(vf.z) | (u32)vla_f32_to_bf16(vf.w) << 16);
+#pragma unroll
+			for (int u = 0; u < VLA_DEC_KEYS; u++) {
+				if (u == un && vis[u]) {
+					kv[u] = *(const raw *)&kp;
+					vv[u] = *(const raw *)&vp;
+				}
+			}
+		}
+	} else {
+		if (early) {
+			vla_pdl_enter();
+#pragma unroll
+			for (int u = 0; u < VLA_DEC_KEYS; u++) {
+				const int j = jw + u;
+				if (vis[u] && dl && j >= jnow) {
+					kv[u] = vla_ld_raw(kb + (u64)j * kstride);
+					vv[u] = vla_ld_raw(vb + (u64)j * kstride);
+				}
+			}
+		}
+#pragma unroll
+		for (int r = 0; r < QG; r++)
+			qr[r] = (r < G && dl) ? *(const float4 *)(q + (u64)i * qstride + (u64)(kvh * G + r) * hd + lane * 4) : zero4;
+	}
 
 	if (GT > 0 && VLA_DEC_KEYS * GT <= 32) {
 		// Every lane's partial products of the 8 keys × GT heads, then
@@ -248,7 +335,7 @@ extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)
                     int nkv, float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs,
                     const int *pos_at, int early) {
 	vla_attn_decode_t<float, 0>(part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0, mask_from,
-	                            mask_to, segs, pos_at, early);
+	                            mask_to, segs, pos_at, early, vla_dec_qk{});
 }
 
 // vla_attn_decode_bf16_gN are for G = heads/kvheads = N (checked in Go),
@@ -262,13 +349,26 @@ extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS)
 	         float sl2, int causal, int qpos0, int mask_from, int mask_to, vla_segments segs, const int *pos_at,    \
 	         int early) {                                                                                       \
 		vla_attn_decode_t<u16, GT>(part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0,     \
-		                           mask_from, mask_to, segs, pos_at, early);                                        \
+		                           mask_from, mask_to, segs, pos_at, early, vla_dec_qk{});                          \
 	}
 
 VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16, 0, 1) // any G up to 8: too many registers to fit 6
 VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16_g1, 1, VLA_DEC_MIN_BLOCKS)
 VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16_g2, 2, VLA_DEC_MIN_BLOCKS)
 VLA_DEC_BF16_KERNEL(vla_attn_decode_bf16_g4, 4, VLA_DEC_MIN_BLOCKS)
+
+// vla_attn_decode_bf16_g4_qk is vla_attn_decode_bf16_g4 for one query at
+// *pos_at (early) that also does vla_qk_norm_rope_cache's work (f): q, f.k
+// and f.v as the products left them, the K and V rows at *pos_at written
+// into k and v (vla_dec_qk).
+extern "C" __global__ void __launch_bounds__(VLA_DEC_THREADS, VLA_DEC_MIN_BLOCKS)
+    vla_attn_decode_bf16_g4_qk(float *__restrict__ part_o, float *__restrict__ part_ml, const float *__restrict__ q,
+                               u16 *k, u16 *v, int heads, int kvheads, int hd, int tq, int nkv, float sl2, int causal,
+                               int qpos0, int mask_from, int mask_to, vla_segments segs, const int *pos_at, int early,
+                               vla_dec_qk f) {
+	vla_attn_decode_t<u16, 4, true>(part_o, part_ml, q, k, v, heads, kvheads, hd, tq, nkv, sl2, causal, qpos0, mask_from,
+	                                mask_to, segs, pos_at, early, f);
+}
 
 // vla_attn_combine merges nsplit partial results of rows (query, head):
 // out = Σ_z 2^(m_z - M)·o_z / Σ_z 2^(m_z - M)·l_z with M = max_z m_z; a row

@@ -143,20 +143,7 @@ __device__ __forceinline__ void vla_qk_norm_rope_t(float *q, float *k, const flo
 				}
 				continue;
 			}
-			double ss = 0.0;
-#pragma unroll
-			for (int u = 0; u < 4; u++) ss += (double)e[p][u] * (double)e[p][u];
-			ss = vla_warp_sum_d(ss);
-			const float ms = (float)(ss / (double)hd);
-			const float sc = (float)(1.0 / sqrt((double)(ms + eps)));
-#pragma unroll
-			for (int u = 0; u < 4; u++) e[p][u] = __fmul_rn(wv[p][u], __fmul_rn(e[p][u], sc));
-#pragma unroll
-			for (int u = 0; u < 2; u++) {
-				const float a = e[p][u], b = e[p][u + 2];
-				e[p][u] = __fsub_rn(__fmul_rn(a, c[p][u]), __fmul_rn(b, sv[p][u]));
-				e[p][u + 2] = __fadd_rn(__fmul_rn(b, c[p][u]), __fmul_rn(a, sv[p][u]));
-			}
+			vla_qk_head128(e[p], wv[p], c[p], sv[p], eps);
 #pragma unroll
 			for (int u = 0; u < 4; u++) it.r[lane + 32 * u] = e[p][u];
 			if (CACHE && it.h >= qh && kc) {

@@ -112,7 +112,7 @@ func BenchmarkStandardWorkload(b *testing.B) {
 		name                                              string
 		noGraphs, serial, noEpilogues, hostGreedy, noRows bool
 		warpGEMV, mmaRows, waiting, hostFed, hostEuler    bool
-		normApart, floatX                                 bool
+		normApart, floatX, qkApart                        bool
 	}{
 		{name: "graphs"},
 		{name: "graphs-serial", serial: true},
@@ -126,6 +126,7 @@ func BenchmarkStandardWorkload(b *testing.B) {
 		{name: "graphs-host-euler", hostEuler: true},
 		{name: "graphs-norm-apart", normApart: true},
 		{name: "graphs-float-x", floatX: true},
+		{name: "graphs-qk-apart", qkApart: true},
 		{name: "op-by-op", noGraphs: true},
 	} {
 		b.Run(v.name, func(b *testing.B) {
@@ -154,6 +155,8 @@ func BenchmarkStandardWorkload(b *testing.B) {
 			defer cb.SetNormGEMV(true)
 			require.NoError(b, cb.SetGEMVFloatX(v.floatX))
 			defer cb.SetGEMVFloatX(false)
+			require.NoError(b, cb.SetQKAttention(!v.qkApart))
+			defer cb.SetQKAttention(true)
 			var last *alpamayo.Result
 			for i := 0; i < b.N+1; i++ { // the first run warms up (kernel compile, cuBLAS)
 				if i == 1 {

@@ -102,41 +102,41 @@ func (l *Layer) Attend(be backend.Backend, x backend.Tensor, kc, vc backend.Tens
 	c := l.cfg
 	eps := float32(c.RMSNormEps)
 	pos := sp.Pos
-	steps := []struct {
+	o := backend.AttnOpts{
+		Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim,
+		NKV: pos + s.t, Scale: s.scale, MaskFrom: sp.MaskFrom, MaskTo: sp.MaskTo,
+	}
+	if sp.Causal {
+		o.Causal, o.QPos0 = true, pos
+	}
+	type step struct {
 		name string
 		run  func() error
-	}{
-		{"input norm, q, k, v", func() error {
-			return backend.RMSNormMatMuls(be, []backend.Tensor{s.q, s.k, s.v}, s.h, x, l.InputNorm, eps,
-				[]backend.Tensor{l.Q, l.K, l.V}, []backend.Tensor{l.QBias, l.KBias, l.VBias})
-		}},
-		{"q, k norms and rope, k and v to the cache", func() error {
-			return backend.QKNormRopeCache(be, s.q, s.k, s.v, l.QNorm, l.KNorm, s.cos, s.sin, c.HeadDim, eps,
-				kc, vc, backend.CacheAt{Pos: sp.Pos, PosAt: sp.PosAt})
-		}},
-		{"attention", func() error {
-			o := backend.AttnOpts{
-				Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim,
-				NKV: pos + s.t, Scale: s.scale, MaskFrom: sp.MaskFrom, MaskTo: sp.MaskTo,
-			}
-			if sp.Causal {
-				o.Causal, o.QPos0 = true, pos
-			}
-			if sp.PosAt != nil {
-				dp, ok := be.(backend.DevicePos)
-				if !ok {
-					return fmt.Errorf("backend %s has no device positions", be.Name())
-				}
-				o.NKV, _ = backend.Matrix(kc)
-				return dp.AttentionAt(s.attn, s.q, kc, vc, o, sp.PosAt)
-			}
-			return be.Attention(s.attn, s.q, kc, vc, o)
-		}},
-		{"o and attention residual", func() error { return backend.MatMulResidual(be, x, s.h, s.attn, l.O, l.OBias) }},
-		{"post norm, mlp and residual", func() error {
-			return backend.RMSNormMLP(be, x, s.h, s.gate, s.up, l.PostNorm, eps, l.Gate, l.Up, l.Down)
-		}},
 	}
+	steps := []step{{"input norm, q, k, v", func() error {
+		return backend.RMSNormMatMuls(be, []backend.Tensor{s.q, s.k, s.v}, s.h, x, l.InputNorm, eps,
+			[]backend.Tensor{l.Q, l.K, l.V}, []backend.Tensor{l.QBias, l.KBias, l.VBias})
+	}}}
+	if sp.PosAt != nil {
+		// A decode step at a device position: the norms, rotary embedding,
+		// cache store and attention as one op (one kernel where the
+		// backend fuses them).
+		o.NKV, _ = backend.Matrix(kc)
+		steps = append(steps, step{"q, k norms and rope, k and v to the cache, attention", func() error {
+			return backend.QKNormRopeCacheAttentionAt(be, s.attn, s.q, s.k, s.v, l.QNorm, l.KNorm, s.cos, s.sin, eps,
+				kc, vc, o, sp.PosAt)
+		}})
+	} else {
+		steps = append(steps, step{"q, k norms and rope, k and v to the cache", func() error {
+			return backend.QKNormRopeCache(be, s.q, s.k, s.v, l.QNorm, l.KNorm, s.cos, s.sin, c.HeadDim, eps,
+				kc, vc, backend.CacheAt{Pos: sp.Pos})
+		}}, step{"attention", func() error { return be.Attention(s.attn, s.q, kc, vc, o) }})
+	}
+	steps = append(steps, step{"o and attention residual", func() error {
+		return backend.MatMulResidual(be, x, s.h, s.attn, l.O, l.OBias)
+	}}, step{"post norm, mlp and residual", func() error {
+		return backend.RMSNormMLP(be, x, s.h, s.gate, s.up, l.PostNorm, eps, l.Gate, l.Up, l.Down)
+	}})
 	for _, st := range steps {
 		if err := st.run(); err != nil {
 			return fmt.Errorf("%s: %w", st.name, err)
