@@ -205,7 +205,7 @@ func (g *gpu) attnDecodeWith(a attnCall, qk *qkCacheCall) error {
 	kernel := g.k.attnDecode
 	name := "attention decode"
 	if qk != nil {
-		// struct vla_dec_qk: k, v, qw, kw, qwdt, kwdt, cs, sn, eps, pad.
+		// struct vla_dec_qk: k, v, qw, kw, qwdt, kwdt, cs, sn, eps, wearly.
 		var st [64]byte
 		le := binary.LittleEndian
 		le.PutUint64(st[0:], uint64(qk.k.ptr))
@@ -217,6 +217,7 @@ func (g *gpu) attnDecodeWith(a attnCall, qk *qkCacheCall) error {
 		le.PutUint64(st[40:], uint64(qk.cos.ptr))
 		le.PutUint64(st[48:], uint64(qk.sin.ptr))
 		le.PutUint32(st[56:], math.Float32bits(qk.eps))
+		le.PutUint32(st[60:], uint32(boolArg(g.gemvEarly(qk.qw) && g.gemvEarly(qk.kw)))) // weights no copy refills
 		g.args.Struct(st[:], 8)
 		kernel, name = g.k.attnDecodeQK, "attention decode+qk norm"
 	} else if a.k.dt == tensor.BF16 {

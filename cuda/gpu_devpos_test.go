@@ -170,8 +170,9 @@ func TestGPUQKAttentionAt(t *testing.T) {
 		heads, kvh int
 		dt         tensor.DType
 		fused      bool
-	}{{32, 8, tensor.BF16, true}, {16, 8, tensor.BF16, false}, {32, 8, tensor.F32, false}} {
-		t.Run(fmt.Sprintf("%d-%d/%v", c.heads, c.kvh, c.dt), func(t *testing.T) {
+		floatW     bool // norm weights in float activations: loaded after the wait
+	}{{32, 8, tensor.BF16, true, false}, {32, 8, tensor.BF16, true, true}, {16, 8, tensor.BF16, false, false}, {32, 8, tensor.F32, false, false}} {
+		t.Run(fmt.Sprintf("%d-%d/%v/floatw=%v", c.heads, c.kvh, c.dt, c.floatW), func(t *testing.T) {
 			const hd = 128
 			kvc := c.kvh * hd
 			mk := func() backend.Tensor {
@@ -187,6 +188,9 @@ func TestGPUQKAttentionAt(t *testing.T) {
 			noErrs(t, b.Copy(kB, kA), b.Copy(vB, vA))
 			qw, _ := weight(t, b, tensor.BF16, randVals(r, hd, 1), hd)
 			kw, _ := weight(t, b, tensor.BF16, randVals(r, hd, 1), hd)
+			if c.floatW {
+				qw, kw = upload(t, b, randVals(r, hd, 1), 1, hd), upload(t, b, randVals(r, hd, 1), 1, hd)
+			}
 			cos, sin := alloc(t, b, 1, hd/2), alloc(t, b, 1, hd/2)
 			q, k, v := alloc(t, b, 1, c.heads*hd), alloc(t, b, 1, kvc), alloc(t, b, 1, kvc)
 			qB, kB1 := alloc(t, b, 1, c.heads*hd), alloc(t, b, 1, kvc)

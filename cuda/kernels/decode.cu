@@ -78,14 +78,16 @@ template <int C> __device__ __forceinline__ void vla_dec_scatter_sum(float *v, i
 // store, done by vla_attn_decode_bf16_g4_qk itself (QKNormRopeCache ahead
 // of AttentionAt, fused): k and v are the step's rows as the products left
 // them ([kvheads · 128] floats; q, the kernel's q, likewise), qw and kw the
-// norms' weights, cs and sn the step's rotary tables (64 floats each).
+// norms' weights (loaded before the wait for the kernel ahead with wearly:
+// no kernel or copy writes them), cs and sn the step's rotary tables (64
+// floats each).
 struct vla_dec_qk {
 	const float *k, *v;
 	const void *qw, *kw;
 	int qwdt, kwdt;
 	const float *cs, *sn;
 	float eps;
-	int pad;
+	int wearly;
 };
 
 // vla_attn_decode_t waits for the kernel ahead itself (vla_pdl_enter):
@@ -165,16 +167,20 @@ __device__ __forceinline__ void vla_attn_decode_t(float *__restrict__ part_o, fl
 	}
 	float4 qr[QG];
 	if (QKF) {
-		// The norms' weights (no kernel writes them) before the wait; then
-		// the query heads, and the new key and value where this split
-		// holds them (the warp whose keys they are).
+		// The norms' weights (before the wait with wearly); then the query
+		// heads, and the new key and value where this split holds them
+		// (the warp whose keys they are).
 		float wq[4], wk[4];
+		const auto loadW = [&]() {
 #pragma unroll
-		for (int u = 0; u < 4; u++) {
-			wq[u] = vla_load(f.qw, f.qwdt, lane + 32 * u);
-			wk[u] = vla_load(f.kw, f.kwdt, lane + 32 * u);
-		}
+			for (int u = 0; u < 4; u++) {
+				wq[u] = vla_load(f.qw, f.qwdt, lane + 32 * u);
+				wk[u] = vla_load(f.kw, f.kwdt, lane + 32 * u);
+			}
+		};
+		if (f.wearly) loadW();
 		vla_pdl_enter();
+		if (!f.wearly) loadW();
 		float c[2], sv[2];
 #pragma unroll
 		for (int u = 0; u < 2; u++) {

@@ -105,8 +105,10 @@ func BenchmarkStandardWorkload(b *testing.B) {
 	// it feeds (SerialGreedy), then with each Euler step's update on the
 	// host after its velocity comes back (HostEuler), then with each decode
 	// layer's two RMSNorms in launches of their own instead of inside the
-	// streamed GEMVs that read them (SetNormGEMV), then op by op: all in
-	// the same process, for their ratios.
+	// streamed GEMVs that read them (SetNormGEMV), then with x held as
+	// floats in those GEMVs (SetGEMVFloatX), then with a decode step's q/k
+	// norms in a kernel ahead of its attention (SetQKAttention), then op by
+	// op: all in the same process, for their ratios.
 	cb := gpu.(*cuda.Backend)
 	for _, v := range []struct {
 		name                                              string
