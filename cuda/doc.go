@@ -94,8 +94,9 @@
 // weight: decoding) takes a kernel of its own that streams the weight once:
 // on sm_90, vla_gemv_stream (kernels/gemv_stream.cu), the weight brought
 // into shared memory by bulk copies issued before the kernel ahead has
-// ended; elsewhere, or with Backend.SetStreamGEMV(false), a warp per
-// column (kernels/gemv.cu), the same bits. A product of 2 to 64 rows with a 16-bit weight (the
+// ended, x held there packed in the weight's type; elsewhere, or with
+// Backend.SetStreamGEMV(false), a warp per column (kernels/gemv.cu), the
+// same bits. A product of 2 to 64 rows with a 16-bit weight (the
 // action expert's 64 tokens, short prompts) takes vla_gemm_rows
 // (kernels/gemm_rows.cu): tensor cores on 64 × 64 tiles (on sm_90a the
 // asynchronous warpgroup MMA, wgmma, reading both operands from shared
@@ -130,7 +131,12 @@
 // written straight in its 16-bit type by the op before (an RMSNorm,
 // silu(gate)·up, the bias and GELU) instead of in float and then rounded,
 // the vision encoder's LayerNorms in that type alone (LayerNormMatMuls,
-// LayerNormGELUMLP: nothing reads their float output).
+// LayerNormGELUMLP: nothing reads their float output). A decode row's
+// RMSNorm ahead of its products (RMSNormMatMuls, RMSNormMLP) runs inside
+// the streamed GEMV, whose blocks sum x's squares as vla_rmsnorm does
+// (Backend.SetNormGEMV); a decode step's q/k norms, rotary embedding and
+// cache store run inside its attention at a device position
+// (backend.QKAttentionAt, vla_attn_decode_bf16_g4_qk; Backend.SetQKAttention).
 // Each computes the bits of its sequence (the same per-thread loops and
 // roundings; TestGPUFused*), so a model gets the same answers either way;
 // shapes the fused kernels do not take run the sequence.
