@@ -222,8 +222,7 @@ func (b *Backend) QKNormRopeCacheAttentionAt(dst, q, k, v, qw, kw, cos, sin back
 	if !ok || c.pos == nil || c.rows == 0 {
 		return seq()
 	}
-	o.NKV = c.crows // AttentionAt's: the most keys it may see
-	a, err := b.attnArgs(dst, q, kc, vc, o, c.pos, nil)
+	a, err := b.attnArgs(dst, q, kc, vc, o, c.pos, nil) // o.NKV: the most keys it may see, as AttentionAt's
 	if err != nil {
 		return err
 	}
