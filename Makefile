@@ -4,8 +4,6 @@
 GO        ?= go
 BIN       := bin/vlanode
 GOFLAGS   ?=
-REFERENCE := testdata/reference
-DEMO      := $(REFERENCE)/qwen3-mha-untied
 
 export CGO_ENABLED := 1
 
@@ -45,11 +43,13 @@ run: build
 	@[ -f $(CLIP)/ego.csv ] || $(BIN) clip --out $(CLIP)
 	@BIN=$(BIN) MODEL=$(TINY) CLIP=$(CLIP) bash scripts/run-demo.sh
 
-# check-reference: the Qwen3 model against transformers' outputs, through
-# the command line (what `make run` did before the node existed).
+# check-reference: every reference checkpoint that the command line can
+# check against transformers' outputs (scripts/cli-reference.sh: Qwen3
+# generate and eval, Qwen3-VL eval), on DEVICE (cpu; cuda on the GPU
+# machine).
+DEVICE ?= cpu
 check-reference: build
-	$(BIN) generate --model $(DEMO) --inputs $(DEMO)/inputs.safetensors --max-new-tokens 12 --expect $(DEMO)/expected.safetensors
-	$(BIN) eval --model $(DEMO) --inputs $(DEMO)/inputs.safetensors --out /tmp/vlanode-demo-logits.safetensors --expect $(DEMO)/expected.safetensors
+	bash scripts/cli-reference.sh $(BIN) $(DEVICE)
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 2x ./cpu
