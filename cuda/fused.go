@@ -208,7 +208,7 @@ func (g *gpu) qkNormRopeCache(c qkCacheCall) error {
 
 // QKNormRopeCacheAttentionAt is QKNormRopeCache at pos then AttentionAt
 // (backend.QKAttentionAt). For one query of heads of 128 in groups of four
-// over bf16 caches, one kernel does both (vla_attn_decode_bf16_g4_qk: the
+// over bf16 caches whose rows o.NKV counts, one kernel does both (vla_attn_decode_bf16_g4_qk: the
 // same bits in dst and the caches; q and k keep the products' values);
 // otherwise the two ops' kernels run in turn.
 func (b *Backend) QKNormRopeCacheAttentionAt(dst, q, k, v, qw, kw, cos, sin backend.Tensor, eps float32, kc, vc backend.Tensor, o backend.AttnOpts, pos backend.Tensor) error {
@@ -229,8 +229,10 @@ func (b *Backend) QKNormRopeCacheAttentionAt(dst, q, k, v, qw, kw, cos, sin back
 	if a.tq != c.rows || a.d.overlaps(c.k) || a.d.overlaps(c.v) || a.d.overlaps(c.cos) || a.d.overlaps(c.sin) {
 		return seq()
 	}
+	// The fused kernel guards its cache store with the keys it may see (as
+	// the other kernel guards it with the caches' rows): they must agree.
 	fused := a.tq == 1 && c.hd == 128 && c.qh == 4*c.kh && o.Heads == c.qh && o.KVHeads == c.kh &&
-		c.kc.dt == tensor.BF16 && c.q.ptr%16 == 0 && c.v.ptr%16 == 0
+		c.kc.dt == tensor.BF16 && c.q.ptr%16 == 0 && c.v.ptr%16 == 0 && o.NKV == c.crows
 	return b.run(func(g *gpu) error {
 		if fused && !g.noQKAttn && attnPath(a, g.exactAttention) == pathDecode {
 			return g.attnDecodeQK(a, c)
