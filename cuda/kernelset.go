@@ -33,8 +33,9 @@ type kernelSet struct {
 	// ([0] bf16, [1] f16 weights).
 	gemv3, gemvSwiGLU [2]driver.Function
 	// gemv_stream.cu: the same products with the weight streamed by
-	// bulk copies ([0] bf16, [1] f16 weights).
-	gemvStream [4]driver.Function // bf16, f16; then with x held in 16 bits (gstreamXH)
+	// bulk copies ([0] bf16, [1] f16 weights, x held as floats; [2], [3]
+	// the same with x held packed in 16 bits, unless gpu.gstreamFloatX).
+	gemvStream [4]driver.Function
 	// gemm_rows.cu: products of 2 to 64 rows ([0] bf16, [1] f16 weights).
 	gemmRows   [2]driver.Function
 	gemmRowsWG [2]driver.Function // sm_90a: on wgmma (gpu.rowsWG)
