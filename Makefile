@@ -45,8 +45,8 @@ run: build
 
 # check-reference: every reference checkpoint that the command line can
 # check against transformers' outputs (scripts/cli-reference.sh: Qwen3
-# generate and eval, Qwen3-VL eval), on DEVICE (cpu; cuda on the GPU
-# machine).
+# generate and eval, Qwen3-VL eval, Alpamayo expert eval), on DEVICE (cpu;
+# cuda on the GPU machine).
 DEVICE ?= cpu
 check-reference: build
 	bash scripts/cli-reference.sh $(BIN) $(DEVICE)
@@ -61,7 +61,7 @@ clean:
 # .gpu/ and runs them. On the GPU machine the same binaries run against the
 # driver; on a machine without a GPU every GPU test reports itself as
 # SKIPPED (run with -test.v, so the skips are visible).
-GPU_PKGS := ./cuda ./cuda/driver ./models/qwen3 ./models/qwen3vl ./models/alpamayo
+GPU_PKGS := ./cuda ./cuda/driver ./diffusion ./models/qwen3 ./models/qwen3vl ./models/alpamayo
 gpu-test: deps
 	@mkdir -p .gpu
 	@for p in $(GPU_PKGS); do \

@@ -46,6 +46,13 @@ func TestVelocityRejectsBadInputs(t *testing.T) {
 	assert.ErrorIs(t, err, models.ErrBadInput)
 	assert.ErrorContains(t, err, "action tokens")
 
+	// a host cache of the wrong size, or an offset past the sequence
+	kvw := rc.kvw * rc.cfg.Expert.NumHiddenLayers
+	_, err = rc.ex.HostPrefix(make([]float32, kvw*p.Len-1), make([]float32, kvw*p.Len), p.Len, p.Offset, 0)
+	assert.ErrorIs(t, err, models.ErrBadInput, "short host cache")
+	_, err = rc.ex.HostPrefix(make([]float32, kvw*p.Len), make([]float32, kvw*p.Len), p.Len, p.Len+2, 0)
+	assert.ErrorIs(t, err, models.ErrBadInput, "host prefix with its offset past the sequence")
+
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	_, err = rc.ex.Velocity(cancelled, rc.pre, x, 0)

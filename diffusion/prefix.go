@@ -69,3 +69,84 @@ func (p *Prefix) check(c *ExpertConfig, waypoints int) error {
 
 // maskFrom is the first hidden cache row; rows [maskFrom, Len) are hidden.
 func (p *Prefix) maskFrom() int { return min(p.Offset, p.Len) }
+
+// HostPrefix makes a Prefix on the expert's backend from a VLM cache held
+// on the host (a reference's, or one saved elsewhere): k and v hold each
+// layer's length cached rows, [layers][length][kvHeads·headDim] row-major.
+// Each layer's K and V become F32 [length+Waypoints, kvHeads·headDim]
+// tensors (purpose "kv-cache"), with room for the action tokens' rows;
+// FreePrefix releases them.
+func (e *Expert) HostPrefix(k, v []float32, length, offset, ropeDelta int) (Prefix, error) {
+	c := &e.Config.Expert
+	kvw := c.NumKeyValueHeads * c.HeadDim
+	p := Prefix{Len: length, Offset: offset, RopeDelta: ropeDelta}
+	want := c.NumHiddenLayers * length * kvw
+	if length < 0 || len(k) != want || len(v) != want {
+		return p, fmt.Errorf("diffusion: a cache of %d and %d values for %d rows, want %d×%d×%d: %w",
+			len(k), len(v), length, c.NumHiddenLayers, length, kvw, models.ErrBadInput)
+	}
+	rows := length + e.Waypoints()
+	buf := make([]float32, rows*kvw)
+	for i := range c.NumHiddenLayers {
+		var kv KV
+		for _, h := range []struct {
+			dst *backend.Tensor
+			src []float32
+		}{{&kv.K, k}, {&kv.V, v}} {
+			t, err := e.be.Alloc("kv-cache", tensor.F32, rows, kvw)
+			if err != nil {
+				e.FreePrefix(p)
+				return Prefix{}, fmt.Errorf("diffusion: the cache of layer %d: %w", i, err)
+			}
+			*h.dst = t
+			copy(buf, h.src[i*length*kvw:(i+1)*length*kvw])
+			if err := e.be.Upload(t, buf); err != nil {
+				e.be.Free(t)
+				*h.dst = nil
+				e.FreePrefix(p)
+				return Prefix{}, fmt.Errorf("diffusion: uploading the cache of layer %d: %w", i, err)
+			}
+		}
+		p.Cache = append(p.Cache, kv)
+	}
+	if err := p.check(c, e.Waypoints()); err != nil {
+		e.FreePrefix(p)
+		return Prefix{}, err
+	}
+	return p, nil
+}
+
+// FreePrefix releases the caches of a Prefix from HostPrefix.
+func (e *Expert) FreePrefix(p Prefix) {
+	for _, kv := range p.Cache {
+		for _, t := range []backend.Tensor{kv.K, kv.V} {
+			if t != nil {
+				e.be.Free(t)
+			}
+		}
+	}
+}
+
+// ActionKV downloads the keys and values the last Velocity or Hidden call
+// wrote into p's F32 caches (HostPrefix's): rows [Len, Len+Waypoints) of
+// every layer, [layers][Waypoints][kvHeads·headDim] row-major.
+func (e *Expert) ActionKV(p Prefix) (k, v []float32, err error) {
+	n := e.Waypoints()
+	for i, kv := range p.Cache {
+		for _, h := range []struct {
+			dst *[]float32
+			src backend.Tensor
+		}{{&k, kv.K}, {&v, kv.V}} {
+			rows, err := e.be.Rows(h.src, p.Len, n)
+			if err != nil {
+				return nil, nil, fmt.Errorf("diffusion: the action rows of layer %d's cache: %w", i, err)
+			}
+			got, err := e.be.Download(rows)
+			if err != nil {
+				return nil, nil, fmt.Errorf("diffusion: downloading the action rows of layer %d's cache: %w", i, err)
+			}
+			*h.dst = append(*h.dst, got...)
+		}
+	}
+	return k, v, nil
+}

@@ -96,6 +96,15 @@ func i64(t *testing.T, f *safetensors.File, name string) []int64 {
 
 func loadCase(t *testing.T, name string) *refCase {
 	t.Helper()
+	be, err := cpu.New()
+	require.NoError(t, err)
+	t.Cleanup(func() { be.Close() })
+	return loadCaseOn(t, be, name)
+}
+
+// loadCaseOn loads a reference case's expert and prefix onto be.
+func loadCaseOn(t *testing.T, be backend.Backend, name string) *refCase {
+	t.Helper()
 	dir := filepath.Join(referenceDir, name)
 	alp, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	require.NoError(t, err)
@@ -104,9 +113,6 @@ func loadCase(t *testing.T, name string) *refCase {
 	cfg, err := diffusion.ParseConfig(alp, vlm)
 	require.NoError(t, err)
 
-	be, err := cpu.New()
-	require.NoError(t, err)
-	t.Cleanup(func() { be.Close() })
 	ck, err := safetensors.Open(filepath.Join(dir, "model.safetensors"))
 	require.NoError(t, err)
 	t.Cleanup(func() { ck.Close() })
@@ -129,23 +135,9 @@ func loadCase(t *testing.T, name string) *refCase {
 	rc.kvw = e.NumKeyValueHeads * e.HeadDim
 	kk := f32(t, rc.in, "kv_k", e.NumHiddenLayers, L, rc.kvw)
 	vv := f32(t, rc.in, "kv_v", e.NumHiddenLayers, L, rc.kvw)
-	rc.pre = diffusion.Prefix{Len: L, Offset: int(prefix[1]), RopeDelta: int(prefix[2])}
-	capacity := L + ex.Waypoints()
-	for i := range e.NumHiddenLayers {
-		var kv diffusion.KV
-		for _, c := range []struct {
-			dst *backend.Tensor
-			src []float32
-		}{{&kv.K, kk}, {&kv.V, vv}} {
-			tt, err := be.Alloc("kv-cache", tensor.F32, capacity, rc.kvw)
-			require.NoError(t, err)
-			buf := make([]float32, capacity*rc.kvw)
-			copy(buf, c.src[i*L*rc.kvw:(i+1)*L*rc.kvw])
-			require.NoError(t, be.Upload(tt, buf))
-			*c.dst = tt
-		}
-		rc.pre.Cache = append(rc.pre.Cache, kv)
-	}
+	rc.pre, err = ex.HostPrefix(kk, vv, L, int(prefix[1]), int(prefix[2]))
+	require.NoError(t, err)
+	t.Cleanup(func() { ex.FreePrefix(rc.pre) })
 	return rc
 }
 
@@ -218,19 +210,13 @@ func checkNewKV(t *testing.T, rc *refCase) {
 	layers := rc.cfg.Expert.NumHiddenLayers
 	wantK := f32(t, rc.exp, "new_k", layers, n, rc.kvw)
 	wantV := f32(t, rc.exp, "new_v", layers, n, rc.kvw)
+	gotK, gotV, err := rc.ex.ActionKV(rc.pre)
+	require.NoError(t, err)
 	worst := 0.0
-	for i, kv := range rc.pre.Cache {
-		for _, c := range []struct {
-			name string
-			t    backend.Tensor
-			want []float32
-		}{{"k", kv.K, wantK}, {"v", kv.V, wantV}} {
-			rows, err := rc.be.Rows(c.t, rc.pre.Len, n)
-			require.NoError(t, err)
-			got, err := rc.be.Download(rows)
-			require.NoError(t, err)
-			worst = math.Max(worst, compare(t, fmt.Sprintf("layer %d new %s", i, c.name), c.want[i*n*rc.kvw:(i+1)*n*rc.kvw], got, kvAtol, 0))
-		}
+	for i := range layers {
+		lo, hi := i*n*rc.kvw, (i+1)*n*rc.kvw
+		worst = math.Max(worst, compare(t, fmt.Sprintf("layer %d new k", i), wantK[lo:hi], gotK[lo:hi], kvAtol, 0))
+		worst = math.Max(worst, compare(t, fmt.Sprintf("layer %d new v", i), wantV[lo:hi], gotV[lo:hi], kvAtol, 0))
 	}
 	t.Logf("%s: expert K/V in cache rows [L, L+%d): max |diff| %.3g", rc.name, n, worst)
 }
