@@ -7,32 +7,71 @@ import (
 	"math"
 	"slices"
 
+	"vlanode/configs"
+	"vlanode/models/alpamayo"
 	"vlanode/models/qwen3vl"
 	"vlanode/safetensors"
 	"vlanode/tensor"
 )
 
+// evalFlags are eval's flags beyond the model's.
+type evalFlags struct {
+	inputs, out, expect string
+	atol, rtol, scale   float64
+	states, vlm         string // alpamayo_r1 only
+}
+
+// tolerance is --expect's tolerance on a backend: --scale-tol's default is
+// cudaScaleTol on cuda, off elsewhere.
+func (f *evalFlags) tolerance(backend string) tolerance {
+	tol := tolerance{atol: f.atol, rtol: f.rtol, scale: f.scale}
+	if tol.scale < 0 {
+		tol.scale = 0
+		if backend == "cuda" {
+			tol.scale = cudaScaleTol
+		}
+	}
+	return tol
+}
+
 func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("eval", stderr)
 	var mf modelFlags
 	mf.register(fs)
-	inputs := fs.String("inputs", "", "safetensors file with input_ids (int64 [1, T]); for qwen3_vl also pixel_values "+
-		"(float32 [patches, 1536]), image_grid_thw (int64 [images, 3]) and optionally mm_token_type_ids (int64 [1, T])")
-	out := fs.String("out", "", "safetensors file to write logits (float32 [T, vocab]) to")
-	expect := fs.String("expect", "", "optional reference safetensors file whose logits to compare with")
-	atol := fs.Float64("atol", defaultAtol, "absolute tolerance of --expect")
-	rtol := fs.Float64("rtol", defaultRtol, "relative tolerance of --expect")
-	scaleTol := fs.Float64("scale-tol", -1, "--expect tolerance as a fraction of the reference's max |logit| (default: 0.02 on cuda, off on cpu)")
+	var ef evalFlags
+	fs.StringVar(&ef.inputs, "inputs", "", "safetensors file with input_ids (int64 [1, T]); for qwen3_vl also pixel_values "+
+		"(float32 [patches, 1536]), image_grid_thw (int64 [images, 3]) and optionally mm_token_type_ids (int64 [1, T]); "+
+		"for alpamayo_r1 (its action side) prefix (int64 [3]: cached tokens, offset, rope delta), kv_k and kv_v "+
+		"(float32 [layers, cached tokens, kv heads × head dim]) and noise (float32 [waypoints, 2])")
+	fs.StringVar(&ef.out, "out", "", "safetensors file to write logits (float32 [T, vocab]) to; for alpamayo_r1 velocity, hidden, in_proj, new_k and new_v")
+	fs.StringVar(&ef.expect, "expect", "", "optional reference safetensors file whose logits to compare with "+
+		"(for alpamayo_r1: v_steps, hidden_steps, inproj_steps, new_k and new_v)")
+	fs.Float64Var(&ef.atol, "atol", defaultAtol, "absolute tolerance of --expect")
+	fs.Float64Var(&ef.rtol, "rtol", defaultRtol, "relative tolerance of --expect")
+	fs.Float64Var(&ef.scale, "scale-tol", -1, fmt.Sprintf("--expect tolerance as a fraction of the reference's max |value| (default: %g on cuda, off on cpu)", cudaScaleTol))
+	fs.StringVar(&ef.states, "states", "", "alpamayo_r1: safetensors file with the flow states to evaluate the velocity at, "+
+		"x_steps (float32 [S, waypoints, 2]) at time_steps (float32, at least S); default: the noise at t = 0")
+	fs.StringVar(&ef.vlm, "vlm", "", "alpamayo_r1: the VLM's config folder, overriding the checkpoint's vlm_name_or_path")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if err := mf.check(); err != nil {
 		return err
 	}
-	if *inputs == "" || *out == "" {
+	if ef.inputs == "" || ef.out == "" {
 		return usagef("--inputs and --out are required")
 	}
-	prompt, err := qwen3vl.ReadPrompt(*inputs)
+	mt, err := configs.ReadModelType(mf.dir)
+	if err != nil {
+		return err
+	}
+	if mt == alpamayo.ModelType {
+		return evalExpert(ctx, &mf, &ef, stdout, stderr)
+	}
+	if ef.states != "" || ef.vlm != "" {
+		return usagef("--states and --vlm are for alpamayo_r1 checkpoints; %s is %s", mf.dir, mt)
+	}
+	prompt, err := qwen3vl.ReadPrompt(ef.inputs)
 	if err != nil {
 		return err
 	}
@@ -42,26 +81,19 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer lm.Close()
-	logits, err := lm.evalLogits(ctx, *inputs, prompt)
+	logits, err := lm.evalLogits(ctx, ef.inputs, prompt)
 	if err != nil {
 		return err
 	}
 	vocab := lm.vocab()
-	if err := safetensors.WriteFile(*out, []safetensors.Tensor{
+	if err := safetensors.WriteFile(ef.out, []safetensors.Tensor{
 		safetensors.F32Tensor("logits", []int{len(ids), vocab}, logits),
 	}, map[string]string{"model": mf.dir, "device": mf.device}); err != nil {
-		return fmt.Errorf("writing %s: %w", *out, err)
+		return fmt.Errorf("writing %s: %w", ef.out, err)
 	}
-	fmt.Fprintf(stdout, "wrote logits [%d, %d] to %s\n", len(ids), vocab, *out)
-	if *expect != "" {
-		tol := tolerance{atol: *atol, rtol: *rtol, scale: *scaleTol}
-		if tol.scale < 0 {
-			tol.scale = 0
-			if lm.be.Name() == "cuda" {
-				tol.scale = cudaScaleTol
-			}
-		}
-		return expectLogits(stdout, *expect, logits, tol)
+	fmt.Fprintf(stdout, "wrote logits [%d, %d] to %s\n", len(ids), vocab, ef.out)
+	if ef.expect != "" {
+		return expectLogits(stdout, ef.expect, logits, ef.tolerance(lm.be.Name()))
 	}
 	return nil
 }

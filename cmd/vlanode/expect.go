@@ -18,15 +18,22 @@ const (
 )
 
 // cudaScaleTol is --expect's tolerance on the cuda backend, as a fraction
-// of the reference's largest |logit|: cuBLAS multiplies with activations
-// rounded to bf16 (as PyTorch's bf16 autocast does), an error of 2^-9 per
-// element that scales with the logits (measured 0.3–0.7% on the reference
-// checkpoints; see models/qwen3/gpu_test.go).
-const cudaScaleTol = 0.02
+// of the reference's largest |value|: cuBLAS and our kernels multiply with
+// activations rounded to bf16 (as PyTorch's bf16 autocast does), an error
+// of 2^-9 per element that compounds over the layers and scales with the
+// values. Measured on the H200 against the float32 references
+// (scripts/cli-reference.sh; bench/results/cli-reference.md): 0.35–1.4%
+// on the Qwen3 and Qwen3-VL logits, but 2.04% on qwen3vl-d3-tied's three
+// images (weights at twice the usual scale), and 0.4–1% on the Alpamayo
+// expert's tensors. transformers itself, under bf16 autocast, lands 0.6–2.6%
+// from the same references (2.56% on that case; scripts/reference/
+// bf16_error.py): 4% is 1.5× the independent implementation's own worst.
+const cudaScaleTol = 0.04
 
 // closeness is the result of comparing values with a reference.
 type closeness struct {
-	maxAbs float64
+	maxAbs float64 // max |got - want|
+	maxRef float64 // max |want|
 	worst  int
 	ok     bool
 }
@@ -44,18 +51,17 @@ func (t tolerance) String() string {
 
 // compareClose checks got against want within tol.
 func compareClose(got, want []float32, tol tolerance) (closeness, error) {
-	atol, rtol := tol.atol, tol.rtol
-	if tol.scale > 0 {
-		maxRef := 0.0
-		for _, w := range want {
-			maxRef = math.Max(maxRef, math.Abs(float64(w)))
-		}
-		atol, rtol = tol.scale*maxRef, 0
-	}
 	if len(got) != len(want) {
 		return closeness{}, fmt.Errorf("%d values, reference has %d", len(got), len(want))
 	}
 	c := closeness{ok: true, worst: -1}
+	for _, w := range want {
+		c.maxRef = math.Max(c.maxRef, math.Abs(float64(w)))
+	}
+	atol, rtol := tol.atol, tol.rtol
+	if tol.scale > 0 {
+		atol, rtol = tol.scale*c.maxRef, 0
+	}
 	for i := range got {
 		d := math.Abs(float64(got[i]) - float64(want[i]))
 		if math.IsNaN(d) {
@@ -88,28 +94,44 @@ func readReference(path, name string) (safetensors.Info, *safetensors.File, erro
 
 // expectLogits compares logits [rows, vocab] with the reference's "logits".
 func expectLogits(w io.Writer, path string, logits []float32, tol tolerance) error {
-	info, f, err := readReference(path, "logits")
-	if err != nil {
+	ok, err := expectF32(w, path, "logits", "logits", logits, false, tol)
+	if err != nil || ok {
 		return err
+	}
+	return fmt.Errorf("logits differ from %s beyond the tolerance", path)
+}
+
+// expectF32 compares got with the reference's float32 tensor ref (with
+// prefix, with its leading len(got) values: the reference may hold more
+// steps than were run), prints a MATCH or MISMATCH line naming what, and
+// reports whether it matched; err is for a reference that cannot be read.
+func expectF32(w io.Writer, path, ref, what string, got []float32, prefix bool, tol tolerance) (bool, error) {
+	info, f, err := readReference(path, ref)
+	if err != nil {
+		return false, err
 	}
 	defer f.Close()
 	want, err := info.F32()
 	if err != nil {
-		return fmt.Errorf("%s: logits: %w", path, err)
+		return false, fmt.Errorf("%s: %s: %w", path, ref, err)
 	}
-	c, err := compareClose(logits, want, tol)
+	if prefix && len(want) > len(got) {
+		want = want[:len(got)]
+	}
+	c, err := compareClose(got, want, tol)
 	if err != nil {
-		return fmt.Errorf("%s: logits: %w", path, err)
+		return false, fmt.Errorf("%s: %s: %w", path, ref, err)
 	}
-	verdict := "MATCH"
+	verdict, worst := "MATCH", ""
 	if !c.ok {
-		verdict = "MISMATCH"
+		verdict, worst = "MISMATCH", fmt.Sprintf(", worst at flat index %d", c.worst)
 	}
-	fmt.Fprintf(w, "%s: logits vs %s: max |diff| %.3g (tolerance %v)\n", verdict, path, c.maxAbs, tol)
-	if !c.ok {
-		return fmt.Errorf("logits differ from %s beyond the tolerance (worst at flat index %d)", path, c.worst)
+	share := ""
+	if c.maxRef > 0 {
+		share = fmt.Sprintf(" = %.2f%% of max |ref| %.3g", 100*c.maxAbs/c.maxRef, c.maxRef)
 	}
-	return nil
+	fmt.Fprintf(w, "%s: %s vs %s %s: max |diff| %.3g%s (tolerance %v%s)\n", verdict, what, path, ref, c.maxAbs, share, tol, worst)
+	return c.ok, nil
 }
 
 // expectIDs compares token ids with the reference's "greedy_ids".

@@ -22,7 +22,7 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"eval":     {"compute logits for input_ids (and images) from a safetensors file", runEval},
+		"eval":     {"compute logits for input_ids (and images), or an Alpamayo-R1 action side's velocity over a VLM cache, from a safetensors file", runEval},
 		"generate": {"greedy-decode a continuation of input_ids", runGenerate},
 		"infer":    {"run a VLA model on camera images: trajectory and reasoning", runInfer},
 		"clip":     {"write a synthetic driving clip (camera folders + ego.csv) for replay", runClip},

@@ -6,6 +6,7 @@
 package alpamayo
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 
@@ -53,29 +54,9 @@ type LoadOptions struct {
 // names, tokenizer.json, and the safetensors weights (memory-mapped; the
 // model keeps them open until Close).
 func Load(be backend.Backend, dir string, opt LoadOptions) (*Model, error) {
-	cfg, err := configs.LoadAlpamayoR1(dir)
+	cfg, qcfg, dcfg, err := readConfigs(dir, opt.VLM)
 	if err != nil {
 		return nil, err
-	}
-	vlmCfg, err := cfg.LocateVLM(dir, configs.VLMLocator{Override: opt.VLM})
-	if err != nil {
-		return nil, err
-	}
-	vlmJSON, err := cfg.VLMConfigJSON(vlmCfg)
-	if err != nil {
-		return nil, err
-	}
-	qcfg, err := configs.ParseQwen3VL(vlmJSON)
-	if err != nil {
-		return nil, fmt.Errorf("alpamayo: VLM config %s: %w", vlmCfg.Path, err)
-	}
-	alpRaw, err := readFile(filepath.Join(dir, "config.json"))
-	if err != nil {
-		return nil, err
-	}
-	dcfg, err := diffusion.ParseConfig(alpRaw, vlmJSON)
-	if err != nil {
-		return nil, fmt.Errorf("alpamayo: %w", err)
 	}
 	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
@@ -107,10 +88,6 @@ func Load(be backend.Backend, dir string, opt LoadOptions) (*Model, error) {
 		m.Close()
 		return nil, fmt.Errorf("alpamayo: loading the action expert: %w", err)
 	}
-	if got, want := m.Expert.Config.Expert.NumHiddenLayers, qcfg.Text.NumHiddenLayers; got != want {
-		m.Close()
-		return nil, fmt.Errorf("alpamayo: the expert has %d layers, the VLM %d: each expert layer reads its VLM layer's cache", got, want)
-	}
 	if opt.Layering != nil {
 		if err := m.newLayered(opt.Layering, ld.Units); err != nil {
 			m.Close()
@@ -128,6 +105,101 @@ func Load(be backend.Backend, dir string, opt LoadOptions) (*Model, error) {
 		}
 	}
 	return m, nil
+}
+
+// readConfigs reads the configs of the Alpamayo-R1 checkpoint in dir: its
+// own, its VLM's (found as LoadOptions.VLM says) and its action side's.
+func readConfigs(dir, vlm string) (*configs.AlpamayoR1, *configs.Qwen3VL, *diffusion.Config, error) {
+	cfg, err := configs.LoadAlpamayoR1(dir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	vlmCfg, err := cfg.LocateVLM(dir, configs.VLMLocator{Override: vlm})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	vlmJSON, err := cfg.VLMConfigJSON(vlmCfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	qcfg, err := configs.ParseQwen3VL(vlmJSON)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("alpamayo: VLM config %s: %w", vlmCfg.Path, err)
+	}
+	alpRaw, err := readFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	dcfg, err := diffusion.ParseConfig(alpRaw, vlmJSON)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("alpamayo: %w", err)
+	}
+	if got, want := dcfg.Expert.NumHiddenLayers, qcfg.Text.NumHiddenLayers; got != want {
+		return nil, nil, nil, fmt.Errorf("alpamayo: the expert has %d layers, the VLM %d: each expert layer reads its VLM layer's cache", got, want)
+	}
+	return cfg, qcfg, dcfg, nil
+}
+
+// ActionSide is the action side of an Alpamayo-R1 checkpoint loaded
+// alone, every unit resident: action_in_proj, the expert, action_out_proj
+// and the action space, to run over a VLM cache from elsewhere (vlanode
+// eval checks it against transformers this way).
+type ActionSide struct {
+	Expert *diffusion.Expert
+	ck     *safetensors.Checkpoint
+}
+
+// LoadActionSide binds only the action side of the checkpoint in dir (the
+// tensors diffusion.Load names; a checkpoint of just those will do). Of
+// the configs it reads only what the action side needs: config.json's
+// action-side entries and the VLM's text shapes, from the config.json that
+// vlm_name_or_path names or from vlm (a folder or the file), as
+// LoadOptions.VLM.
+func LoadActionSide(be backend.Backend, dir, vlm string) (*ActionSide, error) {
+	mt, err := configs.ReadModelType(dir)
+	if err != nil {
+		return nil, err
+	}
+	if mt != ModelType {
+		return nil, fmt.Errorf("%w; the action side is %s's", configs.UnknownArchitecture(dir, mt), ModelType)
+	}
+	raw, err := readFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	var names struct {
+		VLM string `json:"vlm_name_or_path"`
+	}
+	if err := json.Unmarshal(raw, &names); err != nil {
+		return nil, fmt.Errorf("alpamayo: %s/config.json: %w", dir, err)
+	}
+	if names.VLM == "" {
+		names.VLM = configs.DefaultVLMNameOrPath
+	}
+	vlmCfg, err := configs.VLMLocator{Override: vlm}.Locate(names.VLM, dir)
+	if err != nil {
+		return nil, err
+	}
+	dcfg, err := diffusion.ParseConfig(raw, vlmCfg.Raw)
+	if err != nil {
+		return nil, fmt.Errorf("alpamayo: %w", err)
+	}
+	ck, err := safetensors.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	ex, err := diffusion.Load(models.NewLoader(be, ck), dcfg)
+	if err != nil {
+		ck.Close()
+		return nil, fmt.Errorf("alpamayo: loading the action expert: %w", err)
+	}
+	return &ActionSide{Expert: ex, ck: ck}, nil
+}
+
+// Close releases the weights and the checkpoint.
+func (a *ActionSide) Close() {
+	a.Expert.Close()
+	a.ck.Close()
 }
 
 // Close releases the weights and the checkpoint.
