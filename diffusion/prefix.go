@@ -75,7 +75,9 @@ func (p *Prefix) maskFrom() int { return min(p.Offset, p.Len) }
 // layer's length cached rows, [layers][length][kvHeads·headDim] row-major.
 // Each layer's K and V become F32 [length+Waypoints, kvHeads·headDim]
 // tensors (purpose "kv-cache"), with room for the action tokens' rows;
-// FreePrefix releases them.
+// FreePrefix releases them. (Where a backend keeps bf16 caches, cuda's
+// flash kernels round float K and V to bf16 as they load them: the values
+// a bf16 cache would hold, and ActionKV can read float rows back.)
 func (e *Expert) HostPrefix(k, v []float32, length, offset, ropeDelta int) (Prefix, error) {
 	c := &e.Config.Expert
 	kvw := c.NumKeyValueHeads * c.HeadDim
