@@ -7,8 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"vlanode/backend"
-	"vlanode/cuda"
+	"vlanode/cuda/cudatest"
 	"vlanode/diffusion"
 )
 
@@ -21,17 +20,6 @@ import (
 // the expert's layers. The same bound as the Qwen3 logits' (see
 // models/qwen3/gpu_test.go); each run logs the measured fractions.
 const gpuScaleTol = 0.02
-
-func openCUDA(t *testing.T) backend.Backend {
-	t.Helper()
-	if err := cuda.Available(); err != nil {
-		t.Skipf("SKIPPED: no CUDA driver/GPU on this machine: %v", err)
-	}
-	be, err := cuda.New()
-	require.NoError(t, err)
-	t.Cleanup(func() { be.Close() })
-	return be
-}
 
 // scaleDiff returns max |got - want| as a fraction of max |want|, failing
 // above gpuScaleTol.
@@ -55,7 +43,7 @@ func scaleDiff(t *testing.T, what string, want, got []float32) float64 {
 // the keys and values written into the VLM cache; then one Euler step
 // through Sample (the Euler update on the device) against noise + v₀.
 func TestCUDAExpertMatchesTransformers(t *testing.T) {
-	be := openCUDA(t)
+	be := cudatest.Open(t)
 	for _, name := range referenceCases(t) {
 		t.Run(name, func(t *testing.T) {
 			rc := loadCaseOn(t, be, name)

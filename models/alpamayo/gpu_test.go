@@ -15,29 +15,19 @@ import (
 	"vlanode/backend"
 	"vlanode/cpu"
 	"vlanode/cuda"
+	"vlanode/cuda/cudatest"
 	"vlanode/layering"
 	"vlanode/models/alpamayo"
 	"vlanode/models/qwen3vl"
 	"vlanode/residency"
 )
 
-func openCUDA(tb testing.TB) backend.Backend {
-	tb.Helper()
-	if err := cuda.Available(); err != nil {
-		tb.Skipf("SKIPPED: no CUDA driver/GPU on this machine: %v", err)
-	}
-	be, err := cuda.New()
-	require.NoError(tb, err)
-	tb.Cleanup(func() { be.Close() })
-	return be
-}
-
 // TestCUDAVisionMatchesCPU encodes the same images on both backends. The
 // cuda backend rounds matmul and attention inputs to bf16, so the merged
 // visual tokens agree within a fraction of their largest magnitude (2%, as
 // the Qwen3 logits do: see models/qwen3/gpu_test.go).
 func TestCUDAVisionMatchesCPU(t *testing.T) {
-	gpu := openCUDA(t)
+	gpu := cudatest.Open(t)
 	host, err := cpu.New()
 	require.NoError(t, err)
 	defer host.Close()
@@ -66,7 +56,7 @@ func TestCUDAVisionMatchesCPU(t *testing.T) {
 
 // TestCUDAInferTiny runs the whole pipeline on the GPU.
 func TestCUDAInferTiny(t *testing.T) {
-	gpu := openCUDA(t)
+	gpu := cudatest.Open(t)
 	m, err := alpamayo.Load(gpu, tinyCheckpoint(t), alpamayo.LoadOptions{})
 	require.NoError(t, err)
 	defer m.Close()
@@ -202,7 +192,7 @@ func standardWorkload(b *testing.B) (*alpamayo.Model, backend.Backend, *alpamayo
 	if dir == "" {
 		b.Skip("SKIPPED: set VLANODE_BENCH_MODEL to an alpamayo-r1-10b checkpoint")
 	}
-	gpu := openCUDA(b)
+	gpu := cudatest.Open(b)
 	start := time.Now()
 	m, err := alpamayo.Load(gpu, dir, alpamayo.LoadOptions{})
 	require.NoError(b, err)
@@ -283,8 +273,8 @@ func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 // resident in preload mode, pipelined and sequential, and at a budget that
 // keeps some units resident.
 func TestCUDALayeredMatchesResident(t *testing.T) {
-	gpu := openCUDA(t)
-	cb := gpu.(*cuda.Backend)
+	cb := cudatest.Open(t)
+	var gpu backend.Backend = cb
 	dir := tinyCheckpoint(t)
 	req := request(5)
 	req.MaxReasoningTokens = 6

@@ -10,7 +10,7 @@ import (
 
 	"vlanode/backend"
 	"vlanode/cpu"
-	"vlanode/cuda"
+	"vlanode/cuda/cudatest"
 	"vlanode/models"
 	"vlanode/models/qwen3"
 	"vlanode/safetensors"
@@ -39,17 +39,6 @@ func maxAbsDiff(a, b []float32) (diff, scale float64) {
 	return diff, scale
 }
 
-func openCUDA(t *testing.T) backend.Backend {
-	t.Helper()
-	if err := cuda.Available(); err != nil {
-		t.Skipf("SKIPPED: no CUDA driver/GPU on this machine: %v", err)
-	}
-	be, err := cuda.New()
-	require.NoError(t, err)
-	t.Cleanup(func() { be.Close() })
-	return be
-}
-
 func loadOn(t *testing.T, be backend.Backend, dir string) *qwen3.Model {
 	t.Helper()
 	ck, err := safetensors.Open(dir)
@@ -62,7 +51,7 @@ func loadOn(t *testing.T, be backend.Backend, dir string) *qwen3.Model {
 }
 
 func TestCUDAMatchesTransformers(t *testing.T) {
-	be := openCUDA(t)
+	be := cudatest.Open(t)
 	for _, name := range referenceCases(t) {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(referenceDir, name)
@@ -106,7 +95,7 @@ func TestCUDAMatchesTransformers(t *testing.T) {
 
 // TestCUDAAgreesWithCPU runs the same checkpoint on both backends.
 func TestCUDAAgreesWithCPU(t *testing.T) {
-	gpu := openCUDA(t)
+	gpu := cudatest.Open(t)
 	host, err := cpu.New()
 	require.NoError(t, err)
 	t.Cleanup(func() { host.Close() })
@@ -132,7 +121,7 @@ func TestCUDAAgreesWithCPU(t *testing.T) {
 // graph (positions in device memory) and op by op (NoGraphs): the logits
 // of every step must be the same bits.
 func TestCUDAStepGraph(t *testing.T) {
-	be := openCUDA(t)
+	be := cudatest.Open(t)
 	for _, name := range referenceCases(t) {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(referenceDir, name)
@@ -158,7 +147,7 @@ func TestCUDAStepGraph(t *testing.T) {
 // (a speculative one dropped first) gives the same logits bit for bit,
 // so the caches hold the same bits.
 func TestCUDAGreedyFed(t *testing.T) {
-	be := openCUDA(t)
+	be := cudatest.Open(t)
 	for _, name := range referenceCases(t) {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(referenceDir, name)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"vlanode/cuda"
+	"vlanode/cuda/cudatest"
 	"vlanode/models/qwen3vl"
 	"vlanode/safetensors"
 )
@@ -25,12 +25,7 @@ const gpuVisionTol = 0.02
 // with kernels of ours instead, and checks the visual tokens and the
 // deepstack features against transformers' outputs.
 func TestCUDAVisionMatchesTransformers(t *testing.T) {
-	if err := cuda.Available(); err != nil {
-		t.Skipf("SKIPPED: no CUDA driver/GPU on this machine: %v", err)
-	}
-	be, err := cuda.New()
-	require.NoError(t, err)
-	defer be.Close()
+	be := cudatest.Open(t)
 	for _, c := range referenceCases(t) {
 		for _, epi := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/epilogues=%v", c, epi), func(t *testing.T) {
