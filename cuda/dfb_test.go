@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"vlanode/layering"
-	"vlanode/residency"
+	"vlanode/placement"
 	"vlanode/tensor"
 	"vlanode/weights"
 )
@@ -68,7 +68,7 @@ func TestDFBDeviceGPU(t *testing.T) {
 		entry := weights.Entry{Name: "w", DType: tensor.F32, Shape: []int{n}, Size: n * 4}
 		blob := &weights.Blob{Name: string(rune('a' + i)), Data: data, Entries: []weights.Entry{entry}}
 		units = append(units, &layering.Unit{
-			Name: blob.Name, Blob: blob, Place: residency.Streamed,
+			ID: placement.ID{Module: placement.VLM, Index: i}, Blob: blob, Weights: placement.Streamed,
 			Run: func(s layering.Slot) error {
 				w, err := dev.WeightAt(s, entry)
 				if err != nil {

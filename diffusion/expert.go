@@ -9,6 +9,7 @@ import (
 	"vlanode/diffusion/actionspace"
 	"vlanode/models"
 	"vlanode/models/qwen3"
+	"vlanode/placement"
 	"vlanode/safetensors"
 	"vlanode/tensor"
 )
@@ -52,7 +53,7 @@ type Expert struct {
 	lastGraphErr error
 
 	inUnit, headUnit *models.Unit
-	layerUnits       []*models.Unit
+	layerUnits       []qwen3.LayerUnits
 	invFreq          []float32
 	s                *scratch
 	flow             *devFlow // the Euler steps' device memory on a backend.FlowFeed
@@ -95,7 +96,7 @@ func Load(ld *models.Loader, cfg *Config) (*Expert, error) {
 func (e *Expert) load(ld *models.Loader) error {
 	ck := ld.Checkpoint
 	ec := &e.Config.Expert
-	u, err := ld.Load("action_in_proj", prefixInProj, e.InProj.specs(), nil)
+	u, err := ld.Load(placement.ID{Module: placement.ActionIn}, prefixInProj, e.InProj.specs(), nil)
 	if err != nil {
 		return fmt.Errorf("diffusion: %w", err)
 	}
@@ -106,17 +107,15 @@ func (e *Expert) load(ld *models.Loader) error {
 	}
 	for i := range ec.NumHiddenLayers {
 		l := qwen3.NewLayer(ec.Qwen3())
-		u, err := ld.Load(fmt.Sprintf("expert.layer.%d", i), fmt.Sprintf("%slayers.%d.", prefixExpert, i), l.Specs(), nil)
+		lu, err := qwen3.LoadLayer(ld, l, placement.Expert, i, fmt.Sprintf("%slayers.%d.", prefixExpert, i))
 		if err != nil {
 			return fmt.Errorf("diffusion: %w", err)
 		}
 		e.Layers = append(e.Layers, l)
-		e.layerUnits = append(e.layerUnits, u)
-		e.Units = append(e.Units, u)
+		e.layerUnits = append(e.layerUnits, lu)
+		e.Units = append(e.Units, lu.Attn, lu.MLP)
 	}
-	head := append([]models.Spec{{Name: prefixExpert + "norm.weight", Shape: []int{ec.HiddenSize}, Dst: &e.Norm}},
-		prefixed(prefixOutProj, e.OutProj.specs(ec.HiddenSize, ActionDims))...)
-	if u, err = ld.Load("expert.head", "", head, nil); err != nil {
+	if u, err = ld.Load(placement.ID{Module: placement.ActionOut}, "", e.headSpecs(), nil); err != nil {
 		return fmt.Errorf("diffusion: %w", err)
 	}
 	e.headUnit = u
@@ -155,6 +154,14 @@ func (e *Expert) loadSpace(ck *safetensors.Checkpoint) error {
 		return fmt.Errorf("diffusion: checkpoint action space: %w", err)
 	}
 	return nil
+}
+
+// headSpecs is the table of the expert's final norm and action_out_proj,
+// one unit.
+func (e *Expert) headSpecs() []models.Spec {
+	h := e.Config.Expert.HiddenSize
+	return append([]models.Spec{{Name: prefixExpert + "norm.weight", Shape: []int{h}, Dst: &e.Norm}},
+		prefixed(prefixOutProj, e.OutProj.specs(h, ActionDims))...)
 }
 
 func prefixed(prefix string, specs []models.Spec) []models.Spec {
@@ -321,9 +328,7 @@ func (e *Expert) compute(ctx context.Context, p *Prefix, out bool) error {
 		// The action tokens' keys and values go to cache rows [Len, Len+t);
 		// they see the prefix but its hidden rows, and each other both ways.
 		span := qwen3.Span{Pos: p.Len, MaskFrom: p.maskFrom(), MaskTo: p.Len}
-		err := models.Do(e.Exec, e.layerUnits[i], func() error {
-			return l.Attend(be, s.x, p.Cache[i].K, p.Cache[i].V, span, s.layer)
-		})
+		err := e.layerUnits[i].Forward(e.Exec, be, l, s.x, p.Cache[i].K, p.Cache[i].V, span, s.layer)
 		if err != nil {
 			return fmt.Errorf("diffusion: expert layer %d: %w", i, err)
 		}

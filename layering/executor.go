@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"vlanode/residency"
+	"vlanode/placement"
 	"vlanode/weights"
 )
 
@@ -49,14 +49,14 @@ func (m Mode) slotsOf() int {
 
 // Unit is one flat weight blob and the compute that reads it.
 type Unit struct {
-	// Name identifies the unit, e.g. "vlm.12".
-	Name string
+	// ID identifies the unit.
+	ID placement.ID
 	// Blob is the unit's host weights; streamed units are copied from it.
 	// Resident and host units need none.
 	Blob *weights.Blob
-	// Place is where the plan keeps the unit: residency.Streamed units go
-	// through the DFB slots; Resident and Host units compute in place.
-	Place residency.Place
+	// Weights is where the plan keeps the unit's weights: streamed units go
+	// through the DFB slots; resident and host units compute in place.
+	Weights placement.Weights
 	// Run queues the unit's compute; slot says where its weights are (a
 	// DFB slot, or NoSlot for weights that live elsewhere). Nil runs
 	// nothing (tests).
@@ -64,7 +64,7 @@ type Unit struct {
 }
 
 // streamed reports whether u goes through the slots in mode m.
-func (u *Unit) streamed(m Mode) bool { return m != Preload && u.Place == residency.Streamed }
+func (u *Unit) streamed(m Mode) bool { return m != Preload && u.Weights == placement.Streamed }
 
 // Pass is one sweep of a stage over its units: a vision pass, a prefill,
 // one decode step, one Euler step.
@@ -166,22 +166,22 @@ func (e *Executor) Mode() Mode { return e.cfg.Mode }
 // add checks and pins one unit and grows the slot size to hold it.
 func (e *Executor) add(u *Unit) error {
 	switch {
-	case u == nil || u.Name == "":
+	case u == nil || u.ID.Module == "":
 		return errors.New("layering: a unit without a name")
 	case e.known[u]:
-		return fmt.Errorf("layering: unit %s listed twice", u.Name)
-	case u.Place != residency.Streamed && u.Place != residency.Resident && u.Place != residency.Host:
-		return fmt.Errorf("layering: unit %s: unknown placement %q", u.Name, u.Place)
+		return fmt.Errorf("layering: unit %s listed twice", u.ID)
+	case u.Weights != placement.Streamed && u.Weights != placement.Resident && u.Weights != placement.Host:
+		return fmt.Errorf("layering: unit %s: unknown placement %q", u.ID, u.Weights)
 	}
 	e.known[u] = true
 	if !u.streamed(e.cfg.Mode) {
 		return nil
 	}
 	if u.Blob == nil || u.Blob.Size() == 0 {
-		return fmt.Errorf("layering: streamed unit %s has no blob", u.Name)
+		return fmt.Errorf("layering: streamed unit %s has no blob", u.ID)
 	}
 	if err := e.dev.PinHost(u.Blob); err != nil {
-		return fmt.Errorf("layering: pinning %s: %w", u.Name, err)
+		return fmt.Errorf("layering: pinning %s: %w", u.ID, err)
 	}
 	e.SlotBytes = max(e.SlotBytes, roundUp(u.Blob.Size(), weights.Align))
 	return nil

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"vlanode/residency"
+	"vlanode/placement"
 	"vlanode/weights"
 )
 
@@ -36,7 +36,7 @@ func TestClosedForms(t *testing.T) {
 		{"preload", Preload, cost{dma: 4, exe: 1}, 3, func(c cost, R float64) float64 { return R * L * c.exe }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			units := stack("layer", all(L, residency.Streamed), 512)
+			units := stack("layer", all(L, placement.Streamed), 512)
 			f := fakeOf(uniform(units, tc.c))
 			p := run(t, f, tc.mode, units, Repeat("pass", units, tc.R))
 			assert.InDelta(t, tc.want(tc.c, float64(tc.R)), p.TotalMs, 1e-9)
@@ -59,7 +59,7 @@ func TestClosedForms(t *testing.T) {
 // j mod 2 counted across passes, a copy starts only once the slot's
 // previous user has computed, and a compute only once its copy is done.
 func TestSlotProtocol(t *testing.T) {
-	places := []residency.Place{residency.Resident, residency.Streamed, residency.Streamed, residency.Resident, residency.Streamed}
+	places := []placement.Weights{placement.Resident, placement.Streamed, placement.Streamed, placement.Resident, placement.Streamed}
 	units := stack("u", places, 256)
 	f := fakeOf(map[string]cost{"u.0": {0, 2}, "u.1": {3, 1}, "u.2": {1, 5}, "u.3": {0, 1}, "u.4": {6, 2}})
 	p := run(t, f, Pipelined, units, Repeat("step", units, 3))
@@ -125,7 +125,7 @@ func TestVerifyCatchesHazards(t *testing.T) {
 // while the current pass still computes, and that they are queued before
 // a pass's After hook runs (so a host sync there does not stall them).
 func TestCrossPassPrefetch(t *testing.T) {
-	units := stack("expert", all(4, residency.Streamed), 256)
+	units := stack("expert", all(4, placement.Streamed), 256)
 	f := fakeOf(uniform(units, cost{dma: 2, exe: 1}))
 	passes := Repeat("euler", units, 2)
 	queuedAtAfter := -1
@@ -164,11 +164,11 @@ func TestMixedRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 50 {
 		n := 1 + rng.IntN(12)
-		places := make([]residency.Place, n)
+		places := make([]placement.Weights, n)
 		for i := range places {
-			places[i] = residency.Streamed
+			places[i] = placement.Streamed
 			if rng.IntN(3) == 0 {
-				places[i] = residency.Resident
+				places[i] = placement.Resident
 			}
 		}
 		costs := map[string]cost{}
@@ -177,8 +177,8 @@ func TestMixedRandom(t *testing.T) {
 		for _, mode := range []Mode{Preload, Sequential, Pipelined} {
 			units := stack("u", places, int64(1+rng.IntN(2000)))
 			for _, u := range units {
-				if _, ok := costs[u.Name]; !ok {
-					costs[u.Name] = cost{dma: float64(rng.IntN(10)), exe: float64(1 + rng.IntN(10))}
+				if _, ok := costs[u.ID.String()]; !ok {
+					costs[u.ID.String()] = cost{dma: float64(rng.IntN(10)), exe: float64(1 + rng.IntN(10))}
 				}
 			}
 			f := fakeOf(costs)
@@ -186,7 +186,7 @@ func TestMixedRandom(t *testing.T) {
 			totals[mode] = p.TotalMs
 			require.Len(t, p.Turns, n*passes)
 			for _, turn := range p.Turns {
-				c := costs[turn.Unit]
+				c := costs[turn.Unit.String()]
 				assert.Equal(t, c.exe, turn.ExeMs, turn.Unit)
 				if turn.Slot != NoSlot {
 					assert.Equal(t, c.dma, turn.CopyMs, turn.Unit)
@@ -209,10 +209,10 @@ func TestMixedRandom(t *testing.T) {
 func TestSlots(t *testing.T) {
 	mk := func() []*Unit {
 		return []*Unit{
-			{Name: "big", Place: residency.Resident, Blob: &weights.Blob{Name: "big", Data: make([]byte, 4096)}},
-			{Name: "a", Place: residency.Streamed, Blob: &weights.Blob{Name: "a", Data: make([]byte, 1000)}},
-			{Name: "b", Place: residency.Streamed, Blob: &weights.Blob{Name: "b", Data: make([]byte, 300)}},
-			{Name: "h", Place: residency.Host},
+			{ID: testID("big", 0), Weights: placement.Resident, Blob: &weights.Blob{Name: "big", Data: make([]byte, 4096)}},
+			{ID: testID("a", 0), Weights: placement.Streamed, Blob: &weights.Blob{Name: "a", Data: make([]byte, 1000)}},
+			{ID: testID("b", 0), Weights: placement.Streamed, Blob: &weights.Blob{Name: "b", Data: make([]byte, 300)}},
+			{ID: testID("h", 0), Weights: placement.Host},
 		}
 	}
 	for mode, slots := range map[Mode]int{Pipelined: 2, Sequential: 1, Preload: 0} {
@@ -234,17 +234,17 @@ func TestSlots(t *testing.T) {
 
 // TestErrors checks refused inputs and that failures name the unit.
 func TestErrors(t *testing.T) {
-	units := stack("u", all(2, residency.Streamed), 256)
+	units := stack("u", all(2, placement.Streamed), 256)
 	_, err := New(NewFake(nil, nil), Config{}, units)
 	assert.ErrorContains(t, err, "unknown mode")
 	_, err = New(NewFake(nil, nil), Config{Mode: Pipelined}, append(units, units[0]))
 	assert.ErrorContains(t, err, "listed twice")
-	_, err = New(NewFake(nil, nil), Config{Mode: Pipelined}, []*Unit{{Name: "x", Place: residency.Streamed}})
+	_, err = New(NewFake(nil, nil), Config{Mode: Pipelined}, []*Unit{{ID: testID("x", 0), Weights: placement.Streamed}})
 	assert.ErrorContains(t, err, "has no blob")
 
 	e, err := New(NewFake(nil, nil), Config{Mode: Pipelined}, units)
 	require.NoError(t, err)
-	stranger := stack("v", all(1, residency.Streamed), 256)
+	stranger := stack("v", all(1, placement.Streamed), 256)
 	_, err = e.Run([]Pass{{Name: "p", Units: stranger}})
 	assert.ErrorContains(t, err, "was not given to New")
 

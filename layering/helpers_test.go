@@ -1,12 +1,11 @@
 package layering
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"vlanode/residency"
+	"vlanode/placement"
 	"vlanode/weights"
 )
 
@@ -15,18 +14,18 @@ type cost struct{ dma, exe float64 }
 
 // stack makes units named prefix.i with the given placements and blobs of
 // bytes each, and a Fake that times them by costs (by name).
-func stack(prefix string, places []residency.Place, bytes int64) []*Unit {
+func stack(prefix string, places []placement.Weights, bytes int64) []*Unit {
 	units := make([]*Unit, len(places))
 	for i, p := range places {
-		name := fmt.Sprintf("%s.%d", prefix, i)
-		units[i] = &Unit{Name: name, Place: p, Blob: &weights.Blob{Name: name, Data: make([]byte, bytes)}}
+		id := testID(prefix, i)
+		units[i] = &Unit{ID: id, Weights: p, Blob: &weights.Blob{Name: id.String(), Data: make([]byte, bytes)}}
 	}
 	return units
 }
 
 // all returns n copies of p.
-func all(n int, p residency.Place) []residency.Place {
-	out := make([]residency.Place, n)
+func all(n int, p placement.Weights) []placement.Weights {
+	out := make([]placement.Weights, n)
 	for i := range out {
 		out[i] = p
 	}
@@ -44,7 +43,7 @@ func fakeOf(costs map[string]cost) *Fake {
 func uniform(units []*Unit, c cost) map[string]cost {
 	out := map[string]cost{}
 	for _, u := range units {
-		out[u.Name] = c
+		out[u.ID.String()] = c
 	}
 	return out
 }
@@ -59,4 +58,9 @@ func run(t *testing.T, f *Fake, mode Mode, units []*Unit, passes []Pass) *Profil
 	require.NoError(t, err)
 	require.NoError(t, f.Verify())
 	return p
+}
+
+// testID is the unit index i of a test module.
+func testID(module string, i int) placement.ID {
+	return placement.ID{Module: placement.Module(module), Index: i}
 }

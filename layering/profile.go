@@ -1,6 +1,10 @@
 package layering
 
-import "fmt"
+import (
+	"fmt"
+
+	"vlanode/placement"
+)
 
 // Profile is the timing of one Run, read from device events.
 type Profile struct {
@@ -13,7 +17,7 @@ type Profile struct {
 // Turn is one unit's copy and compute in one pass.
 type Turn struct {
 	Pass string
-	Unit string
+	Unit placement.ID
 	Slot Slot // NoSlot for a unit computed in place
 	// CopyMs is the H2D copy (0 in place); ExeMs the compute, from the
 	// dependency waits' end to the compute's end.
@@ -25,7 +29,7 @@ type Turn struct {
 
 // UnitTiming is a unit's mean timing over its turns.
 type UnitTiming struct {
-	Unit          string
+	Unit          placement.ID
 	Turns         int
 	CopyMs, ExeMs float64 // means over the turns
 }
@@ -33,7 +37,7 @@ type UnitTiming struct {
 // PerUnit averages the turns per unit, in order of first appearance.
 func (p *Profile) PerUnit() []UnitTiming {
 	var out []UnitTiming
-	at := map[string]int{}
+	at := map[placement.ID]int{}
 	for _, t := range p.Turns {
 		k, ok := at[t.Unit]
 		if !ok {
@@ -65,20 +69,20 @@ func (e *Executor) profile(passes []Pass, turns []*turn) (*Profile, error) {
 	}
 	p.Turns = make([]Turn, len(turns))
 	for i, t := range turns {
-		tt := Turn{Pass: passes[t.pass].Name, Unit: t.unit.Name, Slot: t.slot}
+		tt := Turn{Pass: passes[t.pass].Name, Unit: t.unit.ID, Slot: t.slot}
 		if t.j >= 0 {
 			if tt.CopyMs, err = e.dev.Elapsed(t.copyStart, t.copyEnd); err != nil {
-				return nil, fmt.Errorf("layering: copy time of %s: %w", t.unit.Name, err)
+				return nil, fmt.Errorf("layering: copy time of %s: %w", t.unit.ID, err)
 			}
 			if tt.CopyAtMs, err = e.dev.Elapsed(e.begin, t.copyStart); err != nil {
-				return nil, fmt.Errorf("layering: copy start of %s: %w", t.unit.Name, err)
+				return nil, fmt.Errorf("layering: copy start of %s: %w", t.unit.ID, err)
 			}
 		}
 		if tt.ExeMs, err = e.dev.Elapsed(t.exeStart, t.exeEnd); err != nil {
-			return nil, fmt.Errorf("layering: compute time of %s: %w", t.unit.Name, err)
+			return nil, fmt.Errorf("layering: compute time of %s: %w", t.unit.ID, err)
 		}
 		if tt.ExeAtMs, err = e.dev.Elapsed(e.begin, t.exeStart); err != nil {
-			return nil, fmt.Errorf("layering: compute start of %s: %w", t.unit.Name, err)
+			return nil, fmt.Errorf("layering: compute start of %s: %w", t.unit.ID, err)
 		}
 		p.Turns[i] = tt
 	}

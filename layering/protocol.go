@@ -53,7 +53,7 @@ func (e *Executor) computeTurn(t *turn, run func(Slot) error) error {
 	if err := e.stamp(t.exeStart, e.compute); err != nil {
 		return e.fail(t, "timing", err)
 	}
-	if err := e.dev.Launch(e.compute, Compute{Unit: t.unit.Name, Slot: t.slot, Run: run}); err != nil {
+	if err := e.dev.Launch(e.compute, Compute{Unit: t.unit.ID.String(), Slot: t.slot, Run: run}); err != nil {
 		return e.fail(t, "compute", err)
 	}
 	if pipelinedSlot {
@@ -75,5 +75,5 @@ func (e *Executor) stamp(ev Event, s Stream) error {
 
 // fail wraps err with the turn and the step that failed.
 func (e *Executor) fail(t *turn, step string, err error) error {
-	return fmt.Errorf("layering: unit %s (slot %d): %s: %w", t.unit.Name, t.slot, step, err)
+	return fmt.Errorf("layering: unit %s (slot %d): %s: %w", t.unit.ID, t.slot, step, err)
 }

@@ -139,7 +139,7 @@ func (r *Runner) Do(u *Unit, run func(Slot) error) error {
 	t := r.turns[r.cur]
 	if t.unit != u {
 		return r.fail(fmt.Errorf("layering: pass %s: unit %s computed where the schedule has %s",
-			r.passes[t.pass].Name, unitName(u), t.unit.Name))
+			r.passes[t.pass].Name, unitName(u), t.unit.ID))
 	}
 	if run == nil {
 		run = u.Run
@@ -245,10 +245,10 @@ func (r *Runner) Promote(units []*Unit, bufs []Slot) error {
 	}
 	for i, u := range units {
 		if !u.streamed(e.cfg.Mode) {
-			return r.fail(fmt.Errorf("layering: promote: unit %s is not streamed", u.Name))
+			return r.fail(fmt.Errorf("layering: promote: unit %s is not streamed", u.ID))
 		}
 		if err := e.dev.CopyAsync(bufs[i], u.Blob, e.copy); err != nil {
-			return r.fail(fmt.Errorf("layering: promote: copying %s: %w", u.Name, err))
+			return r.fail(fmt.Errorf("layering: promote: copying %s: %w", u.ID, err))
 		}
 	}
 	if err := e.dev.Record(e.promoted, e.copy); err != nil {
@@ -315,7 +315,7 @@ func (r *Runner) Finish() (*Profile, error) {
 	}
 	if r.cur < len(r.turns) {
 		t := r.turns[r.cur]
-		return nil, r.fail(fmt.Errorf("layering: run finished before unit %s of pass %s", t.unit.Name, r.passes[t.pass].Name))
+		return nil, r.fail(fmt.Errorf("layering: run finished before unit %s of pass %s", t.unit.ID, r.passes[t.pass].Name))
 	}
 	r.ended = true
 	e := r.e
@@ -388,5 +388,5 @@ func unitName(u *Unit) string {
 	if u == nil {
 		return "<nil>"
 	}
-	return u.Name
+	return u.ID.String()
 }

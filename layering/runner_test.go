@@ -2,11 +2,10 @@ package layering
 
 import (
 	"testing"
+	"vlanode/placement"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"vlanode/residency"
 )
 
 // TestRunnerSkip drives a schedule of up to 6 decode passes and 2
@@ -18,17 +17,17 @@ func TestRunnerSkip(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		mode   Mode
-		places []residency.Place
+		places []placement.Weights
 	}{
-		{"pipelined all streamed", Pipelined, all(3, residency.Streamed)},
-		{"pipelined one streamed", Pipelined, []residency.Place{residency.Resident, residency.Streamed, residency.Resident}},
-		{"pipelined none streamed in decode", Pipelined, all(3, residency.Resident)},
-		{"sequential", Sequential, all(3, residency.Streamed)},
-		{"preload", Preload, all(3, residency.Streamed)},
+		{"pipelined all streamed", Pipelined, all(3, placement.Streamed)},
+		{"pipelined one streamed", Pipelined, []placement.Weights{placement.Resident, placement.Streamed, placement.Resident}},
+		{"pipelined none streamed in decode", Pipelined, all(3, placement.Resident)},
+		{"sequential", Sequential, all(3, placement.Streamed)},
+		{"preload", Preload, all(3, placement.Streamed)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dec := stack("vlm", tc.places, 256)
-			exp := stack("expert", all(2, residency.Streamed), 512)
+			exp := stack("expert", all(2, placement.Streamed), 512)
 			f := fakeOf(uniform(append(append([]*Unit{}, dec...), exp...), cost{dma: 2, exe: 1}))
 			e, err := New(f, Config{Mode: tc.mode, Profile: true}, append(append([]*Unit{}, dec...), exp...))
 			require.NoError(t, err)
@@ -37,7 +36,7 @@ func TestRunnerSkip(t *testing.T) {
 			require.NoError(t, err)
 			var ran []string
 			do := func(u *Unit) {
-				require.NoError(t, r.Do(u, func(Slot) error { ran = append(ran, u.Name); return nil }))
+				require.NoError(t, r.Do(u, func(Slot) error { ran = append(ran, u.ID.String()); return nil }))
 			}
 			for range 2 {
 				for _, u := range dec {
@@ -89,7 +88,7 @@ func TestRunnerSkip(t *testing.T) {
 // TestRunnerOrder checks that a unit out of schedule order, a Finish
 // before the schedule ran, and a Do after an error all fail.
 func TestRunnerOrder(t *testing.T) {
-	units := stack("u", all(2, residency.Streamed), 256)
+	units := stack("u", all(2, placement.Streamed), 256)
 	f := fakeOf(uniform(units, cost{dma: 1, exe: 1}))
 	e, err := New(f, Config{Mode: Pipelined}, units)
 	require.NoError(t, err)
@@ -118,7 +117,7 @@ func TestRunnerOrder(t *testing.T) {
 func TestRunnerPromote(t *testing.T) {
 	for _, mode := range []Mode{Pipelined, Sequential} {
 		t.Run(mode.String(), func(t *testing.T) {
-			units := stack("vlm", all(5, residency.Streamed), 256)
+			units := stack("vlm", all(5, placement.Streamed), 256)
 			f := fakeOf(uniform(units, cost{dma: 3, exe: 1}))
 			e, err := New(f, Config{Mode: mode, Profile: true}, units)
 			require.NoError(t, err)

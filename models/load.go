@@ -7,8 +7,10 @@ package models
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"vlanode/backend"
+	"vlanode/placement"
 	"vlanode/safetensors"
 	"vlanode/tensor"
 	"vlanode/weights"
@@ -28,29 +30,29 @@ type Spec struct {
 	// Rows, when set, takes rows [Rows[0], Rows[1]) of the checkpoint
 	// tensor (a block of an LM head); Shape is the block's shape.
 	Rows *[2]int
+	// Part is the sub-layer shard the tensor belongs to (LoadParts packs
+	// one blob per part); Whole in a table of one unit.
+	Part placement.Part
+	// Split is how the tensor divides when its part is split between the
+	// CPU and the GPU.
+	Split placement.Axis
+	// Table marks a 2-D tensor that is read by rows, not multiplied by
+	// every row (an embedding or position table).
+	Table bool
 }
 
-// Place is where a unit's weights live (residency.Place's values).
-type Place string
-
-// The placements.
-const (
-	// Resident weights are uploaded to the backend once, at load.
-	Resident Place = "resident"
-	// Streamed weights stay in pinned host memory; a layering executor
-	// copies them into a slot before each use (Unit.BindSlots, Unit.Use).
-	Streamed Place = "streamed"
-	// Host weights stay in host memory and are read there (the embedding
-	// table, whose rows are gathered on the host).
-	Host Place = "host"
-)
-
-// Unit is one unit of weights (a layer, a head, an embedding table): its
-// tensors packed into one flat host blob, and their backend tensors bound.
+// Unit is one unit of weights (a layer or a part of one, a head, an
+// embedding table): its tensors packed into one flat host blob, and their
+// backend tensors bound. Where its weights live (Weights) is fixed at
+// load: resident weights are uploaded to the backend once; streamed ones
+// stay in pinned host memory and a layering executor copies them into a
+// slot before each use (BindSlots, Use); host ones stay in host memory and
+// are read there.
 type Unit struct {
-	Name  string
-	Blob  *weights.Blob
-	Place Place
+	ID      placement.ID
+	Name    string // ID.String(), for messages
+	Blob    *weights.Blob
+	Weights placement.Weights
 
 	dsts   []*backend.Tensor // bound specs' fields, in blob order
 	derive func() error      // recomputes views of the bound tensors
@@ -58,13 +60,13 @@ type Unit struct {
 }
 
 // Streamed reports whether the unit's weights are streamed through slots.
-func (u *Unit) Streamed() bool { return u.Place == Streamed }
+func (u *Unit) Streamed() bool { return u.Weights == placement.Streamed }
 
 // BindSlots prepares a streamed unit for n slots: view(s, e) returns the
 // tensor that e's bytes become when the blob is copied into slot s.
 func (u *Unit) BindSlots(n int, view func(slot int, e weights.Entry) (backend.Tensor, error)) error {
-	if u.Place != Streamed {
-		return fmt.Errorf("models: unit %s is %s, not streamed", u.Name, u.Place)
+	if !u.Streamed() {
+		return fmt.Errorf("models: unit %s is %s, not streamed", u.Name, u.Weights)
 	}
 	u.slots = make([][]backend.Tensor, n)
 	for s := range n {
@@ -83,8 +85,8 @@ func (u *Unit) BindSlots(n int, view func(slot int, e weights.Entry) (backend.Te
 // BindSlot (re)binds a streamed unit's tensors in slot index i (growing
 // the table), e.g. to a slot of its own after a promotion.
 func (u *Unit) BindSlot(i int, view func(e weights.Entry) (backend.Tensor, error)) error {
-	if u.Place != Streamed {
-		return fmt.Errorf("models: unit %s is %s, not streamed", u.Name, u.Place)
+	if !u.Streamed() {
+		return fmt.Errorf("models: unit %s is %s, not streamed", u.Name, u.Weights)
 	}
 	for len(u.slots) <= i {
 		u.slots = append(u.slots, nil)
@@ -115,7 +117,7 @@ func (u *Unit) DropSlot(i int) []backend.Tensor {
 // Use points a streamed unit's fields at its weights in slot s (the ops
 // queued afterwards read that slot). Resident and host units ignore it.
 func (u *Unit) Use(slot int) error {
-	if u.Place != Streamed {
+	if !u.Streamed() {
 		return nil
 	}
 	if slot < 0 || slot >= len(u.slots) || u.slots[slot] == nil {
@@ -135,9 +137,9 @@ func (u *Unit) Use(slot int) error {
 type Loader struct {
 	Backend    backend.Backend
 	Checkpoint *safetensors.Checkpoint
-	// Place says where the unit named name lives; nil means every unit is
-	// resident.
-	Place func(name string) Place
+	// Place says where the weights of the unit id live; nil means every
+	// unit is resident.
+	Place func(id placement.ID) placement.Weights
 	// HostAlloc allocates the blobs of streamed units (memory that can be
 	// page-locked); nil means weights.AlignedAlloc.
 	HostAlloc weights.Allocator
@@ -154,29 +156,88 @@ func NewLoader(be backend.Backend, ck *safetensors.Checkpoint) *Loader {
 	return &Loader{Backend: be, Checkpoint: ck}
 }
 
-// PlaceOf is where the unit named name lives.
-func (l *Loader) PlaceOf(name string) Place {
+// PlaceOf is where the weights of unit id live.
+func (l *Loader) PlaceOf(id placement.ID) placement.Weights {
 	if l.Place == nil {
-		return Resident
+		return placement.Resident
 	}
-	return l.Place(name)
+	return l.Place(id)
 }
 
 // LoadUnit loads one unit resident on be (NewLoader(be, ck).Load).
-func LoadUnit(be backend.Backend, ck *safetensors.Checkpoint, name, prefix string, specs []Spec) (*Unit, error) {
-	return NewLoader(be, ck).Load(name, prefix, specs, nil)
+func LoadUnit(be backend.Backend, ck *safetensors.Checkpoint, id placement.ID, prefix string, specs []Spec) (*Unit, error) {
+	return NewLoader(be, ck).Load(id, prefix, specs, nil)
 }
 
-// Load checks every spec against the checkpoint (presence, float dtype,
-// shape), packs the present tensors into one flat blob named name, and
-// binds each spec's Dst: for a resident unit to a backend weight over that
-// blob, then runs derive (views of the bound tensors, e.g. a fused
-// projection split into rows; nil for none). A streamed unit's fields stay
-// nil until Use, which runs derive again for its slot; a host unit's stay
-// nil (the model reads its blob).
-func (l *Loader) Load(name, prefix string, specs []Spec, derive func() error) (*Unit, error) {
+// Load loads the unit id from one table of specs (every spec in part
+// Whole): see LoadParts.
+func (l *Loader) Load(id placement.ID, prefix string, specs []Spec, derive func() error) (*Unit, error) {
+	for _, s := range specs {
+		if s.Part != placement.Whole {
+			return nil, fmt.Errorf("loading %s: spec %s belongs to part %q: use LoadParts", id, s.Name, s.Part)
+		}
+	}
+	var d func(placement.Part) error
+	if derive != nil {
+		d = func(placement.Part) error { return derive() }
+	}
+	us, err := l.LoadParts(id, prefix, specs, d)
+	if err != nil {
+		return nil, err
+	}
+	return us[0], nil
+}
+
+// LoadParts loads a block's table of specs as one unit per part, in the
+// order the parts first appear (id with Part set; one unit id when every
+// spec is Whole). For each part it checks the specs against the checkpoint
+// (presence, float dtype, shape), packs the present tensors into one flat
+// blob, and binds each spec's Dst: for a resident unit to a backend weight
+// over that blob, then runs derive for the part (views of the bound
+// tensors, e.g. a fused projection split into rows; nil for none). A
+// streamed unit's fields stay nil until Use, which runs derive again for
+// its slot; a host unit's stay nil (the model reads its blob).
+func (l *Loader) LoadParts(id placement.ID, prefix string, specs []Spec, derive func(placement.Part) error) ([]*Unit, error) {
+	var out []*Unit
+	for _, part := range SpecParts(specs) {
+		pid := id
+		pid.Part = part
+		var mine []Spec
+		for _, s := range specs {
+			if s.Part == part {
+				mine = append(mine, s)
+			}
+		}
+		var d func() error
+		if derive != nil {
+			d = func() error { return derive(part) }
+		}
+		u, err := l.load(pid, prefix, mine, d)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+// SpecParts lists the parts of a table of specs, in order of first
+// appearance.
+func SpecParts(specs []Spec) []placement.Part {
+	var parts []placement.Part
+	for _, s := range specs {
+		if !slices.Contains(parts, s.Part) {
+			parts = append(parts, s.Part)
+		}
+	}
+	return parts
+}
+
+// load loads one part's specs as the unit id.
+func (l *Loader) load(id placement.ID, prefix string, specs []Spec, derive func() error) (*Unit, error) {
 	ck := l.Checkpoint
-	place := l.PlaceOf(name)
+	name := id.String()
+	place := l.PlaceOf(id)
 	refs := make([]weights.Ref, 0, len(specs))
 	present := make([]Spec, 0, len(specs))
 	for _, s := range specs {
@@ -211,9 +272,9 @@ func (l *Loader) Load(name, prefix string, specs []Spec, derive func() error) (*
 	}
 	var alloc weights.Allocator
 	switch place {
-	case Streamed:
+	case placement.Streamed:
 		alloc = l.HostAlloc
-	case Resident, Host:
+	case placement.Resident, placement.Host:
 	default:
 		return nil, fmt.Errorf("loading %s: unknown placement %q", name, place)
 	}
@@ -221,12 +282,12 @@ func (l *Loader) Load(name, prefix string, specs []Spec, derive func() error) (*
 	if err != nil {
 		return nil, fmt.Errorf("loading %s: %w", name, err)
 	}
-	u := &Unit{Name: name, Blob: blob, Place: place, derive: derive}
+	u := &Unit{ID: id, Name: name, Blob: blob, Weights: place, derive: derive}
 	for _, s := range present {
 		u.dsts = append(u.dsts, s.Dst)
 	}
 	l.Units = append(l.Units, u)
-	if place != Resident {
+	if place != placement.Resident {
 		return u, nil // streamed: bound per slot; host: read by the model
 	}
 	for _, s := range present {

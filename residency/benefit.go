@@ -1,9 +1,18 @@
 package residency
 
+import "vlanode/placement"
+
 // item is a unit with its copy time C_DMA.
 type item struct {
-	Unit
+	placement.Unit
 	dma float64 // ms
+}
+
+// group is the key of a stack of like units: a module's units of one
+// part (the VLM's attention parts, its MLP parts), whose residents are
+// placed together.
+func (it *item) group() placement.ID {
+	return placement.ID{Module: it.ID.Module, Part: it.ID.Part}
 }
 
 // position is a unit's place in its stack, which decides how much of its
@@ -24,7 +33,7 @@ const bytesPerMB = 1e6
 // (Table IV), and the last unit of a DMA-intensive stack saves
 // R·(C_DMA − C_EXE), its compute becoming the new pipeline tail's
 // (Table V). A hybrid unit sums its stages (Table VI).
-func saving(pos position, w Work, dma float64) float64 {
+func saving(pos position, w placement.Work, dma float64) float64 {
 	r := float64(w.Passes)
 	switch {
 	case dma <= w.ExeMs && pos != posFirst:
@@ -42,27 +51,28 @@ type layout struct {
 	modules []moduleItems
 	// stageFirst and stageLast are the first and last GPU item of each
 	// stage's pass.
-	stageFirst, stageLast map[Stage]int
+	stageFirst, stageLast map[placement.Stage]int
 }
 
-// moduleItems are the indices (into layout.items) of one module's units.
+// moduleItems are the indices (into layout.items) of one group's units
+// (item.group).
 type moduleItems struct {
-	module Module
-	idxs   []int
+	group placement.ID
+	idxs  []int
 }
 
 func newLayout(items []item) *layout {
-	l := &layout{items: items, stageFirst: map[Stage]int{}, stageLast: map[Stage]int{}}
-	at := map[Module]int{}
+	l := &layout{items: items, stageFirst: map[placement.Stage]int{}, stageLast: map[placement.Stage]int{}}
+	at := map[placement.ID]int{}
 	for i, it := range items {
-		if it.Host {
+		if it.HostOnly {
 			continue
 		}
-		k, ok := at[it.Module]
+		k, ok := at[it.group()]
 		if !ok {
 			k = len(l.modules)
-			at[it.Module] = k
-			l.modules = append(l.modules, moduleItems{module: it.Module})
+			at[it.group()] = k
+			l.modules = append(l.modules, moduleItems{group: it.group()})
 		}
 		l.modules[k].idxs = append(l.modules[k].idxs, i)
 		for _, w := range it.Work {
@@ -81,7 +91,7 @@ func newLayout(items []item) *layout {
 // module's stack; otherwise the units around it decide what its copy can
 // hide behind (a ViT's first block follows the patch embedding, whose
 // compute hides the block's copy).
-func (l *layout) positionIn(m moduleItems, k int, s Stage) position {
+func (l *layout) positionIn(m moduleItems, k int, s placement.Stage) position {
 	switch m.idxs[k] {
 	case l.stageFirst[s]:
 		return posFirst

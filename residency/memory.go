@@ -1,6 +1,9 @@
 package residency
 
-import "vlanode/configs"
+import (
+	"vlanode/configs"
+	"vlanode/placement"
+)
 
 // Purpose names a share of the budget.
 type Purpose string
@@ -35,27 +38,48 @@ const (
 // whole pages; cuda's tests check the two agree).
 const RowProductsBytes = 20 << 20
 
-// fixedCosts are the bytes a plan needs whatever its placement: KV cache,
-// activations, workspaces and context.
-func (a *Arch) fixedCosts(w Workload, p *Profile) map[Purpose]int64 {
-	g := a.geometry(w)
+// fixedCosts are the bytes a plan needs in stage s whatever its
+// placement: KV cache, the stage's activations, workspaces and context.
+// Only the activations differ between stages.
+func (a *Arch) fixedCosts(w placement.Workload, p *Profile, s placement.Stage) map[Purpose]int64 {
+	g := a.Geometry(w)
 	return map[Purpose]int64{
 		PurposeKV:          a.kvCacheBytes(g),
-		PurposeActivations: a.activationBytes(g),
+		PurposeActivations: a.stageActivationBytes(g, s),
 		PurposeWorkspaces:  p.Fixed.WorkspaceBytes + a.backendScratchBytes(g),
 		PurposeContext:     p.Fixed.ContextBytes + p.Fixed.CUBLASBytes + p.Fixed.KernelBytes,
 	}
+}
+
+// stageActivationBytes is the activation memory live during stage s: the
+// vision pass's scratch (with the features it hands over), the prefill's
+// (with the visual features), or, from the decode on, a decode step's;
+// plus the expert's scratch, which lives as long as the model.
+func (a *Arch) stageActivationBytes(g placement.Geometry, s placement.Stage) int64 {
+	switch s {
+	case placement.StageVision, placement.StagePrefill:
+		vision, prefill := a.passActivations(g)
+		n := prefill
+		if s == placement.StageVision {
+			n = vision
+		}
+		if g.Diffusion {
+			n += a.expertScratch(g)
+		}
+		return n*f32Bytes + scratchPages*pageBytes
+	}
+	return a.decodeActivationBytes(g)
 }
 
 // kvCacheBytes is K and V (bf16 on the GPU, see kvElementBytes) for every
 // text layer over the session:
 // prompt, reasoning tokens and (with an expert) the action tokens the
 // expert writes after them.
-func (a *Arch) kvCacheBytes(g geometry) int64 {
+func (a *Arch) kvCacheBytes(g placement.Geometry) int64 {
 	t := a.Text
-	tokens := int64(g.prompt + g.w.ReasoningTokens)
-	if g.diffusion {
-		tokens += int64(g.w.ActionTokens)
+	tokens := int64(g.Prompt + g.W.ReasoningTokens)
+	if g.Diffusion {
+		tokens += int64(g.W.ActionTokens)
 	}
 	// Two blocks (every layer's keys, every layer's values), each rounded
 	// up to whole pages as the allocator counts them.
@@ -88,15 +112,26 @@ const scratchPages = 24
 // vision pass or the prefill, whichever is larger (each frees its scratch
 // when done; the visual features live on through prefill), plus the
 // expert's scratch, which lives as long as the model.
-func (a *Arch) activationBytes(g geometry) int64 {
-	var vision, features int64
-	if g.vision {
+func (a *Arch) activationBytes(g placement.Geometry) int64 {
+	vision, prefill := a.passActivations(g)
+	total := max(vision, prefill)
+	if g.Diffusion {
+		total += a.expertScratch(g)
+	}
+	return total*f32Bytes + scratchPages*pageBytes
+}
+
+// passActivations are the floats the vision pass and the prefill hold at
+// their peaks.
+func (a *Arch) passActivations(g placement.Geometry) (vision, prefill int64) {
+	var features int64
+	if g.Vision {
 		v := a.Vision
-		P := int64(g.patches)
+		P := int64(g.Patches)
 		// x, and scratch h, q, k, v, attn [P, hidden]; the folded copy
 		// [P/unit, unit·hidden]; ff [P, intermediate]; cos, sin [P, headDim/2].
 		scratch := P * int64(7*v.HiddenSize+v.IntermediateSize+v.HeadDim())
-		features = int64(len(v.DeepstackVisualIndexes)+1) * int64(g.merged) * int64(v.OutHiddenSize)
+		features = int64(len(v.DeepstackVisualIndexes)+1) * int64(g.Merged) * int64(v.OutHiddenSize)
 		patches := P * int64(v.PatchDim()) // the pixel rows, while embedding
 		vision = scratch + max(patches, features)
 	}
@@ -105,23 +140,19 @@ func (a *Arch) activationBytes(g geometry) int64 {
 	// [T, kvHeads·headDim]; gate, up [T, intermediate]; cos, sin.
 	perToken := 2*t.HiddenSize + 2*t.NumAttentionHeads*t.HeadDim + 2*t.NumKeyValueHeads*t.HeadDim + 2*t.IntermediateSize + t.HeadDim
 	logits := int64(t.HiddenSize + t.VocabSize) // the last row's norm and logits
-	prefill := int64(g.prompt)*int64(perToken) + features + logits
-	total := max(vision, prefill)
-	if g.diffusion {
-		total += a.expertScratch(g)
-	}
-	return total*f32Bytes + scratchPages*pageBytes
+	prefill = int64(g.Prompt)*int64(perToken) + features + logits
+	return vision, prefill
 }
 
 // decodeActivationBytes is what the activations hold after the prefill:
 // the expert's scratch, a decode step's (one token's layer scratch, its
 // logits) and the page rounding; the rest of the activation memory can
 // hold promoted units (Placement.Promoted).
-func (a *Arch) decodeActivationBytes(g geometry) int64 {
+func (a *Arch) decodeActivationBytes(g placement.Geometry) int64 {
 	t := a.Text
 	perToken := 2*t.HiddenSize + 2*t.NumAttentionHeads*t.HeadDim + 2*t.NumKeyValueHeads*t.HeadDim + 2*t.IntermediateSize + t.HeadDim
 	floats := int64(perToken + t.HiddenSize + t.VocabSize)
-	if g.diffusion {
+	if g.Diffusion {
 		floats += a.expertScratch(g)
 	}
 	return floats*f32Bytes + scratchPages*pageBytes
@@ -130,30 +161,30 @@ func (a *Arch) decodeActivationBytes(g geometry) int64 {
 // expertScratch is diffusion's scratch in floats: the action tokens'
 // Fourier features, action_in_proj's MLP, the expert layer's activations
 // and the output.
-func (a *Arch) expertScratch(g geometry) int64 {
+func (a *Arch) expertScratch(g placement.Geometry) int64 {
 	e, in := a.Expert, a.ActionIn
 	cols := in.InputFeatures() + 2*in.HiddenSize + 2*e.HiddenSize + 2*e.NumAttentionHeads*e.HeadDim +
 		2*e.NumKeyValueHeads*e.HeadDim + 2*e.IntermediateSize + e.HeadDim + configs.ActionDims
-	return int64(g.w.ActionTokens) * int64(cols)
+	return int64(g.W.ActionTokens) * int64(cols)
 }
 
 // backendScratchBytes is the CUDA backend's own scratch at its peak: the
 // bf16 copy of the largest GEMM input (a matrix product rounds x to the
 // weight's type first) and the bf16 copies of K and V for the largest
 // flash-attention call.
-func (a *Arch) backendScratchBytes(g geometry) int64 {
+func (a *Arch) backendScratchBytes(g placement.Geometry) int64 {
 	t := a.Text
-	x := int64(g.prompt) * int64(max(t.HiddenSize, t.NumAttentionHeads*t.HeadDim, t.IntermediateSize))
-	kv := 2 * int64(g.prompt) * int64(t.NumKeyValueHeads*alignUp(t.HeadDim, flashHeadAlign))
-	if g.vision {
+	x := int64(g.Prompt) * int64(max(t.HiddenSize, t.NumAttentionHeads*t.HeadDim, t.IntermediateSize))
+	kv := 2 * int64(g.Prompt) * int64(t.NumKeyValueHeads*alignUp(t.HeadDim, flashHeadAlign))
+	if g.Vision {
 		v := a.Vision
-		x = max(x, int64(g.patches)*int64(max(v.IntermediateSize, v.PatchDim())), int64(g.merged)*int64(v.MergeUnit()*v.HiddenSize))
-		kv = max(kv, 2*int64(g.patches)*int64(v.NumHeads*alignUp(v.HeadDim(), flashHeadAlign)))
+		x = max(x, int64(g.Patches)*int64(max(v.IntermediateSize, v.PatchDim())), int64(g.Merged)*int64(v.MergeUnit()*v.HiddenSize))
+		kv = max(kv, 2*int64(g.Patches)*int64(v.NumHeads*alignUp(v.HeadDim(), flashHeadAlign)))
 	}
-	if g.diffusion {
+	if g.Diffusion {
 		e := a.Expert
-		x = max(x, int64(g.w.ActionTokens)*int64(e.IntermediateSize))
-		kv = max(kv, 2*int64(g.expertCtx)*int64(e.NumKeyValueHeads*alignUp(e.HeadDim, flashHeadAlign)))
+		x = max(x, int64(g.W.ActionTokens)*int64(e.IntermediateSize))
+		kv = max(kv, 2*int64(g.ExpertCtx)*int64(e.NumKeyValueHeads*alignUp(e.HeadDim, flashHeadAlign)))
 	}
 	// The bf16 GEMM input and K/V copies, and decode attention's partial
 	// results, each grown to whole pages; the row products' scratch.

@@ -3,6 +3,7 @@ package residency
 import (
 	"fmt"
 	"testing"
+	"vlanode/placement"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -24,16 +25,16 @@ const (
 // resident there and left out here.
 func paperItems() []item {
 	var out []item
-	add := func(m Module, n int, mb, dma float64, work ...Work) {
+	add := func(m placement.Module, n int, mb, dma float64, work ...placement.Work) {
 		for i := range n {
-			out = append(out, item{Unit: Unit{Module: m, Index: i, Bytes: int64(mb * bytesPerMB), Work: work}, dma: dma})
+			out = append(out, item{Unit: placement.Unit{ID: placement.ID{Module: m, Index: i}, Bytes: int64(mb * bytesPerMB), Work: work}, dma: dma})
 		}
 	}
-	add(Vision, 27, visionMB, visionDMA, Work{Stage: StageVision, Passes: 1, ExeMs: visionEXE})
-	add(VLM, 36, vlmMB, vlmDMA,
-		Work{Stage: StagePrefill, Passes: 1, ExeMs: prefillEXE},
-		Work{Stage: StageDecode, Passes: paperN, ExeMs: decodeEXE})
-	add(Expert, 36, expertMB, expertDMA, Work{Stage: StageDiffusion, Passes: paperSteps, ExeMs: expertEXE})
+	add(placement.Vision, 27, visionMB, visionDMA, placement.Work{Stage: placement.StageVision, Passes: 1, ExeMs: visionEXE})
+	add(placement.VLM, 36, vlmMB, vlmDMA,
+		placement.Work{Stage: placement.StagePrefill, Passes: 1, ExeMs: prefillEXE},
+		placement.Work{Stage: placement.StageDecode, Passes: paperN, ExeMs: decodeEXE})
+	add(placement.Expert, 36, expertMB, expertDMA, placement.Work{Stage: placement.StageDiffusion, Passes: paperSteps, ExeMs: expertEXE})
 	return out
 }
 
@@ -43,17 +44,17 @@ func paperItems() []item {
 // paper's three decimals (it prints 22 × 10.9 / 368.0 = 0.6516 as 0.651).
 func TestPaperTableVII(t *testing.T) {
 	l := newLayout(paperItems())
-	want := map[Module][3]float64{
-		Vision: {0.031, 0, 0},
-		VLM:    {0.651, 0.622, 0.571},
-		Expert: {0.298, 0.298, 0.215},
+	want := map[placement.Module][3]float64{
+		placement.Vision: {0.031, 0, 0},
+		placement.VLM:    {0.651, 0.622, 0.571},
+		placement.Expert: {0.298, 0.298, 0.215},
 	}
 	require.Len(t, l.modules, 3)
 	for _, m := range l.modules {
 		n := len(m.idxs)
 		got := [3]float64{l.benefit(m, 0), l.benefit(m, n/2), l.benefit(m, n-1)}
 		for i := range got {
-			assert.InDelta(t, want[m.module][i], got[i], 0.001, "%s %v", m.module, got)
+			assert.InDelta(t, want[m.group.Module][i], got[i], 0.001, "%s %v", m.group.Module, got)
 		}
 		// Every middle layer has the middle benefit.
 		for k := 1; k < n-1; k++ {
@@ -91,22 +92,21 @@ func TestPaperPredictionSlope(t *testing.T) {
 	assert.InDelta(t, measuredSlope, paperN*vlmDMA, measuredSlope*0.03)
 }
 
-// TestPaperPlanPrefersVLM: planned with the paper's profile, a budget for
-// k layers goes to the VLM (its benefit dominates, §IV-D), placed by Eq. 8.
+// TestPaperPlanPrefersVLM: planned with the paper's profile, room for k
+// layers goes to the VLM (its benefit dominates, §IV-D), placed by Eq. 8.
 func TestPaperPlanPrefersVLM(t *testing.T) {
 	items := paperItems()
 	slot := int64(vlmMB * bytesPerMB)
 	for _, k := range []int{1, 5, 10, 28} {
 		t.Run(fmt.Sprint(k), func(t *testing.T) {
-			budget := 2*slot + int64(k)*slot
-			plan, err := planItems(items, map[Purpose]int64{}, budget, 0)
-			require.NoError(t, err)
+			resident, promoted := fillSide(items, int64(k)*slot, -1)
 			var got []int
-			for _, u := range plan.Units {
-				if u.Placement == Resident {
-					require.Equal(t, VLM, u.Module, "%s.%d", u.Module, u.Index)
-					got = append(got, u.Index)
+			for i, r := range resident {
+				if r {
+					require.Equal(t, placement.VLM, items[i].ID.Module, items[i].ID.String())
+					got = append(got, items[i].ID.Index)
 				}
+				assert.False(t, promoted[i])
 			}
 			assert.Equal(t, interleave(36, k), got)
 		})

@@ -81,6 +81,10 @@ type filler struct {
 	// promoteRoom, when not negative, is the activation memory the prefill
 	// frees: predictions count the promotions it holds.
 	promoteRoom int64
+	// fixedSlots, when set, says room already excludes the DFB slots
+	// (sized for the whole model), so that a resident set needs only its
+	// own bytes.
+	fixedSlots bool
 }
 
 // minGainMs is the least predicted saving for which a unit is made
@@ -172,6 +176,9 @@ func (f *filler) with(m, k int) []bool {
 
 // need is what a resident set takes beyond the fixed costs.
 func (f *filler) need(set []bool) int64 {
+	if f.fixedSlots {
+		return f.residentBytes(set)
+	}
 	return f.residentBytes(set) + dfbSlots*largestStreamed(f.l.items, set)
 }
 
@@ -189,7 +196,7 @@ func (f *filler) residentBytes(set []bool) int64 {
 func largestStreamed(items []item, set []bool) int64 {
 	var n int64
 	for i := range items {
-		if !items[i].Host && !set[i] {
+		if !items[i].HostOnly && !set[i] {
 			n = max(n, items[i].Bytes)
 		}
 	}

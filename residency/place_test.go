@@ -2,6 +2,7 @@ package residency
 
 import (
 	"testing"
+	"vlanode/placement"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -75,8 +76,8 @@ func TestConsecutiveLimit(t *testing.T) {
 	const n, dma, exe, passes = 12, 5.0, 2.0, 3
 	var items []item
 	for i := range n {
-		items = append(items, item{Unit: Unit{Module: Expert, Index: i, Bytes: 1e6,
-			Work: []Work{{Stage: StageDiffusion, Passes: passes, ExeMs: exe}}}, dma: dma})
+		items = append(items, item{Unit: placement.Unit{ID: placement.ID{Module: placement.Expert, Index: i}, Bytes: 1e6,
+			Work: []placement.Work{{Stage: placement.StageDiffusion, Passes: passes, ExeMs: exe}}}, dma: dma})
 	}
 	l := newLayout(items)
 	marg := l.marginals(l.modules[0])

@@ -2,43 +2,47 @@ package residency
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"sort"
+	"vlanode/placement"
 )
 
-// Plan is the planner's answer: where each unit lives, where every byte
-// of the budget goes, and the predicted latency.
+// Plan is the planner's answer: where each unit lives and which engine
+// computes it in each stage, where every byte of the budget goes, and the
+// predicted latency of each stage and each engine.
 type Plan struct {
 	Model    string
-	Workload Workload
+	Workload placement.Workload
+	Options  Options
 	// BudgetBytes is the budget planned for; 0 means unlimited.
 	BudgetBytes int64
-	// MinBudgetBytes is the smallest budget that plans: fixed costs plus
-	// two DFB slots for the largest unit, everything streamed.
+	// MinBudgetBytes is the smallest budget that plans: the largest
+	// stage's fixed costs plus two DFB slots for the largest unit,
+	// everything streamed.
 	MinBudgetBytes int64
-	// Bytes says where the budget goes, by purpose; with a budget they add
-	// up to it (PurposeFree is the rest).
+	// Bytes says where the budget goes in the stage that uses the most,
+	// by purpose; with a budget they add up to it (PurposeFree is the
+	// rest). Stages[i].Bytes has every stage's.
 	Bytes map[Purpose]int64
-	// SlotBytes is one DFB slot (the largest streamed unit); 0 when every
-	// unit is resident.
+	// SlotBytes is one DFB slot (the largest unit some stage streams); 0
+	// when nothing is streamed.
 	SlotBytes int64
+	// HostBytes is the host memory the weights take: every unit keeps its
+	// blob there (pinned where it is ever copied or read by the CPU).
+	HostBytes int64
 	// Units are every unit in execution order.
-	Units []Placement
+	Units []UnitPlan
+	// Stages are the stages that run, in order.
+	Stages []StagePlan
 	// PredictedMs is the simulated latency of each stage that runs.
-	PredictedMs map[Stage]float64
+	PredictedMs map[placement.Stage]float64
 	// TotalMs is their sum.
 	TotalMs float64
 	// PreloadMs is ΣR·C_EXE per stage, the latency with every unit
-	// resident (the paper's C_opt); no plan predicts less.
-	PreloadMs map[Stage]float64
+	// resident (the paper's C_opt); no GPU-only plan predicts less.
+	PreloadMs map[placement.Stage]float64
 	// PreloadTotalMs is their sum.
 	PreloadTotalMs float64
-	// PromotedBytes are the streamed units promoted after the prefill
-	// (Placement.Promoted); PromoteCopyMs is the time to copy them, part of
-	// the decode's prediction.
-	PromotedBytes int64
-	PromoteCopyMs float64
 	// Timing counts the units' compute times by where they came from
 	// ("profile", "scaled", "roofline": see Profile.Cost).
 	Timing map[string]int
@@ -47,44 +51,215 @@ type Plan struct {
 	Roofline []string
 }
 
-// Placement is one unit's place in a plan.
-type Placement struct {
-	Module    Module `json:"module"`
-	Index     int    `json:"index"`
-	Bytes     int64  `json:"bytes"`
-	Placement Place  `json:"placement"`
-	// BenefitMsPerMB is the unit's residency benefit B by the position
-	// rules (0 for host units).
-	BenefitMsPerMB float64 `json:"benefit_ms_per_mb"`
-	// Promoted streamed units are copied once per inference, after the
-	// prefill, into the VRAM the vision pass and the prefill no longer
-	// need (their activations): decode and diffusion compute them in place.
-	Promoted bool `json:"promoted,omitempty"`
+// StagePlan is one stage of a plan: its token tier, the plan kind that
+// won it, and its predicted timeline.
+type StagePlan struct {
+	Stage placement.Stage `json:"stage"`
+	// Rows are the rows a pass multiplies (its largest unit's); Tier is
+	// its token tier (placement.Tier); Passes its repetitions.
+	Rows   int `json:"rows"`
+	Tier   int `json:"tier"`
+	Passes int `json:"passes"`
+	// Kind is the plan that computes the stage's non-resident units;
+	// CPUShare the CPU's share of each split unit (Dynamic; 1 for Static).
+	Kind     Kind    `json:"kind"`
+	CPUShare float64 `json:"cpu_share"`
+	// PredictedMs is the stage's simulated latency; CopyMs, GPUMs and
+	// CPUMs are each engine's busy time in it.
+	PredictedMs float64 `json:"predicted_ms"`
+	CopyMs      float64 `json:"copy_ms"`
+	GPUMs       float64 `json:"gpu_ms"`
+	CPUMs       float64 `json:"cpu_ms"`
+	// EnterBytes are copied into homes in the stage's first pass (units
+	// whose home starts with it).
+	EnterBytes int64 `json:"enter_bytes"`
+	// StreamedBytes go through the DFB slots in each pass; CPUBytes are
+	// read by the CPU in each pass.
+	StreamedBytes int64 `json:"streamed_bytes"`
+	CPUBytes      int64 `json:"cpu_bytes"`
+	// Bytes is the device memory of the stage, by purpose.
+	Bytes map[Purpose]int64 `json:"bytes"`
 }
 
-// NewPlan plans arch under workload w with profile p within budget bytes
-// (0: unlimited). A budget below the minimum is a *BudgetError.
-func NewPlan(arch *Arch, w Workload, p *Profile, budget int64) (*Plan, error) {
+// UnitPlan is one unit's place in a plan.
+type UnitPlan struct {
+	placement.ID
+	Bytes int64 `json:"bytes"`
+	// Stages are the stages the unit runs in.
+	Stages []placement.Stage `json:"stages"`
+	// Weights sums up where the unit's weights live: resident for a unit
+	// in VRAM in every stage (loaded once, never copied), host for one the
+	// GPU never holds, streamed for one copied at least once an inference.
+	Weights placement.Weights `json:"weights"`
+	// Home are the stages in which its weights stay in VRAM: all of them
+	// for a resident unit; its own stages for one copied into its home in
+	// the first pass of its first stage (Place says resident there); none
+	// for one streamed wherever it runs.
+	Home []placement.Stage `json:"home,omitempty"`
+	// Place is the unit's placement in each stage it runs in.
+	Place map[placement.Stage]placement.Placement `json:"place"`
+	// SplitDim is the length a CPU/GPU split divides (placement.Unit).
+	SplitDim int `json:"split_dim,omitempty"`
+	// BenefitMsPerMB is the unit's residency benefit B by paper 1's
+	// position rules (0 for host units).
+	BenefitMsPerMB float64 `json:"benefit_ms_per_mb"`
+}
+
+// HomeIn says whether the unit's weights are in VRAM during stage s.
+func (u UnitPlan) HomeIn(s placement.Stage) bool { return slices.Contains(u.Home, s) }
+
+// Entered says whether the unit is copied into its home at the start of
+// stage s (in the stage's first pass).
+func (u UnitPlan) Entered(s placement.Stage, stages []placement.Stage) bool {
+	if !u.HomeIn(s) || u.Weights == placement.Resident {
+		return false
+	}
+	k := slices.Index(stages, s)
+	return k >= 0 && !u.HomeIn(stages[(k+len(stages)-1)%len(stages)])
+}
+
+// NewPlan places units, the architecture arch's units as its family
+// publishes them (models/alpamayo.PlanUnits), under workload w with profile
+// p within budget bytes (0: unlimited), as opts allow. A budget below the
+// minimum is a *BudgetError.
+func NewPlan(arch *Arch, units []placement.Unit, w placement.Workload, p *Profile, budget int64, opts Options) (*Plan, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	units, err := arch.Units(w)
-	if err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	if budget < 0 {
+		return nil, fmt.Errorf("residency: negative budget %d", budget)
+	}
+	if err := arch.checkUnits(units, w); err != nil {
+		return nil, err
+	}
+	units = slices.Clone(units)
 	p.Cost(units)
 	items := make([]item, len(units))
 	for i, u := range units {
 		items[i] = item{Unit: u, dma: p.DMAMs(u.Bytes)}
 	}
-	fixed := arch.fixedCosts(w, p)
-	plan, err := planItems(items, fixed, budget, fixed[PurposeActivations]-arch.decodeActivationBytes(arch.geometry(w)))
+	if err := checkPasses(items); err != nil {
+		return nil, err
+	}
+	pl := newPlanner(arch, items, w, p, budget, opts)
+	c, minimum, err := pl.plan()
 	if err != nil {
 		return nil, err
 	}
-	plan.Model, plan.Workload = arch.Name, w
+	plan := pl.assemble(c, minimum)
+	plan.Model, plan.Workload, plan.Options = arch.Name, w, opts
 	plan.applyGraphs(p)
 	return plan, nil
+}
+
+// assemble writes the plan of a choice.
+func (pl *planner) assemble(c *choice, minimum int64) *Plan {
+	p := &Plan{BudgetBytes: pl.budget, MinBudgetBytes: minimum, Bytes: map[Purpose]int64{},
+		PredictedMs: map[placement.Stage]float64{}, PreloadMs: map[placement.Stage]float64{}, Timing: map[string]int{}}
+	l := newLayout(pl.items)
+	benefit := map[int]float64{}
+	for _, m := range l.modules {
+		for k, i := range m.idxs {
+			benefit[i] = l.benefit(m, k)
+		}
+	}
+	for i, it := range pl.items {
+		p.HostBytes += it.Bytes
+		u := UnitPlan{ID: it.ID, Bytes: it.Bytes, Stages: stagesOf(it.Unit), Home: c.homes[i].list(),
+			Place: map[placement.Stage]placement.Placement{}, SplitDim: it.SplitDim, BenefitMsPerMB: benefit[i]}
+		switch {
+		case it.HostOnly:
+			u.Weights = placement.Host
+		case c.homes[i] == pl.all:
+			u.Weights = placement.Resident
+		default:
+			u.Weights = placement.Streamed
+		}
+		for _, w := range it.Work {
+			pick := c.stages[w.Stage]
+			switch {
+			case it.HostOnly:
+				u.Place[w.Stage] = placement.HostCPU
+			case c.homes[i].has(w.Stage):
+				u.Place[w.Stage] = placement.OnGPU
+			case pick.cpu[i] >= it.SplitDim && it.SplitDim > 0:
+				u.Place[w.Stage] = placement.HostCPU
+			default:
+				// The slots hold the largest unit whose GPU share some stage
+				// streams.
+				p.SlotBytes = max(p.SlotBytes, it.Bytes)
+				u.Place[w.Stage] = placement.Placement{Weights: placement.Streamed, Engine: placement.GPU, CPUSplit: pick.cpu[i]}
+			}
+			p.PreloadMs[w.Stage] += float64(w.Passes) * w.ExeMs
+			p.PreloadTotalMs += float64(w.Passes) * w.ExeMs
+			p.Timing[w.Timing]++
+			if k := string(it.ID.Module) + "/" + string(w.Stage); w.Timing == "roofline" && !slices.Contains(p.Roofline, k) {
+				p.Roofline = append(p.Roofline, k)
+			}
+		}
+		p.Units = append(p.Units, u)
+	}
+	var peak int64 = -1
+	for _, s := range pl.stages {
+		pick := c.stages[s]
+		sp := StagePlan{Stage: s, Kind: pick.kind, CPUShare: pick.share, PredictedMs: pick.tl.end,
+			CopyMs: pick.tl.copyMs, GPUMs: pick.tl.gpuMs, CPUMs: pick.tl.cpuMs, EnterBytes: pick.enter,
+			Bytes: map[Purpose]int64{}}
+		for k, v := range pl.fixed[s] {
+			sp.Bytes[k] = v
+		}
+		for i, it := range pl.items {
+			w, ok := it.WorkIn(s)
+			if ok {
+				sp.Rows, sp.Passes = max(sp.Rows, w.Rows), w.Passes
+			}
+			switch {
+			case it.HostOnly:
+			case c.homes[i].has(s):
+				sp.Bytes[PurposeResident] += it.Bytes
+			case ok:
+				share := 0.0
+				if it.SplitDim > 0 {
+					share = float64(pick.cpu[i]) / float64(it.SplitDim)
+				}
+				cpu := int64(share * float64(it.MatrixBytes()))
+				sp.CPUBytes += cpu
+				if pick.cpu[i] < it.SplitDim || it.SplitDim == 0 {
+					sp.StreamedBytes += it.Bytes - cpu
+				}
+			}
+		}
+		sp.Tier = placement.Tier(sp.Rows)
+		sp.Bytes[PurposeSlots] = dfbSlots * p.SlotBytes
+		var used int64
+		for _, n := range sp.Bytes {
+			used += n
+		}
+		if pl.budget > 0 {
+			sp.Bytes[PurposeFree] = pl.budget - used
+		}
+		if used > peak {
+			peak = used
+			p.Bytes = sp.Bytes
+		}
+		p.Stages = append(p.Stages, sp)
+		p.PredictedMs[s] = sp.PredictedMs
+		p.TotalMs += sp.PredictedMs
+	}
+	return p
+}
+
+// Stage is the plan of stage s, if it runs.
+func (p *Plan) Stage(s placement.Stage) (StagePlan, bool) {
+	for _, sp := range p.Stages {
+		if sp.Stage == s {
+			return sp, true
+		}
+	}
+	return StagePlan{}, false
 }
 
 // applyGraphs makes the stages that run with every unit resident — the
@@ -105,9 +280,9 @@ func NewPlan(arch *Arch, w Workload, p *Profile, budget int64) (*Plan, error) {
 // measured noise. So a plan that streams nothing is never predicted
 // slower than one that streams a unit.
 func (plan *Plan) applyGraphs(p *Profile) {
-	for _, s := range Stages() {
+	for _, s := range placement.Stages() {
 		target := p.StageMs[s]
-		if g := p.GraphStageMs[s]; g > 0 && (s == StageDecode || s == StageDiffusion) {
+		if g := p.GraphStageMs[s]; g > 0 && (s == placement.StageDecode || s == placement.StageDiffusion) {
 			target = min(g, target)
 		}
 		sum, ok := plan.PreloadMs[s]
@@ -117,68 +292,21 @@ func (plan *Plan) applyGraphs(p *Profile) {
 		f := min(target/sum, 1)
 		plan.PreloadMs[s] = sum * f
 		plan.PreloadTotalMs += sum*f - sum
-		if ms, ok := plan.PredictedMs[s]; ok && plan.SlotBytes == 0 {
+		if ms, ok := plan.PredictedMs[s]; ok && plan.SlotBytes == 0 && plan.copiesNothing() {
 			plan.PredictedMs[s] = ms * f
 			plan.TotalMs += ms*f - ms
-		}
-	}
-}
-
-// planItems places items under budget after the fixed costs; promoteRoom
-// is the activation memory that is free again after the prefill.
-func planItems(items []item, fixed map[Purpose]int64, budget, promoteRoom int64) (*Plan, error) {
-	if budget < 0 {
-		return nil, fmt.Errorf("residency: negative budget %d", budget)
-	}
-	if err := checkPasses(items); err != nil {
-		return nil, err
-	}
-	var fixedSum, all int64
-	for _, n := range fixed {
-		fixedSum += n
-	}
-	none := make([]bool, len(items))
-	for i := range items {
-		if !items[i].Host {
-			all += items[i].Bytes
-		}
-	}
-	slot := largestStreamed(items, none)
-	minimum := fixedSum + dfbSlots*slot
-	l := newLayout(items)
-	resident := make([]bool, len(items))
-	switch {
-	case budget == 0 || fixedSum+all <= budget:
-		for i := range items {
-			resident[i] = !items[i].Host
-		}
-	case budget < minimum:
-		return nil, &BudgetError{Budget: budget, Min: minimum, Fixed: fixed, Slot: slot}
-	default:
-		// Fill twice, judging each step without and with the promotions
-		// that follow the prefill, and keep the faster plan: a resident
-		// that only saves what a promotion would save anyway is worth less
-		// than it seems without them.
-		best := math.Inf(1)
-		for _, pr := range []int64{-1, promoteRoom} {
-			f := &filler{l: l, count: make([]int, len(l.modules)), blocked: make([]bool, len(l.modules)),
-				resident: make([]bool, len(items)), room: budget - fixedSum, promoteRoom: pr}
-			for _, m := range l.modules {
-				f.marg = append(f.marg, l.marginals(m))
-			}
-			f.total = f.predict(f.resident)
-			f.fill()
-			if t := predictStages(items, f.resident, promoteRoom).total; t < best {
-				best, resident = t, f.resident
+			for i := range plan.Stages {
+				if plan.Stages[i].Stage == s {
+					plan.Stages[i].PredictedMs = ms * f
+				}
 			}
 		}
 	}
-	return assemble(l, resident, fixed, budget, minimum, promoteRoom), nil
 }
 
 // checkPasses requires the units of a stage to agree on its passes.
 func checkPasses(items []item) error {
-	passes := map[Stage]int{}
+	passes := map[placement.Stage]int{}
 	for _, it := range items {
 		for _, w := range it.Work {
 			if p, ok := passes[w.Stage]; ok && p != w.Passes {
@@ -190,68 +318,9 @@ func checkPasses(items []item) error {
 	return nil
 }
 
-// assemble writes the plan of a resident set.
-func assemble(l *layout, resident []bool, fixed map[Purpose]int64, budget, minimum, promoteRoom int64) *Plan {
-	p := &Plan{BudgetBytes: budget, MinBudgetBytes: minimum, Bytes: map[Purpose]int64{},
-		PredictedMs: map[Stage]float64{}, PreloadMs: map[Stage]float64{}, Timing: map[string]int{}}
-	for k, v := range fixed {
-		p.Bytes[k] = v
-	}
-	benefit := map[int]float64{}
-	for _, m := range l.modules {
-		for k, i := range m.idxs {
-			benefit[i] = l.benefit(m, k)
-		}
-	}
-	for i, it := range l.items {
-		pl := Placement{Module: it.Module, Index: it.Index, Bytes: it.Bytes, Placement: Streamed, BenefitMsPerMB: benefit[i]}
-		switch {
-		case it.Host:
-			pl.Placement = Host
-		case resident[i]:
-			pl.Placement = Resident
-			p.Bytes[PurposeResident] += it.Bytes
-		}
-		p.Units = append(p.Units, pl)
-		for _, w := range it.Work {
-			p.PreloadMs[w.Stage] += float64(w.Passes) * w.ExeMs
-			p.PreloadTotalMs += float64(w.Passes) * w.ExeMs
-			p.Timing[w.Timing]++
-			if k := string(it.Module) + "/" + string(w.Stage); w.Timing == "roofline" && !slices.Contains(p.Roofline, k) {
-				p.Roofline = append(p.Roofline, k)
-			}
-		}
-	}
-	p.SlotBytes = largestStreamed(l.items, resident)
-	p.Bytes[PurposeSlots] = dfbSlots * p.SlotBytes
-	if budget > 0 {
-		var used int64
-		for _, n := range p.Bytes {
-			used += n
-		}
-		p.Bytes[PurposeFree] = budget - used
-	}
-	// Promotions use the activation memory the prefill frees, not the
-	// budget's free bytes: those shrink when more budget adds a resident,
-	// and more budget must never plan slower.
-	room := int64(-1) // no promotion without a budget or with nothing streamed
-	if budget > 0 && p.SlotBytes > 0 {
-		room = promoteRoom
-	}
-	pred := predictStages(l.items, resident, room)
-	for i := range l.items {
-		if pred.later[i] && !resident[i] {
-			p.Units[i].Promoted = true
-			p.PromotedBytes += l.items[i].Bytes
-		}
-	}
-	p.PromoteCopyMs, p.PredictedMs, p.TotalMs = pred.copyMs, pred.stages, pred.total
-	return p
-}
-
 // prediction is the simulated latency of a resident set.
 type prediction struct {
-	stages map[Stage]float64
+	stages map[placement.Stage]float64
 	total  float64
 	later  []bool  // the resident set after the prefill (with promotions)
 	copyMs float64 // copying the promoted units
@@ -277,14 +346,14 @@ func predictStages(items []item, resident []bool, room int64) prediction {
 // predictWith simulates the stages with resident before the prefill ends
 // and later after it, copyMs of promotion copies starting the decode.
 func predictWith(items []item, resident, later []bool, copyMs float64) prediction {
-	p := prediction{stages: map[Stage]float64{}, later: later, copyMs: copyMs}
-	for _, s := range Stages() {
+	p := prediction{stages: map[placement.Stage]float64{}, later: later, copyMs: copyMs}
+	for _, s := range placement.Stages() {
 		set := resident
-		if s == StageDecode || s == StageDiffusion {
+		if s == placement.StageDecode || s == placement.StageDiffusion {
 			set = p.later
 		}
 		if ms, ok := stageMs(items, set, s); ok {
-			if s == StageDecode {
+			if s == placement.StageDecode {
 				ms += p.copyMs
 			}
 			p.stages[s] = ms
@@ -307,12 +376,12 @@ func promote(items []item, resident []bool, room int64) ([]bool, float64) {
 	}
 	var cands []cand
 	for i, it := range items {
-		if it.Host || resident[i] {
+		if it.HostOnly || resident[i] {
 			continue
 		}
 		passes := 0
 		for _, w := range it.Work {
-			if w.Stage == StageDecode || w.Stage == StageDiffusion {
+			if w.Stage == placement.StageDecode || w.Stage == placement.StageDiffusion {
 				passes += w.Passes
 			}
 		}
@@ -333,7 +402,7 @@ func promote(items []item, resident []bool, room int64) ([]bool, float64) {
 }
 
 // stageMs simulates stage s; ok is false when no unit runs in it.
-func stageMs(items []item, resident []bool, s Stage) (float64, bool) {
+func stageMs(items []item, resident []bool, s placement.Stage) (float64, bool) {
 	var seq []step
 	passes := 0
 	for i := range items {
@@ -342,7 +411,7 @@ func stageMs(items []item, resident []bool, s Stage) (float64, bool) {
 			continue
 		}
 		passes = w.Passes
-		streamed := !items[i].Host && !resident[i]
+		streamed := !items[i].HostOnly && !resident[i]
 		seq = append(seq, step{exe: w.ExeMs, dma: items[i].dma, streamed: streamed})
 	}
 	if len(seq) == 0 {
@@ -351,12 +420,23 @@ func stageMs(items []item, resident []bool, s Stage) (float64, bool) {
 	return simulate(passes, seq), true
 }
 
+// copiesNothing says whether every device unit is resident for good: the
+// model then runs each stage in place, with graphs where it can.
+func (plan *Plan) copiesNothing() bool {
+	for _, u := range plan.Units {
+		if u.Weights == placement.Streamed {
+			return false
+		}
+	}
+	return true
+}
+
 // ModuleSummary is one module of a plan.
 type ModuleSummary struct {
-	Module Module
+	Module placement.Module
 	Units  int
-	// Resident are the indices of the resident units.
-	Resident []int
+	// Resident are the resident units.
+	Resident []placement.ID
 	Host     bool
 	// Bytes is the module's total; ResidentBytes the resident share.
 	Bytes, ResidentBytes int64
@@ -366,21 +446,30 @@ type ModuleSummary struct {
 func (p *Plan) Modules() []ModuleSummary {
 	var out []ModuleSummary
 	for _, u := range p.Units {
-		k := slices.IndexFunc(out, func(s ModuleSummary) bool { return s.Module == u.Module })
+		k := slices.IndexFunc(out, func(s ModuleSummary) bool { return s.Module == u.ID.Module })
 		if k < 0 {
-			out = append(out, ModuleSummary{Module: u.Module})
+			out = append(out, ModuleSummary{Module: u.ID.Module})
 			k = len(out) - 1
 		}
 		s := &out[k]
 		s.Units++
 		s.Bytes += u.Bytes
-		switch u.Placement {
-		case Resident:
-			s.Resident = append(s.Resident, u.Index)
+		switch u.Weights {
+		case placement.Resident:
+			s.Resident = append(s.Resident, u.ID)
 			s.ResidentBytes += u.Bytes
-		case Host:
+		case placement.Host:
 			s.Host = true
 		}
+	}
+	return out
+}
+
+// stagesOf lists the stages u works in.
+func stagesOf(u placement.Unit) []placement.Stage {
+	out := make([]placement.Stage, len(u.Work))
+	for i, w := range u.Work {
+		out[i] = w.Stage
 	}
 	return out
 }

@@ -1,4 +1,4 @@
-package residency
+package residency_test
 
 import (
 	"errors"
@@ -9,202 +9,275 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"vlanode/configs"
+	"vlanode/models/alpamayo"
+	"vlanode/placement"
+	"vlanode/residency"
 	"vlanode/synth"
 )
 
-// checkAccounts verifies a plan's bookkeeping: resident bytes are the
-// resident units', the slots are two of the largest streamed unit, and
-// with a budget every byte is accounted for.
-func checkAccounts(t *testing.T, p *Plan) {
+// archOf builds the planner's architecture from synth's configs of arch,
+// as `vlanode plan` does from a checkpoint folder.
+func archOf(t *testing.T, arch synth.Arch) *residency.Arch {
 	t.Helper()
-	var resident, slot int64
-	for _, u := range p.Units {
-		switch u.Placement {
-		case Resident:
-			resident += u.Bytes
-		case Streamed:
-			slot = max(slot, u.Bytes)
-		case Host:
-			assert.Equal(t, Embedding, u.Module)
-		}
-	}
-	assert.Equal(t, resident, p.Bytes[PurposeResident])
-	assert.Equal(t, slot, p.SlotBytes)
-	assert.Equal(t, 2*slot, p.Bytes[PurposeSlots])
-	var sum int64
-	for _, n := range p.Bytes {
-		sum += n
-	}
-	if p.BudgetBytes > 0 {
-		assert.Equal(t, p.BudgetBytes, sum)
-		assert.GreaterOrEqual(t, p.Bytes[PurposeFree], int64(0))
-	}
-	assert.GreaterOrEqual(t, p.TotalMs, p.PreloadTotalMs-1e-6)
-	var stages float64
-	for _, ms := range p.PredictedMs {
-		stages += ms
-	}
-	assert.InDelta(t, stages, p.TotalMs, 1e-9)
-}
-
-// residentOf returns the resident indices of module m.
-func residentOf(p *Plan, m Module) []int {
-	for _, s := range p.Modules() {
-		if s.Module == m {
-			return s.Resident
-		}
-	}
-	return nil
-}
-
-// TestPlanBudgets plans Alpamayo-R1-10B's standard workload on the default
-// profile from "everything fits" down to the minimum and below, as
-// ollama's TestLLMServerFitGPU does for its layer fitting.
-func TestPlanBudgets(t *testing.T) {
-	a, prof := alpamayo10B(t), defaultProfile(t)
-	unlimited, err := NewPlan(a, StandardWorkload(), prof, 0)
+	l, err := synth.NewLayout(arch)
 	require.NoError(t, err)
-	minimum := unlimited.MinBudgetBytes
-	fitsAll := unlimited.Bytes[PurposeResident] + unlimited.Bytes[PurposeKV] + unlimited.Bytes[PurposeActivations] +
-		unlimited.Bytes[PurposeWorkspaces] + unlimited.Bytes[PurposeContext]
+	files, err := l.ConfigFiles()
+	require.NoError(t, err)
+	byPath := map[string][]byte{}
+	for _, f := range files {
+		byPath[f.Path] = f.Data
+	}
+	if arch == synth.Qwen3VL8B {
+		vl, err := configs.ParseQwen3VL(byPath["config.json"])
+		require.NoError(t, err)
+		return residency.Qwen3VLArch(vl)
+	}
+	alp, err := configs.ParseAlpamayoR1(byPath["config.json"])
+	require.NoError(t, err)
+	a, err := residency.AlpamayoR1Arch(alp, configs.VLMConfig{Path: "vlm/config.json", Raw: byPath["vlm/config.json"]})
+	require.NoError(t, err)
+	return a
+}
 
-	for _, tc := range []struct {
-		name   string
-		budget int64
-		// vlm is the number of resident VLM layers, -1 for any.
-		vlm      int
-		streamed bool // some unit is streamed
-	}{
-		{"none", 0, 36, false},
-		{"everything fits", fitsAll, 36, false},
-		{"one byte short", fitsAll - 1, -1, true},
-		{"16G", 16e9, 30, true},
-		{"8G", 8e9, 13, true},
-		{"4G", 4e9, 2, true},
-		{"minimum", minimum, 0, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p, err := NewPlan(a, StandardWorkload(), prof, tc.budget)
-			require.NoError(t, err)
-			checkAccounts(t, p)
-			assert.Equal(t, minimum, p.MinBudgetBytes)
-			assert.Equal(t, tc.streamed, p.SlotBytes > 0)
-			vlm := residentOf(p, VLM)
-			if tc.vlm >= 0 {
-				assert.Len(t, vlm, tc.vlm)
+func alpamayo10B(t *testing.T) *residency.Arch { return archOf(t, synth.AlpamayoR1_10B) }
+
+// withCPU is the shipped profile with CPU figures for the tests (the
+// shape of a 16-core host: 47 GB/s for one row, 1.9 TFLOP/s at 64).
+func withCPU(t *testing.T) *residency.Profile {
+	t.Helper()
+	p, err := residency.DefaultProfile()
+	require.NoError(t, err)
+	p.CPU = &residency.CPUProfile{Source: "test", Threads: 16, H2DBusyGBps: 54, HandoffMs: 0.03,
+		Rates: []residency.CPURate{{Rows: 1, GBps: 47, TFLOPs: 0.5}, {Rows: 64, GBps: 47, TFLOPs: 1.9}, {Rows: 512, GBps: 47, TFLOPs: 2.4}}}
+	return p
+}
+
+func plan(t *testing.T, a *residency.Arch, p *residency.Profile, budget int64, opts residency.Options) *residency.Plan {
+	t.Helper()
+	w := placement.StandardWorkload()
+	pl, err := residency.NewPlan(a, alpamayo.PlanUnits(a, w), w, p, budget, opts)
+	require.NoError(t, err)
+	return pl
+}
+
+// checkAccounts verifies a plan's bookkeeping in every stage: the resident
+// bytes are the units home in it, the slots two of the largest streamed
+// unit, every byte of the budget accounted for and none over it; the
+// placements agree with the homes; the stages add up.
+func checkAccounts(t *testing.T, p *residency.Plan) {
+	t.Helper()
+	var slot int64
+	for _, u := range p.Units {
+		for _, s := range u.Stages {
+			pl := u.Place[s]
+			require.NoError(t, pl.Validate(u.SplitDim), u.ID)
+			if pl.OnDevice() && !u.HomeIn(s) {
+				slot = max(slot, u.Bytes)
 			}
-			if n := len(vlm); n > 0 && n < 36 {
-				assert.Equal(t, 0, vlm[0], "the first VLM layer is resident")
-				assert.NotContains(t, vlm, 35, "the last is not")
-				assert.Equal(t, interleave(36, n), vlm)
+			assert.Equal(t, u.HomeIn(s), pl == placement.OnGPU, "%s in %s", u.ID, s)
+		}
+		if u.Weights == placement.Host {
+			assert.Equal(t, placement.Embedding, u.ID.Module)
+		}
+	}
+	assert.Equal(t, slot, p.SlotBytes)
+	var total float64
+	for _, sp := range p.Stages {
+		var resident, sum int64
+		for _, u := range p.Units {
+			if u.HomeIn(sp.Stage) {
+				resident += u.Bytes
 			}
-			if !tc.streamed {
-				assert.InDelta(t, p.PreloadTotalMs, p.TotalMs, 1e-6)
-				assert.Zero(t, p.Bytes[PurposeSlots])
+		}
+		assert.Equal(t, resident, sp.Bytes[residency.PurposeResident], sp.Stage)
+		assert.Equal(t, 2*slot, sp.Bytes[residency.PurposeSlots])
+		for _, n := range sp.Bytes {
+			sum += n
+		}
+		if p.BudgetBytes > 0 {
+			assert.Equal(t, p.BudgetBytes, sum, sp.Stage)
+			assert.GreaterOrEqual(t, sp.Bytes[residency.PurposeFree], int64(0), "%s over the budget", sp.Stage)
+		}
+		total += sp.PredictedMs
+		assert.Equal(t, sp.PredictedMs, p.PredictedMs[sp.Stage])
+	}
+	assert.InDelta(t, total, p.TotalMs, 1e-9)
+}
+
+// TestPlanBudgets plans Alpamayo-R1-10B's standard workload from
+// "everything fits" down to the minimum, on the GPU alone (--exact) and
+// with CPU shards, as ollama's TestLLMServerFitGPU does for its layer
+// fitting.
+func TestPlanBudgets(t *testing.T) {
+	a := alpamayo10B(t)
+	exact := residency.Options{Exact: true}
+	unlimited := plan(t, a, withCPU(t), 0, residency.Options{})
+	checkAccounts(t, unlimited)
+	assert.Zero(t, unlimited.SlotBytes)
+	for _, sp := range unlimited.Stages {
+		assert.Equal(t, residency.GPUOnly, sp.Kind)
+		assert.Zero(t, sp.EnterBytes)
+	}
+	minimum := unlimited.MinBudgetBytes
+	for _, budget := range []int64{16 << 30, 11 << 30, 8 << 30, 5 << 30, 4 << 30, minimum} {
+		t.Run(fmt.Sprint(budget), func(t *testing.T) {
+			gpu := plan(t, a, withCPU(t), budget, exact)
+			checkAccounts(t, gpu)
+			co := plan(t, a, withCPU(t), budget, residency.Options{})
+			checkAccounts(t, co)
+			assert.LessOrEqual(t, co.TotalMs, gpu.TotalMs+1e-6, "CPU shards never plan slower")
+			assert.GreaterOrEqual(t, gpu.TotalMs, gpu.PreloadTotalMs-1e-6)
+			for _, sp := range gpu.Stages {
+				assert.Equal(t, residency.GPUOnly, sp.Kind, "exact: %s", sp.Stage)
+				assert.Zero(t, sp.CPUMs)
 			}
-			if tc.budget == fitsAll-1 {
-				// What stays streamed (ViT blocks, whose copies hide under
-				// compute) costs under a millisecond over every unit
-				// resident computed unit by unit (the sums of the unit
-				// times, without the stage times a plan that streams
-				// nothing takes).
-				op := *prof
-				op.StageMs, op.GraphStageMs = nil, nil
-				q, err := NewPlan(a, StandardWorkload(), &op, tc.budget)
-				require.NoError(t, err)
-				assert.InDelta(t, q.PreloadTotalMs, p.TotalMs, 1)
-				assert.GreaterOrEqual(t, p.TotalMs, p.PreloadTotalMs)
+			// Each module is home in the stages it works in, or for good.
+			for _, u := range gpu.Units {
+				if u.Weights == placement.Streamed && len(u.Home) > 0 {
+					for _, s := range u.Home {
+						assert.Contains(t, u.Stages, s, "%s is home in %s where it does not work", u.ID, s)
+					}
+				}
 			}
-			assert.Equal(t, 4, len(p.PredictedMs), "vision, prefill, decode, diffusion")
+			dec, ok := co.Stage(placement.StageDecode)
+			require.True(t, ok)
+			if budget <= 8<<30 {
+				// Decoding streams most of the language model: the CPU
+				// takes a share of every streamed MLP.
+				assert.Equal(t, residency.Dynamic, dec.Kind)
+				assert.Positive(t, dec.CPUBytes)
+				assert.Less(t, dec.PredictedMs, gpuDecode(gpu), "the CPU's bandwidth adds to PCIe's")
+			}
 		})
 	}
-
-	_, err = NewPlan(a, StandardWorkload(), prof, minimum-1)
-	var be *BudgetError
-	require.ErrorAs(t, err, &be)
-	assert.True(t, errors.Is(err, ErrBudgetTooSmall))
-	assert.Equal(t, minimum, be.Min)
-	assert.Contains(t, err.Error(), fmt.Sprintf("minimum of %s bytes (%.2f GB)", GroupDigits(minimum), float64(minimum)/1e9))
-	_, err = NewPlan(a, StandardWorkload(), prof, 2.5e9)
-	assert.ErrorIs(t, err, ErrBudgetTooSmall)
 }
 
-// TestPlanMinimum: the minimum is the fixed costs and two slots of the
-// largest unit (a VLM layer: the LM head is cut to fit one).
-func TestPlanMinimum(t *testing.T) {
-	p, err := NewPlan(alpamayo10B(t), StandardWorkload(), defaultProfile(t), 4e9)
-	require.NoError(t, err)
-	fixed := p.Bytes[PurposeKV] + p.Bytes[PurposeActivations] + p.Bytes[PurposeWorkspaces] + p.Bytes[PurposeContext]
-	assert.Equal(t, fixed+2*385892864, p.MinBudgetBytes)
-	// KV cache: 2 blocks (K, V) of 36 layers × (3,042 + 21 + 64) tokens × 8
-	// heads × 128 × 2 bytes (bf16), each rounded up to 2 MiB pages.
-	assert.Equal(t, 2*pages(36*(3042+21+64)*8*128*2), p.Bytes[PurposeKV])
-	assert.Equal(t, int64(461373440), p.Bytes[PurposeKV])
-}
+func gpuDecode(p *residency.Plan) float64 { return p.PredictedMs[placement.StageDecode] }
 
 // TestPlanMonotone: more budget never predicts a slower plan.
 func TestPlanMonotone(t *testing.T) {
-	a, prof := alpamayo10B(t), defaultProfile(t)
-	prev, err := NewPlan(a, StandardWorkload(), prof, 0)
-	require.NoError(t, err)
-	top := prev.MinBudgetBytes + 2*prev.Bytes[PurposeResident]
-	last := 1e18
-	for b := prev.MinBudgetBytes; b < top; b += 40e6 {
-		p, err := NewPlan(a, StandardWorkload(), prof, b)
-		require.NoError(t, err)
-		assert.LessOrEqual(t, p.TotalMs, last+1e-9, "budget %d", b)
-		last = p.TotalMs
+	a, prof := alpamayo10B(t), withCPU(t)
+	for _, opts := range []residency.Options{{Exact: true}, {}} {
+		prev := plan(t, a, prof, 0, opts)
+		last := 1e18
+		for b := prev.MinBudgetBytes; b < 24e9; b += 1e9 {
+			p := plan(t, a, prof, b, opts)
+			assert.LessOrEqual(t, p.TotalMs, last*1.01+1e-9, "budget %d, %+v", b, opts)
+			last = min(last, p.TotalMs)
+		}
 	}
-	assert.InDelta(t, prev.TotalMs, last, 1e-6, "the largest budgets plan like no budget")
 }
 
-// TestPlanOtherArchs: Qwen3-VL has no diffusion stage and sizes its cache
-// without action tokens; a Qwen3 text model has only prefill and decode.
+// TestPlanKinds forces each plan: GPU-only computes nothing on the CPU,
+// Static puts every streamed MLP of the decode on the CPU whole, Dynamic
+// splits them; the unforced plan is never slower than any forced one.
+func TestPlanKinds(t *testing.T) {
+	a, prof := alpamayo10B(t), withCPU(t)
+	best := plan(t, a, prof, 8<<30, residency.Options{})
+	for _, k := range []residency.Kind{residency.GPUOnly, residency.Static, residency.Dynamic} {
+		p := plan(t, a, prof, 8<<30, residency.Options{Kind: k})
+		checkAccounts(t, p)
+		assert.LessOrEqual(t, best.TotalMs, p.TotalMs+1e-6, k)
+		dec, _ := p.Stage(placement.StageDecode)
+		assert.Equal(t, k, dec.Kind)
+		for _, u := range p.Units {
+			pl, ok := u.Place[placement.StageDecode]
+			if !ok || u.HomeIn(placement.StageDecode) || u.Weights == placement.Host {
+				continue
+			}
+			switch {
+			case k == residency.GPUOnly || u.ID.Part != placement.MLP:
+				assert.Equal(t, placement.StreamGPU, pl, u.ID)
+			case k == residency.Static:
+				assert.Equal(t, placement.HostCPU, pl, u.ID)
+			default:
+				assert.True(t, pl.Split(), u.ID)
+				assert.Zero(t, pl.CPUSplit%128, "whole tiles")
+			}
+		}
+	}
+	_, err := residency.NewPlan(a, nil, placement.StandardWorkload(), prof, 0, residency.Options{Exact: true, Kind: residency.Static})
+	assert.ErrorContains(t, err, "--exact forbids")
+	_, err = residency.NewPlan(a, nil, placement.StandardWorkload(), prof, 0, residency.Options{Kind: "fast"})
+	assert.ErrorContains(t, err, `unknown plan kind "fast"`)
+}
+
+// TestPlanMinimum: the minimum is the largest stage's fixed costs and two
+// slots of the largest unit (a VLM layer's MLP: the LM head is cut to
+// fit one); below it the plan is refused with the minimum.
+func TestPlanMinimum(t *testing.T) {
+	a := alpamayo10B(t)
+	p := plan(t, a, withCPU(t), 4e9, residency.Options{})
+	var fixed int64
+	for _, sp := range p.Stages {
+		fixed = max(fixed, sp.Bytes[residency.PurposeKV]+sp.Bytes[residency.PurposeActivations]+sp.Bytes[residency.PurposeWorkspaces]+sp.Bytes[residency.PurposeContext])
+	}
+	assert.Equal(t, fixed+2*301998080, p.MinBudgetBytes)
+	pre, _ := p.Stage(placement.StagePrefill)
+	assert.Equal(t, int64(461373440), pre.Bytes[residency.PurposeKV])
+	dec, _ := p.Stage(placement.StageDecode)
+	assert.Less(t, dec.Bytes[residency.PurposeActivations], pre.Bytes[residency.PurposeActivations], "decode needs less scratch")
+
+	w := placement.StandardWorkload()
+	_, err := residency.NewPlan(a, alpamayo.PlanUnits(a, w), w, withCPU(t), p.MinBudgetBytes-1, residency.Options{})
+	var be *residency.BudgetError
+	require.ErrorAs(t, err, &be)
+	assert.True(t, errors.Is(err, residency.ErrBudgetTooSmall))
+	assert.Equal(t, p.MinBudgetBytes, be.Min)
+}
+
+// TestPlanOtherArchs: Qwen3-VL has no diffusion stage; a Qwen3 text model
+// has only prefill and decode.
 func TestPlanOtherArchs(t *testing.T) {
 	vl := archOf(t, synth.Qwen3VL8B)
-	p, err := NewPlan(vl, StandardWorkload(), defaultProfile(t), 8e9)
-	require.NoError(t, err)
+	p := plan(t, vl, withCPU(t), 8e9, residency.Options{})
 	checkAccounts(t, p)
-	assert.NotContains(t, p.PredictedMs, StageDiffusion)
-	assert.Equal(t, 2*pages(36*(3042+21)*8*128*2), p.Bytes[PurposeKV])
-	assert.NotEmpty(t, residentOf(p, VLM))
+	assert.NotContains(t, p.PredictedMs, placement.StageDiffusion)
 
 	c, err := configs.ParseQwen3([]byte(`{"model_type":"qwen3","vocab_size":151936,"hidden_size":2048,
 		"intermediate_size":6144,"num_hidden_layers":28,"num_attention_heads":16,"num_key_value_heads":8,
 		"head_dim":128,"tie_word_embeddings":true}`))
 	require.NoError(t, err)
-	p, err = NewPlan(Qwen3Arch(c), StandardWorkload(), defaultProfile(t), 3e9)
-	require.NoError(t, err)
+	p = plan(t, residency.Qwen3Arch(c), withCPU(t), 2e9, residency.Options{})
 	checkAccounts(t, p)
-	assert.Equal(t, []Stage{StagePrefill, StageDecode}, stagesOf(p))
-	assert.Positive(t, p.Timing["scaled"], "the 2B-shaped layers scale the 8B's profiled times")
-}
-
-func stagesOf(p *Plan) []Stage {
-	var out []Stage
-	for _, s := range Stages() {
-		if _, ok := p.PredictedMs[s]; ok {
-			out = append(out, s)
-		}
+	var stages []placement.Stage
+	for _, sp := range p.Stages {
+		stages = append(stages, sp.Stage)
 	}
-	return out
+	assert.Equal(t, []placement.Stage{placement.StagePrefill, placement.StageDecode}, stages)
+	assert.Positive(t, p.Timing["scaled"], "the 2B-shaped layers scale the 8B's profiled times")
 }
 
 // TestPlanErrors: bad inputs are refused with the reason.
 func TestPlanErrors(t *testing.T) {
-	a, prof := alpamayo10B(t), defaultProfile(t)
-	_, err := NewPlan(a, StandardWorkload(), prof, -1)
+	a, prof := alpamayo10B(t), withCPU(t)
+	w := placement.StandardWorkload()
+	units := alpamayo.PlanUnits(a, w)
+	_, err := residency.NewPlan(a, units, w, prof, -1, residency.Options{})
 	assert.ErrorContains(t, err, "negative budget")
 	bad := *prof
 	bad.H2DGBps = 0
-	_, err = NewPlan(a, StandardWorkload(), &bad, 0)
+	_, err = residency.NewPlan(a, units, w, &bad, 0, residency.Options{})
 	assert.ErrorContains(t, err, "h2d_gbps must be positive")
-	w := StandardWorkload()
+	cpu := *prof.CPU
+	cpu.Rates = nil
+	bad = *prof
+	bad.CPU = &cpu
+	_, err = residency.NewPlan(a, units, w, &bad, 0, residency.Options{})
+	assert.ErrorContains(t, err, "cpu.rates is empty")
 	w.Images = -1
-	_, err = NewPlan(a, w, prof, 0)
+	_, err = residency.NewPlan(a, units, w, prof, 0, residency.Options{})
 	assert.ErrorContains(t, err, "images is negative")
-	items := paperItems()
-	items[3].Work = []Work{{Stage: StageVision, Passes: 2, ExeMs: 1}}
-	_, err = planItems(items, nil, 0, 0)
-	assert.ErrorContains(t, err, "runs 2 passes of vision, other units 1")
+	w = placement.StandardWorkload()
+	_, err = residency.NewPlan(a, append(units, units[3]), w, prof, 0, residency.Options{})
+	assert.ErrorContains(t, err, "listed twice")
+	e := *a.Expert
+	e.NumHiddenLayers = 12
+	broken := *a
+	broken.Expert = &e
+	_, err = residency.NewPlan(&broken, units, w, prof, 0, residency.Options{})
+	assert.ErrorContains(t, err, "expert has 12 layers, the VLM 36")
+	w.PatchesPerImage = 721
+	_, err = residency.NewPlan(a, units, w, prof, 0, residency.Options{})
+	assert.ErrorContains(t, err, "721 patches per image do not merge in groups of 4")
 }

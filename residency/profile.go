@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"vlanode/placement"
 )
 
 // Profile is what the planner knows of a device: the pinned host-to-device
@@ -26,11 +27,81 @@ type Profile struct {
 	// StageMs, when set, are the measured stage times (every unit
 	// resident, computed op by op) that the units' times add up to, per
 	// stage.
-	StageMs map[Stage]float64 `json:"stage_ms,omitempty"`
+	StageMs map[placement.Stage]float64 `json:"stage_ms,omitempty"`
 	// GraphStageMs, when set, are the same stages' times with the decode
 	// and Euler steps replayed from captured graphs, as a model runs when
 	// its plan streams nothing (Plan.applyGraphs).
-	GraphStageMs map[Stage]float64 `json:"graph_stage_ms,omitempty"`
+	GraphStageMs map[placement.Stage]float64 `json:"graph_stage_ms,omitempty"`
+	// CPU is the host CPU as a co-execution engine; nil when it was not
+	// profiled (plans then compute on the GPU alone).
+	CPU *CPUProfile `json:"cpu,omitempty"`
+}
+
+// CPUProfile is what the planner knows of the host CPU computing sub-layer
+// shards from bf16 weights in host memory (paper 2's install-time profile,
+// taken under PCIe contention): its rates per token tier with
+// host-to-device copies in flight, the copy rate while it computes, and
+// the cost of handing activations between the engines.
+type CPUProfile struct {
+	// Source states where the figures come from.
+	Source string `json:"source"`
+	// Threads is the number of cores the kernels ran on.
+	Threads int `json:"threads"`
+	// Rates are the kernels' rates per tier, with copies in flight.
+	Rates []CPURate `json:"rates"`
+	// H2DBusyGBps is the pinned host-to-device bandwidth while the CPU
+	// kernels run, 10⁹ bytes/s.
+	H2DBusyGBps float64 `json:"h2d_busy_gbps"`
+	// HandoffMs is one hand-off of a row of activations between the GPU's
+	// stream and the CPU (each way), ms.
+	HandoffMs float64 `json:"handoff_ms"`
+}
+
+// CPURate is the CPU's rate for products of Rows rows.
+type CPURate struct {
+	Rows int `json:"rows"`
+	// GBps is the bf16 weights read per second, 10⁹ bytes/s.
+	GBps float64 `json:"gbps"`
+	// TFLOPs is the arithmetic rate, 10¹² FLOP/s.
+	TFLOPs float64 `json:"tflops"`
+}
+
+// Ms is the CPU's time for a share of bytes of weights and flops FLOPs
+// over rows rows: the roofline of the nearest profiled tier (in ratio of
+// rows).
+func (c *CPUProfile) Ms(bytes int64, flops float64, rows int) float64 {
+	best, dist := -1, math.Inf(1)
+	for i, r := range c.Rates {
+		if d := math.Abs(math.Log(float64(r.Rows) / float64(max(rows, 1)))); d < dist {
+			best, dist = i, d
+		}
+	}
+	r := c.Rates[best]
+	return max(float64(bytes)/(r.GBps*1e9), flops/(r.TFLOPs*1e12)) * 1e3
+}
+
+// validate checks the CPU figures.
+func (c *CPUProfile) validate(bad func(string, ...any)) {
+	if c.Source == "" {
+		bad("cpu.source is empty: say where the figures come from")
+	}
+	if c.Threads <= 0 {
+		bad("cpu.threads must be positive, got %d", c.Threads)
+	}
+	if len(c.Rates) == 0 {
+		bad("cpu.rates is empty")
+	}
+	for i, r := range c.Rates {
+		if r.Rows <= 0 || !(r.GBps > 0) || !(r.TFLOPs > 0) || math.IsInf(r.GBps, 0) || math.IsInf(r.TFLOPs, 0) {
+			bad("cpu.rates[%d]: rows, gbps and tflops must be positive, got %+v", i, r)
+		}
+	}
+	if !(c.H2DBusyGBps > 0) || math.IsInf(c.H2DBusyGBps, 0) {
+		bad("cpu.h2d_busy_gbps must be positive, got %g", c.H2DBusyGBps)
+	}
+	if !(c.HandoffMs >= 0) || math.IsInf(c.HandoffMs, 0) {
+		bad("cpu.handoff_ms must not be negative, got %g", c.HandoffMs)
+	}
 }
 
 // Roofline is the fallback model: a unit takes max(bytes/MemGBps,
@@ -61,12 +132,16 @@ type FixedCosts struct {
 // arithmetic was FLOPs. WeightBytes and FLOPs let the time be carried to
 // other shapes; with both zero, Ms is used as it is for every shape.
 type UnitTiming struct {
-	Module      Module  `json:"module"`
-	Stage       Stage   `json:"stage"`
-	Rows        int     `json:"rows"`
-	WeightBytes int64   `json:"weight_bytes"`
-	FLOPs       float64 `json:"flops"`
-	Ms          float64 `json:"ms"`
+	Module placement.Module `json:"module"`
+	// Part, when set, says the entry timed that part of the module's
+	// units; an entry without one timed whole layers, and parts take its
+	// time in the ratio of their rooflines.
+	Part        placement.Part  `json:"part,omitempty"`
+	Stage       placement.Stage `json:"stage"`
+	Rows        int             `json:"rows"`
+	WeightBytes int64           `json:"weight_bytes"`
+	FLOPs       float64         `json:"flops"`
+	Ms          float64         `json:"ms"`
 	// Source says how Ms was obtained.
 	Source string `json:"source,omitempty"`
 }
@@ -140,6 +215,9 @@ func (p *Profile) Validate() error {
 			bad("units[%d] (%s in %s): module, stage, rows > 0, weight_bytes ≥ 0, flops ≥ 0 and ms > 0 are required", i, u.Module, u.Stage)
 		}
 	}
+	if p.CPU != nil {
+		p.CPU.validate(bad)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("residency: profile: %w", err)
 	}
@@ -158,7 +236,7 @@ func (p *Profile) rooflineMs(bytes int64, flops float64) float64 {
 // the same module and stage ("profile" when the shape is the profiled one,
 // "scaled" by the ratio of rooflines when it is not; the entry with the
 // nearest rows is used), else the roofline ("roofline").
-func (p *Profile) Cost(units []Unit) {
+func (p *Profile) Cost(units []placement.Unit) {
 	for i := range units {
 		u := &units[i]
 		for j := range u.Work {
@@ -168,16 +246,16 @@ func (p *Profile) Cost(units []Unit) {
 	}
 }
 
-func (p *Profile) exeMs(u *Unit, w *Work) (float64, string) {
+func (p *Profile) exeMs(u *placement.Unit, w *placement.Work) (float64, string) {
 	own := p.rooflineMs(u.Bytes, w.FLOPs)
-	if u.Host {
+	if u.HostOnly {
 		own = 0 // host work has no device roofline
 	}
-	e, ok := p.nearest(u.Module, w.Stage, w.Rows)
+	e, ok := p.nearest(u.ID, w.Stage, w.Rows)
 	if !ok {
 		return own, "roofline"
 	}
-	if u.Host {
+	if u.HostOnly {
 		return e.Ms, "profile"
 	}
 	ref := p.rooflineMs(e.WeightBytes, e.FLOPs)
@@ -187,12 +265,19 @@ func (p *Profile) exeMs(u *Unit, w *Work) (float64, string) {
 	return e.Ms * own / ref, "scaled"
 }
 
-// nearest is the entry of module m in stage s whose rows are closest to
-// rows (in ratio).
-func (p *Profile) nearest(m Module, s Stage, rows int) (UnitTiming, bool) {
+// nearest is the entry of unit id's module in stage s whose rows are
+// closest to rows (in ratio), of id's part where the profile has one, else
+// of whole units.
+func (p *Profile) nearest(id placement.ID, s placement.Stage, rows int) (UnitTiming, bool) {
 	best, dist := -1, math.Inf(1)
+	part := placement.Whole
+	for _, e := range p.Units {
+		if e.Module == id.Module && e.Stage == s && e.Part == id.Part {
+			part = id.Part
+		}
+	}
 	for i, e := range p.Units {
-		if e.Module != m || e.Stage != s {
+		if e.Module != id.Module || e.Stage != s || e.Part != part {
 			continue
 		}
 		if d := math.Abs(math.Log(float64(e.Rows) / float64(max(rows, 1)))); d < dist {

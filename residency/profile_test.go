@@ -2,6 +2,7 @@ package residency
 
 import (
 	"testing"
+	"vlanode/placement"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -43,20 +44,20 @@ func TestProfileCost(t *testing.T) {
 	p := &Profile{
 		Source: "test", H2DGBps: 50, Roofline: Roofline{MemGBps: 1000, TFLOPs: 100},
 		Units: []UnitTiming{
-			{Module: VLM, Stage: StagePrefill, Rows: 1000, WeightBytes: 1e8, FLOPs: 2e12, Ms: 40}, // roofline 20 ms
-			{Module: VLM, Stage: StagePrefill, Rows: 10, WeightBytes: 1e8, FLOPs: 2e10, Ms: 0.3},  // roofline 0.2 ms
-			{Module: VLM, Stage: StageDecode, Rows: 1, WeightBytes: 1e8, FLOPs: 2e8, Ms: 0.2},     // roofline 0.1 ms
+			{Module: placement.VLM, Stage: placement.StagePrefill, Rows: 1000, WeightBytes: 1e8, FLOPs: 2e12, Ms: 40}, // roofline 20 ms
+			{Module: placement.VLM, Stage: placement.StagePrefill, Rows: 10, WeightBytes: 1e8, FLOPs: 2e10, Ms: 0.3},  // roofline 0.2 ms
+			{Module: placement.VLM, Stage: placement.StageDecode, Rows: 1, WeightBytes: 1e8, FLOPs: 2e8, Ms: 0.2},     // roofline 0.1 ms
 		},
 	}
-	units := []Unit{
-		{Module: VLM, Bytes: 1e8, Work: []Work{
-			{Stage: StagePrefill, Rows: 1000, FLOPs: 2e12},
-			{Stage: StagePrefill, Rows: 2000, FLOPs: 4e12},
-			{Stage: StagePrefill, Rows: 20, FLOPs: 4e10},
-			{Stage: StageDecode, Rows: 1, FLOPs: 2e8},
+	units := []placement.Unit{
+		{ID: placement.ID{Module: placement.VLM}, Bytes: 1e8, Work: []placement.Work{
+			{Stage: placement.StagePrefill, Rows: 1000, FLOPs: 2e12},
+			{Stage: placement.StagePrefill, Rows: 2000, FLOPs: 4e12},
+			{Stage: placement.StagePrefill, Rows: 20, FLOPs: 4e10},
+			{Stage: placement.StageDecode, Rows: 1, FLOPs: 2e8},
 		}},
-		{Module: VLM, Bytes: 5e7, Work: []Work{{Stage: StageDecode, Rows: 1, FLOPs: 1e8}}},
-		{Module: Merger, Bytes: 8e7, Work: []Work{{Stage: StageVision, Rows: 100, FLOPs: 1e13}}},
+		{ID: placement.ID{Module: placement.VLM, Index: 1}, Bytes: 5e7, Work: []placement.Work{{Stage: placement.StageDecode, Rows: 1, FLOPs: 1e8}}},
+		{ID: placement.ID{Module: placement.Merger}, Bytes: 8e7, Work: []placement.Work{{Stage: placement.StageVision, Rows: 100, FLOPs: 1e13}}},
 	}
 	p.Cost(units)
 	w := units[0].Work

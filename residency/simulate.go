@@ -1,14 +1,32 @@
 package residency
 
-// step is one unit's turn in a pass: its compute time and, when streamed,
-// its copy time.
+// step is one unit's turn in a pass, as the executor runs it on its three
+// engines: the copy stream, the GPU's compute stream and the CPU.
 type step struct {
+	// exe is the GPU's compute time (its share, for a split unit), dma
+	// the copy time of what the GPU reads (its share).
 	exe, dma float64
+	// streamed units are copied into a DFB slot before every use.
 	streamed bool
+	// enter units are copied once, in the stage's first pass, into a
+	// home of their own (no slot: the copy waits for nothing but the
+	// copy stream), and computed in place after.
+	enter bool
+	// cpu is the CPU's compute time of its share (0: the GPU computes the
+	// unit alone); hop is one hand-off of activations between the GPU and
+	// the CPU (each way).
+	cpu, hop float64
 }
 
 // dfbSlots is the number of DFB slots; streamed unit j uses slot j mod 2.
 const dfbSlots = 2
+
+// timeline is the result of a simulated stage: its end and each engine's
+// busy time.
+type timeline struct {
+	end                  float64
+	copyMs, gpuMs, cpuMs float64
+}
 
 // simulate returns the time from the start of a stage to the end of its
 // last compute, for passes repetitions of seq, as the executor runs it
@@ -23,25 +41,51 @@ const dfbSlots = 2
 //
 // Both streams are in order, so each event depends only on earlier ones
 // and the simulation is this one sweep over the turns.
-func simulate(passes int, seq []step) float64 {
-	var copyFree, computeEnd float64
+func simulate(passes int, seq []step) float64 { return simulate3(passes, seq).end }
+
+// simulate3 is simulate with the CPU as a third engine (paper 2's
+// pipelined sharding, DESIGN.md "Where the architecture goes next"). A
+// unit whose share runs on the CPU hands its input over when the GPU has
+// finished the unit before it (one hop), the CPU computes in order, and
+// the GPU adds the CPU's result after its own share (one hop back) before
+// the next unit: the GPU stream's next op waits for it. Copies run ahead
+// as far as the slots allow, while the CPU computes.
+func simulate3(passes int, seq []step) timeline {
+	var t timeline
+	var copyFree, gpuEnd, cpuFree float64
 	var slotFree [dfbSlots]float64 // when each slot's last user finished computing
 	j := 0                         // streamed turns so far
-	for range passes {
+	for p := range passes {
 		for _, s := range seq {
 			ready := 0.0
 			slot := j % dfbSlots
-			if s.streamed {
+			switch {
+			case s.streamed:
 				start := max(copyFree, slotFree[slot])
 				copyFree = start + s.dma
 				ready = copyFree
+				t.copyMs += s.dma
+			case s.enter && p == 0:
+				copyFree += s.dma
+				ready = copyFree
+				t.copyMs += s.dma
 			}
-			computeEnd = max(computeEnd, ready) + s.exe
+			input := gpuEnd // the previous unit's output
+			shareEnd := max(input, ready) + s.exe
+			t.gpuMs += s.exe
+			gpuEnd = shareEnd
+			if s.cpu > 0 {
+				cpuStart := max(cpuFree, input+s.hop)
+				cpuFree = cpuStart + s.cpu
+				t.cpuMs += s.cpu
+				gpuEnd = max(shareEnd, cpuFree+s.hop)
+			}
 			if s.streamed {
-				slotFree[slot] = computeEnd
+				slotFree[slot] = shareEnd
 				j++
 			}
 		}
 	}
-	return computeEnd
+	t.end = gpuEnd
+	return t
 }

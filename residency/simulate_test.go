@@ -106,3 +106,48 @@ func TestSimulateResidentNeverSlower(t *testing.T) {
 		assert.LessOrEqual(t, simulate(passes, seq), before+1e-9)
 	}
 }
+
+// TestSimulateCPUClosedForms checks the three-engine simulation against
+// closed forms: units computed on the CPU alone (paper 2's Static plan for
+// their MLPs) take their CPU time and two hand-offs each, one after the
+// other; a Dynamic stack with instant hand-offs takes at least the busier
+// engine's time and at most, unit by unit, the longer of its copy and its
+// CPU share, plus one copy to fill the pipeline.
+func TestSimulateCPUClosedForms(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 50 {
+		n, passes := 1+r.IntN(30), 1+r.IntN(20)
+		cpu, hop := 0.5+r.Float64()*5, r.Float64()*0.1
+		seq := make([]step, n)
+		for i := range seq {
+			seq[i] = step{cpu: cpu, hop: hop}
+		}
+		tl := simulate3(passes, seq)
+		want := float64(passes*n) * (cpu + 2*hop)
+		assert.InDelta(t, want, tl.end, 1e-9*want)
+		assert.InDelta(t, float64(passes*n)*cpu, tl.cpuMs, 1e-9*want)
+		assert.Zero(t, tl.copyMs)
+
+		dyn := make([]step, n)
+		var maxD, both float64
+		for i := range dyn {
+			d, c := 0.5+r.Float64()*5, 0.5+r.Float64()*5
+			dyn[i] = step{dma: d, cpu: c, streamed: true}
+			maxD, both = max(maxD, d), both+max(d, c)
+		}
+		tl = simulate3(passes, dyn)
+		assert.GreaterOrEqual(t, tl.end, max(tl.copyMs, tl.cpuMs)-1e-9, "no engine works faster than its busy time")
+		assert.LessOrEqual(t, tl.end, float64(passes)*both+maxD+1e-9, "each unit's copy and CPU share overlap")
+	}
+}
+
+// TestSimulateEnter: a unit entering its home is copied once, in the
+// stage's first pass, without a slot, and computed in place after.
+func TestSimulateEnter(t *testing.T) {
+	seq := []step{{dma: 4, exe: 1, enter: true}, {dma: 4, exe: 1, enter: true}}
+	// Pass 0: copies [0,4], [4,8]; computes [4,5], [8,9]. Passes 1, 2: 2 ms each.
+	tl := simulate3(3, seq)
+	assert.InDelta(t, 13, tl.end, 1e-12)
+	assert.InDelta(t, 8, tl.copyMs, 1e-12)
+	assert.InDelta(t, 6, tl.gpuMs, 1e-12)
+}

@@ -25,6 +25,7 @@ import (
 	"vlanode/models/alpamayo"
 	"vlanode/models/qwen3vl"
 	"vlanode/node/gpu"
+	"vlanode/placement"
 	"vlanode/residency"
 	"vlanode/weights"
 )
@@ -69,7 +70,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			return err
 		}
 	}
-	w := residency.StandardWorkload()
+	w := placement.StandardWorkload()
 	rep := &benchReport{Model: mf.dir, Workload: w, Date: time.Now().UTC().Format(time.RFC3339)}
 	if host, err := os.Hostname(); err == nil {
 		rep.Host = host
@@ -184,7 +185,7 @@ type benchReport struct {
 	Model    string             `json:"model"`
 	Host     string             `json:"host"`
 	Date     string             `json:"date"`
-	Workload residency.Workload `json:"workload"`
+	Workload placement.Workload `json:"workload"`
 	// H2DGBps is the pinned host-to-device bandwidth measured first.
 	H2DGBps float64    `json:"h2d_gbps"`
 	Runs    []benchRun `json:"runs"`
@@ -204,11 +205,13 @@ type benchRun struct {
 	MeasuredMs  map[string]float64 `json:"measured_ms"`  // median per stage and total
 	PredictedMs map[string]float64 `json:"predicted_ms"` // the plan's
 	BoundMs     map[string]float64 `json:"bound_ms"`     // the streaming lower bound
-	// StreamedBytes per pass of each stage.
+	// StreamedBytes per pass of each stage: the weights not home in VRAM,
+	// streamed or read by the CPU.
 	StreamedBytes map[string]int64 `json:"streamed_bytes"`
-	// PromotedBytes are copied once after the prefill (Promoted units);
+	// EnterBytes are copied into homes once, in each stage's first pass.
+	EnterBytes map[string]int64 `json:"enter_bytes"`
+	// Promoted are the units copied into homes after the prefill;
 	// PromoteError says why the budget refused them, if it did.
-	PromotedBytes  int64            `json:"promoted_bytes"`
 	Promoted       int              `json:"promoted_units"`
 	PromoteError   string           `json:"promote_error,omitempty"`
 	DecodeSteps    int              `json:"decode_steps"`
@@ -248,7 +251,7 @@ type accelerateRun struct {
 // a 1×20×36 grid (1920×1080 resized to 576×320: 720 patches, 180 tokens),
 // a straight 16-pose history, greedy reasoning of w.ReasoningTokens decode
 // passes, seeded flow noise.
-func standardRequest(m *alpamayo.Model, w residency.Workload) *alpamayo.Request {
+func standardRequest(m *alpamayo.Model, w placement.Workload) *alpamayo.Request {
 	dim := m.VLM.Config.Vision.PatchDim()
 	req := &alpamayo.Request{Greedy: true, Seed: 1, MaxReasoningTokens: w.ReasoningTokens + 1}
 	for range w.Images {
@@ -286,11 +289,11 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool
 		SlotBytes: bm.plan.SlotBytes, LoadSeconds: time.Since(t0).Seconds(),
 		PredictedMs: map[string]float64{"total": bm.plan.TotalMs},
 	}
-	r.StreamedBytes, r.PromotedBytes = streamedPerPass(bm.plan)
+	r.StreamedBytes, r.EnterBytes = streamedPerPass(bm.plan)
 	for st, ms := range bm.plan.PredictedMs {
 		r.PredictedMs[string(st)] = ms
 	}
-	req := standardRequest(bm.model, residency.StandardWorkload())
+	req := standardRequest(bm.model, placement.StandardWorkload())
 	var res *alpamayo.Result
 	var times []alpamayo.Timing
 	for i := range warmup + runs {
@@ -346,33 +349,19 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool
 	return r, res, nil
 }
 
-// streamedPerPass is the streamed bytes of one pass of each stage (the
-// units promoted after the prefill stream in vision and prefill only), and
-// the promoted bytes, copied once.
-func streamedPerPass(p *residency.Plan) (map[string]int64, int64) {
-	stages := map[residency.Module][]residency.Stage{
-		residency.PatchEmbed: {residency.StageVision}, residency.Vision: {residency.StageVision},
-		residency.Deepstack: {residency.StageVision}, residency.Merger: {residency.StageVision},
-		residency.VLM: {residency.StagePrefill, residency.StageDecode}, residency.LMHead: {residency.StagePrefill, residency.StageDecode},
-		residency.ActionIn: {residency.StageDiffusion}, residency.Expert: {residency.StageDiffusion}, residency.ActionOut: {residency.StageDiffusion},
-	}
-	out := map[string]int64{}
-	var promoted int64
-	for _, u := range p.Units {
-		if u.Placement != residency.Streamed {
-			continue
-		}
-		if u.Promoted {
-			promoted += u.Bytes
-		}
-		for _, st := range stages[u.Module] {
-			if u.Promoted && (st == residency.StageDecode || st == residency.StageDiffusion) {
-				continue
-			}
-			out[string(st)] += u.Bytes
+// streamedPerPass is, per stage, the weight bytes of one pass that are
+// not home in VRAM (streamed through the slots or read by the CPU: what a
+// GPU-only plan of the same homes streams), and the bytes copied into
+// homes once, in the stage's first pass.
+func streamedPerPass(p *residency.Plan) (streamed, enter map[string]int64) {
+	streamed, enter = map[string]int64{}, map[string]int64{}
+	for _, sp := range p.Stages {
+		streamed[string(sp.Stage)] = sp.StreamedBytes + sp.CPUBytes
+		if sp.EnterBytes > 0 {
+			enter[string(sp.Stage)] = sp.EnterBytes
 		}
 	}
-	return out, promoted
+	return streamed, enter
 }
 
 // medianTiming is the per-stage median of the runs, in ms.
@@ -417,10 +406,11 @@ func sameResult(a, b *alpamayo.Result) bool {
 // ../shared/bench/accelerate_baseline.py's bound, with vlanode's own
 // placement):
 //
-//	max(C_vis, S_vis/BW) + max(C_pre, S_lm/BW) + P/BW + n_dec·max(C_dec/n_dec, S'_lm/BW) + n_euler·max(C_dif/n_euler, S'_exp/BW)
+//	Σ over stages: E/BW + n·max(C/n, S/BW)
 //
-// where P are the bytes promoted after the prefill, which S'_lm and
-// S'_exp no longer hold.
+// where S are the bytes a pass of the stage streams (or, in a plan with
+// CPU shards, would stream on the GPU alone), E the bytes copied into
+// homes once in the stage's first pass, n its passes and C its compute.
 func (rep *benchReport) fillBounds() {
 	var ref *benchRun
 	for i := range rep.Runs {
@@ -440,11 +430,12 @@ func (rep *benchReport) fillBounds() {
 		c := ref.stageMs
 		nd, nf := float64(max(r.DecodeSteps, 1)), float64(max(r.EulerSteps, 1))
 		copyMs := func(stage string) float64 { return float64(r.StreamedBytes[stage]) / bw }
+		enter := func(stage string) float64 { return float64(r.EnterBytes[stage]) / bw }
 		r.BoundMs = map[string]float64{
-			"vision":    max(c["vision"], copyMs("vision")),
-			"prefill":   max(c["prefill"], copyMs("prefill")),
-			"decode":    nd*max(c["decode"]/float64(max(ref.DecodeSteps, 1)), copyMs("decode")) + float64(r.PromotedBytes)/bw,
-			"diffusion": nf * max(c["diffusion"]/float64(max(ref.EulerSteps, 1)), copyMs("diffusion")),
+			"vision":    max(c["vision"], copyMs("vision")) + enter("vision"),
+			"prefill":   max(c["prefill"], copyMs("prefill")) + enter("prefill"),
+			"decode":    nd*max(c["decode"]/float64(max(ref.DecodeSteps, 1)), copyMs("decode")) + enter("decode"),
+			"diffusion": nf*max(c["diffusion"]/float64(max(ref.EulerSteps, 1)), copyMs("diffusion")) + enter("diffusion"),
 		}
 		r.BoundMs["total"] = r.BoundMs["vision"] + r.BoundMs["prefill"] + r.BoundMs["decode"] + r.BoundMs["diffusion"]
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"vlanode/layering"
+	"vlanode/placement"
 	"vlanode/residency"
 )
 
@@ -87,10 +88,10 @@ mkdir -p "$out"; printf '{"acc_%s": {"latency_s": 1000.0, "peak_alloc_B": 123}}'
 // times and the copy stream's gaps.
 func TestTimelineSummary(t *testing.T) {
 	turns := []layering.Turn{
-		{Pass: "prefill", Unit: "vlm.0", Slot: 0, CopyAtMs: 0, CopyMs: 4, ExeAtMs: 4, ExeMs: 1},
-		{Pass: "prefill", Unit: "vlm.1", Slot: layering.NoSlot, ExeAtMs: 5, ExeMs: 2},
-		{Pass: "decode.0", Unit: "vlm.0", Slot: 1, CopyAtMs: 4, CopyMs: 4, ExeAtMs: 8, ExeMs: 1},
-		{Pass: "decode.1", Unit: "vlm.0", Slot: 0, CopyAtMs: 11, CopyMs: 4, ExeAtMs: 15, ExeMs: 1},
+		{Pass: "prefill", Unit: placement.ID{Module: placement.VLM, Index: 0}, Slot: 0, CopyAtMs: 0, CopyMs: 4, ExeAtMs: 4, ExeMs: 1},
+		{Pass: "prefill", Unit: placement.ID{Module: placement.VLM, Index: 1}, Slot: layering.NoSlot, ExeAtMs: 5, ExeMs: 2},
+		{Pass: "decode.0", Unit: placement.ID{Module: placement.VLM, Index: 0}, Slot: 1, CopyAtMs: 4, CopyMs: 4, ExeAtMs: 8, ExeMs: 1},
+		{Pass: "decode.1", Unit: placement.ID{Module: placement.VLM, Index: 0}, Slot: 0, CopyAtMs: 11, CopyMs: 4, ExeAtMs: 15, ExeMs: 1},
 	}
 	s := summarizeTimeline(turns)
 	assert.Equal(t, stageTimeline{SpanMs: 7, CopyMs: 4, ComputeMs: 3, Copies: 1, Computes: 2}, s["prefill"])
@@ -111,7 +112,7 @@ func TestBenchBound(t *testing.T) {
 	rep := &benchReport{H2DGBps: 50} // 50 MB per ms
 	rep.Runs = []benchRun{
 		{Budget: 0, DecodeSteps: 20, EulerSteps: 10, stageMs: map[string]float64{"vision": 100, "prefill": 110, "decode": 200, "diffusion": 60}},
-		{Budget: 8e9, Streamed: 3, DecodeSteps: 20, EulerSteps: 10, PromotedBytes: 500e6,
+		{Budget: 8e9, Streamed: 3, DecodeSteps: 20, EulerSteps: 10, EnterBytes: map[string]int64{"decode": 500e6},
 			StreamedBytes: map[string]int64{"vision": 1e9, "prefill": 10e9, "decode": 9e9, "diffusion": 100e6}},
 	}
 	rep.fillBounds()
@@ -123,14 +124,12 @@ func TestBenchBound(t *testing.T) {
 	assert.InDelta(t, 100+200+3610+60, b["total"], 1e-9)
 	assert.InDelta(t, 200, rep.Runs[0].BoundMs["decode"], 1e-9, "the unlimited run's bound is its compute")
 
-	streamed, promoted := streamedPerPass(&residency.Plan{Units: []residency.Placement{
-		{Module: residency.Vision, Bytes: 30, Placement: residency.Streamed},
-		{Module: residency.VLM, Bytes: 400, Placement: residency.Streamed},
-		{Module: residency.VLM, Bytes: 400, Placement: residency.Streamed, Promoted: true},
-		{Module: residency.VLM, Bytes: 400, Placement: residency.Resident},
-		{Module: residency.Expert, Bytes: 100, Placement: residency.Streamed, Promoted: true},
-		{Module: residency.Embedding, Bytes: 1000, Placement: residency.Host},
+	streamed, enter := streamedPerPass(&residency.Plan{Stages: []residency.StagePlan{
+		{Stage: placement.StageVision, StreamedBytes: 30},
+		{Stage: placement.StagePrefill, StreamedBytes: 800, EnterBytes: 400},
+		{Stage: placement.StageDecode, StreamedBytes: 300, CPUBytes: 100, EnterBytes: 400},
+		{Stage: placement.StageDiffusion},
 	}})
-	assert.Equal(t, map[string]int64{"vision": 30, "prefill": 800, "decode": 400}, streamed)
-	assert.Equal(t, int64(500), promoted)
+	assert.Equal(t, map[string]int64{"vision": 30, "prefill": 800, "decode": 400, "diffusion": 0}, streamed)
+	assert.Equal(t, map[string]int64{"prefill": 400, "decode": 400}, enter)
 }

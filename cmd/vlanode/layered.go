@@ -12,6 +12,7 @@ import (
 	"vlanode/device"
 	"vlanode/layering"
 	"vlanode/models/alpamayo"
+	"vlanode/placement"
 	"vlanode/residency"
 )
 
@@ -21,6 +22,23 @@ import (
 type layerFlags struct {
 	mode    string
 	profile string
+	planOpts
+}
+
+// planOpts are the planner's options on the command line.
+type planOpts struct {
+	exact bool
+	kind  string
+}
+
+func (o *planOpts) register(fs *flag.FlagSet) {
+	fs.BoolVar(&o.exact, "exact", false, "forbid CPU shards: the GPU computes every unit, and plans stay bit-identical across budgets")
+	fs.StringVar(&o.kind, "plan-kind", "", "force one plan for every stage that streams: gpu-only, static (MLPs on the CPU) or dynamic (MLPs split between CPU and GPU); default: the cheapest per stage")
+}
+
+// options are the planner's options.
+func (o planOpts) options() residency.Options {
+	return residency.Options{Exact: o.exact, Kind: residency.Kind(o.kind)}
 }
 
 // modeNames are --mode's values.
@@ -28,10 +46,14 @@ var modeNames = []string{"auto", "pipelined", "sequential", "preload"}
 
 func (f *layerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.mode, "mode", "auto", "how streamed units move: pipelined (two DFB slots, copies overlap computes), sequential (one slot, copy then compute), preload (every unit resident: needs a budget that holds them), or auto (pipelined when the plan streams anything)")
-	fs.StringVar(&f.profile, "profile", "", "device profile JSON for the planner (default: the shipped H200 profile; `vlanode profile` measures one)")
+	fs.StringVar(&f.profile, "profile", "", "device profile JSON for the planner (default: the shipped H200 profile; vlanode profile measures one)")
+	f.planOpts.register(fs)
 }
 
 func (f *layerFlags) check() error {
+	if err := f.options().Validate(); err != nil {
+		return usagef("%v", err)
+	}
 	for _, m := range modeNames {
 		if f.mode == m {
 			return nil
@@ -67,13 +89,13 @@ func (f *layerFlags) resolveMode(plan *residency.Plan) (layering.Mode, error) {
 	return layering.Preload, nil
 }
 
-func streamedUnits(p *residency.Plan) int { return countPlaced(p, residency.Streamed) }
-func residentUnits(p *residency.Plan) int { return countPlaced(p, residency.Resident) }
+func streamedUnits(p *residency.Plan) int { return countPlaced(p, placement.Streamed) }
+func residentUnits(p *residency.Plan) int { return countPlaced(p, placement.Resident) }
 
-func countPlaced(p *residency.Plan, place residency.Place) int {
+func countPlaced(p *residency.Plan, place placement.Weights) int {
 	n := 0
 	for _, u := range p.Units {
-		if u.Placement == place {
+		if u.Weights == place {
 			n++
 		}
 	}
@@ -128,7 +150,8 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan, err := residency.NewPlan(arch, residency.StandardWorkload(), prof, s.budget)
+	w := placement.StandardWorkload()
+	plan, err := residency.NewPlan(arch, alpamayo.PlanUnits(arch, w), w, prof, s.budget, s.layers.options())
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"vlanode/configs"
+	"vlanode/models/alpamayo"
+	"vlanode/placement"
 	"vlanode/residency"
 )
 
@@ -20,11 +22,16 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	dir := fs.String("model", "", "model directory; only config.json is read (and, for alpamayo_r1, the VLM config it names)")
 	budgetFlag := fs.String("budget", "none", "VRAM budget: 8G = 8·10⁹ bytes (K, M, G, T), 8GiB = 8·2³⁰ (KiB, MiB, GiB, TiB), or none")
 	profileFile := fs.String("profile", "", "device profile JSON (default: the shipped H200 profile, derived from this repository's measurements)")
-	workloadName := fs.String("workload", residency.StandardWorkloadName, "workload: "+strings.Join(workloadNames(), ", "))
+	workloadName := fs.String("workload", placement.StandardWorkloadName, "workload: "+strings.Join(workloadNames(), ", "))
 	vlm := fs.String("vlm", "", "alpamayo_r1: the VLM's config folder or file, overriding the checkpoint's vlm_name_or_path")
 	asJSON := fs.Bool("json", false, "print the plan as one JSON object")
+	var opts planOpts
+	opts.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if err := opts.options().Validate(); err != nil {
+		return usagef("%v", err)
 	}
 	if *dir == "" {
 		return usagef("--model is required")
@@ -33,7 +40,7 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{fmt.Sprintf("--budget: %v", err)}
 	}
-	w, ok := residency.Workloads()[*workloadName]
+	w, ok := placement.Workloads()[*workloadName]
 	if !ok {
 		return usagef("unknown --workload %q (known: %s)", *workloadName, strings.Join(workloadNames(), ", "))
 	}
@@ -45,11 +52,11 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	plan, err := residency.NewPlan(arch, w, prof, budget)
+	plan, err := residency.NewPlan(arch, alpamayo.PlanUnits(arch, w), w, prof, budget, opts.options())
 	if err != nil {
 		return err
 	}
-	info := planInfo{dir: *dir, profile: profName, device: prof.Device, h2d: prof.H2DGBps}
+	info := planInfo{dir: *dir, profile: profName, device: prof.Device, h2d: prof.H2DGBps, cpu: prof.CPU}
 	if *asJSON {
 		return writePlanJSON(stdout, plan, info)
 	}
@@ -59,7 +66,7 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 
 func workloadNames() []string {
 	var names []string
-	for n := range residency.Workloads() {
+	for n := range placement.Workloads() {
 		names = append(names, n)
 	}
 	slices.Sort(names)

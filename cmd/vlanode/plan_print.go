@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"vlanode/placement"
 	"vlanode/residency"
 )
 
@@ -16,16 +17,27 @@ import (
 type planInfo struct {
 	dir, profile, device string
 	h2d                  float64 // GB/s
+	cpu                  *residency.CPUProfile
 }
 
-// writePlanText prints the plan: the placement per module, every byte of
-// the budget by purpose, the predicted latency per stage.
+// writePlanText prints the plan: the placement per module, each stage's
+// plan kind and predicted timeline per engine, every byte of the budget
+// by purpose, the predicted latency per stage.
 func writePlanText(w io.Writer, p *residency.Plan, in planInfo) {
 	wl := p.Workload
 	fmt.Fprintf(w, "model %s (%s)\n", p.Model, in.dir)
 	fmt.Fprintf(w, "workload %s: %d images × %d patches, %d prompt tokens, %d reasoning tokens, %d Euler steps × %d action tokens\n",
 		wl.Name, wl.Images, wl.PatchesPerImage, wl.PromptTokens, wl.ReasoningTokens, wl.EulerSteps, wl.ActionTokens)
 	fmt.Fprintf(w, "profile %s: %s, pinned H2D %.1f GB/s\n", in.profile, in.device, in.h2d)
+	switch {
+	case p.Options.Exact:
+		fmt.Fprintf(w, "CPU shards: none (--exact)\n")
+	case in.cpu == nil:
+		fmt.Fprintf(w, "CPU shards: none (the profile has no CPU figures)\n")
+	default:
+		fmt.Fprintf(w, "CPU: %d threads, %s; H2D %.1f GB/s while it computes, hand-off %.3f ms\n",
+			in.cpu.Threads, cpuRates(in.cpu), in.cpu.H2DBusyGBps, in.cpu.HandoffMs)
+	}
 	if p.BudgetBytes == 0 {
 		fmt.Fprintf(w, "budget none (everything resident); minimum %s\n\n", residency.FormatBytes(p.MinBudgetBytes))
 	} else {
@@ -33,17 +45,34 @@ func writePlanText(w io.Writer, p *residency.Plan, in planInfo) {
 	}
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "module\tunits\tresident\tGB resident\tresident indices")
+	fmt.Fprintln(tw, "module\tunits\tresident\tGB resident\tresident units\thome in some stages\tCPU shares")
 	for _, m := range p.Modules() {
-		count, idx := strconv.Itoa(len(m.Resident)), compactRanges(m.Resident)
+		count, idx := strconv.Itoa(len(m.Resident)), residentRanges(m.Resident)
 		if m.Host {
 			count, idx = "host", "rows gathered on the host"
 		}
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%.3f\t%s\n", m.Module, m.Units, count, float64(m.ResidentBytes)/1e9, idx)
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%.3f\t%s\t%s\t%s\n", m.Module, m.Units, count, float64(m.ResidentBytes)/1e9, idx,
+			homeRanges(p, m.Module), cpuShares(p, m.Module))
 	}
 	tw.Flush()
 
-	fmt.Fprintf(w, "\n%-20s %8s %16s\n", "memory", "GB", "bytes")
+	fmt.Fprintf(w, "\n")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "stage\trows\ttier\tpasses\tplan\tCPU share\tpredicted ms\tcopy ms\tGPU ms\tCPU ms\tGB into homes\tGB streamed/pass\tGB on CPU/pass\tGB VRAM\t")
+	for _, sp := range p.Stages {
+		var used int64
+		for k, n := range sp.Bytes {
+			if k != residency.PurposeFree {
+				used += n
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.3f\t%.3f\t\n", sp.Stage, sp.Rows, sp.Tier, sp.Passes,
+			sp.Kind, sp.CPUShare, sp.PredictedMs, sp.CopyMs, sp.GPUMs, sp.CPUMs, float64(sp.EnterBytes)/1e9,
+			float64(sp.StreamedBytes)/1e9, float64(sp.CPUBytes)/1e9, float64(used)/1e9)
+	}
+	tw.Flush()
+
+	fmt.Fprintf(w, "\n%-20s %8s %16s   (the stage that uses the most)\n", "memory", "GB", "bytes")
 	var total int64
 	for _, purpose := range residency.Purposes() {
 		if n, ok := p.Bytes[purpose]; ok {
@@ -56,22 +85,13 @@ func writePlanText(w io.Writer, p *residency.Plan, in planInfo) {
 		label = "= needed"
 	}
 	fmt.Fprintf(w, "  %-18s %8.3f %16s\n", label, float64(total)/1e9, residency.GroupDigits(total))
-	if p.PromotedBytes > 0 {
-		var names []string
-		for _, u := range p.Units {
-			if u.Promoted {
-				names = append(names, fmt.Sprintf("%s.%d", u.Module, u.Index))
-			}
-		}
-		fmt.Fprintf(w, "  (after the prefill, %s of the activations hold %s for decode and diffusion: copied once in %.1f ms)\n",
-			residency.FormatBytes(p.PromotedBytes), strings.Join(names, ", "), p.PromoteCopyMs)
-	}
 	if p.SlotBytes > 0 {
 		fmt.Fprintf(w, "  (dfb-slots: 2 × %s bytes, the largest streamed unit)\n", residency.GroupDigits(p.SlotBytes))
 	}
+	fmt.Fprintf(w, "  host memory for the weights: %s\n", residency.FormatBytes(p.HostBytes))
 
 	fmt.Fprintf(w, "\n%-20s %10s %13s\n", "predicted ms", "this plan", "all resident")
-	for _, s := range residency.Stages() {
+	for _, s := range placement.Stages() {
 		if ms, ok := p.PredictedMs[s]; ok {
 			fmt.Fprintf(w, "  %-18s %10.1f %13.1f\n", s, ms, p.PreloadMs[s])
 		}
@@ -80,6 +100,106 @@ func writePlanText(w io.Writer, p *residency.Plan, in planInfo) {
 	if len(p.Roofline) > 0 {
 		fmt.Fprintf(w, "  (not in the profile, timed by its roofline: %s)\n", strings.Join(p.Roofline, ", "))
 	}
+}
+
+// cpuRates writes the CPU's rates per tier: "1 row 47 GB/s, 64 rows 2.1 TFLOP/s".
+func cpuRates(c *residency.CPUProfile) string {
+	var out []string
+	for _, r := range c.Rates {
+		out = append(out, fmt.Sprintf("%d rows %.0f GB/s %.2f TFLOP/s", r.Rows, r.GBps, r.TFLOPs))
+	}
+	return strings.Join(out, ", ")
+}
+
+// homeRanges lists a module's units whose homes cover only some stages,
+// by their stages: "prefill+decode: mlp 0-20".
+func homeRanges(p *residency.Plan, m placement.Module) string {
+	var keys []string
+	by := map[string][]placement.ID{}
+	for _, u := range p.Units {
+		if u.ID.Module != m || u.Weights != placement.Streamed || len(u.Home) == 0 {
+			continue
+		}
+		var names []string
+		for _, s := range u.Home {
+			names = append(names, string(s))
+		}
+		k := strings.Join(names, "+")
+		if _, ok := by[k]; !ok {
+			keys = append(keys, k)
+		}
+		by[k] = append(by[k], u.ID)
+	}
+	if len(keys) == 0 {
+		return "-"
+	}
+	var out []string
+	for _, k := range keys {
+		out = append(out, k+": "+residentRanges(by[k]))
+	}
+	return strings.Join(out, "; ")
+}
+
+// cpuShares lists, per stage, how many of the module's units the CPU
+// computes whole and how many it shares with the GPU (with the largest
+// CPU split): "decode: 36 split (≤5376)".
+func cpuShares(p *residency.Plan, m placement.Module) string {
+	var out []string
+	for _, s := range placement.Stages() {
+		whole, split, most := 0, 0, 0
+		for _, u := range p.Units {
+			pl, ok := u.Place[s]
+			if u.ID.Module != m || !ok || u.Weights == placement.Host {
+				continue
+			}
+			switch {
+			case pl.Engine == placement.CPU:
+				whole++
+			case pl.Split():
+				split++
+				most = max(most, pl.CPUSplit)
+			}
+		}
+		var parts []string
+		if whole > 0 {
+			parts = append(parts, fmt.Sprintf("%d on the CPU", whole))
+		}
+		if split > 0 {
+			parts = append(parts, fmt.Sprintf("%d split (≤%d)", split, most))
+		}
+		if len(parts) > 0 {
+			out = append(out, string(s)+": "+strings.Join(parts, ", "))
+		}
+	}
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, "; ")
+}
+
+// residentRanges writes resident units by part, their indices compacted:
+// "0-3,5", or "attn 0-35; mlp 0-3,5"; "-" for none.
+func residentRanges(ids []placement.ID) string {
+	var parts []placement.Part
+	byPart := map[placement.Part][]int{}
+	for _, id := range ids {
+		if _, ok := byPart[id.Part]; !ok {
+			parts = append(parts, id.Part)
+		}
+		byPart[id.Part] = append(byPart[id.Part], id.Index)
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	var out []string
+	for _, p := range parts {
+		r := compactRanges(byPart[p])
+		if p != placement.Whole {
+			r = string(p) + " " + r
+		}
+		out = append(out, r)
+	}
+	return strings.Join(out, "; ")
 }
 
 // compactRanges writes increasing indices as "0-3,5,7-9"; "-" for none.
@@ -107,26 +227,28 @@ func compactRanges(idx []int) string {
 type planJSON struct {
 	Model          string                      `json:"model"`
 	ModelDir       string                      `json:"model_dir"`
-	Workload       residency.Workload          `json:"workload"`
+	Workload       placement.Workload          `json:"workload"`
 	Profile        string                      `json:"profile"`
 	Device         string                      `json:"device"`
 	BudgetBytes    int64                       `json:"budget_bytes"`
 	Unlimited      bool                        `json:"unlimited"`
 	MinBudgetBytes int64                       `json:"min_budget_bytes"`
 	SlotBytes      int64                       `json:"slot_bytes"`
-	PromotedBytes  int64                       `json:"promoted_bytes"`
+	HostBytes      int64                       `json:"host_bytes"`
+	Exact          bool                        `json:"exact"`
+	Stages         []residency.StagePlan       `json:"stages"`
 	Bytes          map[residency.Purpose]int64 `json:"bytes"`
 	PredictedMs    map[string]float64          `json:"predicted_ms"`
 	PreloadMs      map[string]float64          `json:"preload_ms"`
 	Roofline       []string                    `json:"timed_by_roofline,omitempty"`
 	Modules        []moduleJSON                `json:"modules"`
-	Units          []residency.Placement       `json:"units"`
+	Units          []residency.UnitPlan        `json:"units"`
 }
 
 type moduleJSON struct {
-	Module        residency.Module `json:"module"`
+	Module        placement.Module `json:"module"`
 	Units         int              `json:"units"`
-	Resident      []int            `json:"resident"`
+	Resident      []placement.ID   `json:"resident"`
 	Host          bool             `json:"host,omitempty"`
 	Bytes         int64            `json:"bytes"`
 	ResidentBytes int64            `json:"resident_bytes"`
@@ -137,11 +259,12 @@ func writePlanJSON(w io.Writer, p *residency.Plan, in planInfo) error {
 	out := planJSON{
 		Model: p.Model, ModelDir: in.dir, Workload: p.Workload, Profile: in.profile, Device: in.device,
 		BudgetBytes: p.BudgetBytes, Unlimited: p.BudgetBytes == 0, MinBudgetBytes: p.MinBudgetBytes,
-		SlotBytes: p.SlotBytes, PromotedBytes: p.PromotedBytes, Bytes: p.Bytes, Roofline: p.Roofline, Units: p.Units,
+		SlotBytes: p.SlotBytes, HostBytes: p.HostBytes, Exact: p.Options.Exact, Stages: p.Stages, Bytes: p.Bytes,
+		Roofline: p.Roofline, Units: p.Units,
 		PredictedMs: stageMap(p.PredictedMs, p.TotalMs), PreloadMs: stageMap(p.PreloadMs, p.PreloadTotalMs),
 	}
 	for _, m := range p.Modules() {
-		out.Modules = append(out.Modules, moduleJSON{Module: m.Module, Units: m.Units, Resident: append([]int{}, m.Resident...),
+		out.Modules = append(out.Modules, moduleJSON{Module: m.Module, Units: m.Units, Resident: append([]placement.ID{}, m.Resident...),
 			Host: m.Host, Bytes: m.Bytes, ResidentBytes: m.ResidentBytes})
 	}
 	enc := json.NewEncoder(w)
@@ -153,7 +276,7 @@ func writePlanJSON(w io.Writer, p *residency.Plan, in planInfo) error {
 }
 
 // stageMap is ms per stage with the total under "total", to the µs.
-func stageMap(ms map[residency.Stage]float64, total float64) map[string]float64 {
+func stageMap(ms map[placement.Stage]float64, total float64) map[string]float64 {
 	us := func(v float64) float64 { return math.Round(v*1e3) / 1e3 }
 	out := map[string]float64{"total": us(total)}
 	for s, v := range ms {

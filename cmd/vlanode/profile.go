@@ -14,6 +14,8 @@ import (
 
 	"vlanode/backend"
 	"vlanode/cuda"
+	"vlanode/models/alpamayo"
+	"vlanode/placement"
 	"vlanode/residency"
 	"vlanode/tensor"
 )
@@ -41,7 +43,7 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := cuda.Available(); err != nil {
 		return fmt.Errorf("profile measures a GPU: %w", err)
 	}
-	p := &residency.Profile{StageMs: map[residency.Stage]float64{}, GraphStageMs: map[residency.Stage]float64{}}
+	p := &residency.Profile{StageMs: map[placement.Stage]float64{}, GraphStageMs: map[placement.Stage]float64{}}
 	var err error
 	fmt.Fprintln(stderr, "vlanode profile: pinned host-to-device bandwidth…")
 	if p.H2DGBps, err = measureH2D(386 << 20); err != nil {
@@ -163,11 +165,12 @@ func profileUnits(ctx context.Context, p *residency.Profile, dir, vlm string, ru
 		return err
 	}
 	defer bm.Close()
-	w := residency.StandardWorkload()
+	w := placement.StandardWorkload()
 	req := standardRequest(bm.model, w)
 	type key struct {
-		module residency.Module
-		stage  residency.Stage
+		module placement.Module
+		part   placement.Part
+		stage  placement.Stage
 	}
 	exe := map[key][]float64{}        // per turn, ms
 	stageMs := map[string][]float64{} // per run, op by op
@@ -205,9 +208,8 @@ func profileUnits(ctx context.Context, p *residency.Profile, dir, vlm string, ru
 			return errors.New("profile: the executor returned no per-unit timing")
 		}
 		for _, t := range res.Layers.Turns {
-			module, _, _ := strings.Cut(t.Unit, ".")
 			stage, _, _ := strings.Cut(t.Pass, ".")
-			k := key{residency.Module(module), residency.Stage(stage)}
+			k := key{t.Unit.Module, t.Unit.Part, placement.Stage(stage)}
 			exe[k] = append(exe[k], t.ExeMs)
 		}
 	}
@@ -215,22 +217,19 @@ func profileUnits(ctx context.Context, p *residency.Profile, dir, vlm string, ru
 	if err != nil {
 		return err
 	}
-	units, err := arch.Units(w)
-	if err != nil {
-		return err
-	}
+	units := alpamayo.PlanUnits(arch, w)
 	// The units' summed device time per stage (ΣR·C_EXE at the median).
-	sum := map[residency.Stage]float64{}
-	first := map[key]residency.Unit{}
-	passes := map[residency.Stage]int{}
-	var embedding residency.Unit
+	sum := map[placement.Stage]float64{}
+	first := map[key]placement.Unit{}
+	passes := map[placement.Stage]int{}
+	var embedding placement.Unit
 	for _, u := range units {
-		if u.Module == residency.Embedding {
+		if u.ID.Module == placement.Embedding {
 			embedding = u
 		}
 		for _, wk := range u.Work {
 			passes[wk.Stage] = wk.Passes
-			k := key{u.Module, wk.Stage}
+			k := key{u.ID.Module, u.ID.Part, wk.Stage}
 			if ts, ok := exe[k]; ok {
 				sum[wk.Stage] += float64(wk.Passes) * median(ts)
 				if _, seen := first[k]; !seen {
@@ -239,7 +238,7 @@ func profileUnits(ctx context.Context, p *residency.Profile, dir, vlm string, ru
 			}
 		}
 	}
-	for _, s := range residency.Stages() {
+	for _, s := range placement.Stages() {
 		if ms, ok := stageMs[string(s)]; ok {
 			p.StageMs[s] = round3(median(ms))
 		}
@@ -252,7 +251,7 @@ func profileUnits(ctx context.Context, p *residency.Profile, dir, vlm string, ru
 	// gaps), per pass: the embedding's work in prefill and decode, where it
 	// happens before the layers; the first unit's in vision and diffusion,
 	// whose computes already include their uploads.
-	host := map[residency.Stage]float64{}
+	host := map[placement.Stage]float64{}
 	for s, ms := range p.StageMs {
 		if n := passes[s]; n > 0 {
 			host[s] = max(ms-sum[s], 0) / float64(n)
@@ -266,27 +265,30 @@ func profileUnits(ctx context.Context, p *residency.Profile, dir, vlm string, ru
 		if keys[i].stage != keys[j].stage {
 			return stageIndex(keys[i].stage) < stageIndex(keys[j].stage)
 		}
-		return keys[i].module < keys[j].module
+		if keys[i].module != keys[j].module {
+			return keys[i].module < keys[j].module
+		}
+		return keys[i].part < keys[j].part
 	})
 	for _, k := range keys {
 		u := first[k]
 		wk, _ := u.WorkIn(k.stage)
 		ms, src := median(exe[k]), fmt.Sprintf("median of %d computes", len(exe[k]))
-		if (k.stage == residency.StageVision && k.module == residency.PatchEmbed) || (k.stage == residency.StageDiffusion && k.module == residency.ActionIn) {
+		if (k.stage == placement.StageVision && k.module == placement.PatchEmbed) || (k.stage == placement.StageDiffusion && k.module == placement.ActionIn) {
 			ms += host[k.stage]
 			src += fmt.Sprintf(" + %.4f ms of the pass outside its units (the stage's host share)", host[k.stage])
 		}
 		p.Units = append(p.Units, residency.UnitTiming{
-			Module: k.module, Stage: k.stage, Rows: wk.Rows, WeightBytes: u.Bytes, FLOPs: wk.FLOPs, Ms: round3(ms), Source: src,
+			Module: k.module, Part: k.part, Stage: k.stage, Rows: wk.Rows, WeightBytes: u.Bytes, FLOPs: wk.FLOPs, Ms: round3(ms), Source: src,
 		})
 	}
-	for _, s := range []residency.Stage{residency.StagePrefill, residency.StageDecode} {
+	for _, s := range []placement.Stage{placement.StagePrefill, placement.StageDecode} {
 		wk, ok := embedding.WorkIn(s)
 		if !ok {
 			continue
 		}
 		p.Units = append(p.Units, residency.UnitTiming{
-			Module: residency.Embedding, Stage: s, Rows: wk.Rows, WeightBytes: embedding.Bytes, FLOPs: wk.FLOPs, Ms: round3(max(host[s], 1e-3)),
+			Module: placement.Embedding, Stage: s, Rows: wk.Rows, WeightBytes: embedding.Bytes, FLOPs: wk.FLOPs, Ms: round3(max(host[s], 1e-3)),
 			Source: fmt.Sprintf("the %s pass's time outside its units' computes: stage %.3f ms less %.3f ms of computes, over %d passes", s, p.StageMs[s], sum[s], passes[s]),
 		})
 	}
@@ -299,13 +301,13 @@ func profileUnits(ctx context.Context, p *residency.Profile, dir, vlm string, ru
 	return nil
 }
 
-func stageIndex(s residency.Stage) int {
-	for i, t := range residency.Stages() {
+func stageIndex(s placement.Stage) int {
+	for i, t := range placement.Stages() {
 		if t == s {
 			return i
 		}
 	}
-	return len(residency.Stages())
+	return len(placement.Stages())
 }
 
 func median(v []float64) float64 {

@@ -80,7 +80,7 @@ func copyGaps(turns []layering.Turn) []copyGap {
 	for i := 1; i < len(copies); i++ {
 		prev, c := copies[i-1], copies[i]
 		if g := c.CopyAtMs - (prev.CopyAtMs + prev.CopyMs); g > 0 {
-			gaps = append(gaps, copyGap{ms: g, pass: c.Pass, unit: c.Unit})
+			gaps = append(gaps, copyGap{ms: g, pass: c.Pass, unit: c.Unit.String()})
 		}
 	}
 	sort.SliceStable(gaps, func(i, j int) bool { return gaps[i].ms > gaps[j].ms })

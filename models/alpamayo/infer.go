@@ -13,7 +13,7 @@ import (
 	"vlanode/models"
 	"vlanode/models/qwen3"
 	"vlanode/models/qwen3vl"
-	"vlanode/residency"
+	"vlanode/placement"
 	"vlanode/sample"
 )
 
@@ -215,7 +215,7 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 	res.DecodeGraph, gerr = sess.StepGraph()
 	graphErrs = append(graphErrs, gerr)
 	if run != nil {
-		if err := run.Skip(string(residency.StageDecode)); err != nil {
+		if err := run.Skip(string(placement.StageDecode)); err != nil {
 			return nil, fmt.Errorf("alpamayo: %w", err)
 		}
 	}

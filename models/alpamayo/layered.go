@@ -3,13 +3,12 @@ package alpamayo
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"vlanode/backend"
 	"vlanode/layering"
 	"vlanode/models"
 	"vlanode/models/qwen3"
+	"vlanode/placement"
 	"vlanode/residency"
 	"vlanode/weights"
 )
@@ -66,69 +65,38 @@ func (l *layered) direct() bool { return l.resident && !l.profile }
 // (models.Direct).
 func (l *layered) Direct() bool { return l.run == nil && l.direct() }
 
-// plannerUnit is the residency planner's name of a model unit.
-func plannerUnit(name string) (string, error) {
-	index := func(prefix string) (int, bool) {
-		rest, ok := strings.CutPrefix(name, prefix)
-		if !ok {
-			return 0, false
-		}
-		i, err := strconv.Atoi(rest)
-		return i, err == nil && i >= 0
-	}
-	fixed := map[string]residency.Module{
-		"vision.embed": residency.PatchEmbed, "vision.merger": residency.Merger, "embedding": residency.Embedding,
-		"head": residency.LMHead, "action_in_proj": residency.ActionIn, "expert.head": residency.ActionOut,
-	}
-	if m, ok := fixed[name]; ok {
-		return string(m) + ".0", nil
-	}
-	for _, p := range []struct {
-		prefix string
-		module residency.Module
-	}{
-		{"vision.block.", residency.Vision}, {"vision.deepstack.", residency.Deepstack}, {"layer.", residency.VLM},
-		{"head.", residency.LMHead}, {"expert.layer.", residency.Expert},
-	} {
-		if i, ok := index(p.prefix); ok {
-			return fmt.Sprintf("%s.%d", p.module, i), nil
-		}
-	}
-	return "", fmt.Errorf("alpamayo: unit %s has no counterpart in the residency planner", name)
-}
-
-// placement returns the plan's placement of each unit by planner name,
-// and the number of LM head blocks it assumes.
-func placement(plan *residency.Plan) (map[string]residency.Placement, int) {
-	out := map[string]residency.Placement{}
+// placement returns the plan's units by ID, and the number of LM head
+// blocks it assumes.
+func placementOf(plan *residency.Plan) (map[placement.ID]residency.UnitPlan, int) {
+	out := map[placement.ID]residency.UnitPlan{}
 	heads := 0
 	for _, p := range plan.Units {
-		out[fmt.Sprintf("%s.%d", p.Module, p.Index)] = p
-		if p.Module == residency.LMHead {
+		out[p.ID] = p
+		if p.ID.Module == placement.LMHead {
 			heads++
 		}
 	}
 	return out, heads
 }
 
+// unplanned is the weights of a unit the plan does not place: an unknown
+// home, which the loader refuses with the unit's name.
+const unplanned placement.Weights = "not in the plan"
+
 // configureLoader makes ld place units as the plan says.
 func (l *Layering) configureLoader(ld *models.Loader) error {
 	if l.Plan == nil || l.Device == nil || l.View == nil {
 		return errors.New("alpamayo: layering needs a plan, a device and a view function")
 	}
-	places, heads := placement(l.Plan)
+	places, heads := placementOf(l.Plan)
 	ld.HeadBlocks = heads
 	ld.HostAlloc = l.HostAlloc
-	ld.Place = func(name string) models.Place {
-		pn, err := plannerUnit(name)
-		if err != nil {
-			return models.Place("unplanned unit " + name)
-		}
-		p, ok := places[pn]
+	ld.Place = func(id placement.ID) placement.Weights {
+		p, ok := places[id]
 		if !ok {
-			return models.Place("unplanned unit " + name)
+			return unplanned
 		}
-		return models.Place(p.Placement)
+		return p.Weights
 	}
 	return nil
 }
@@ -136,38 +104,33 @@ func (l *Layering) configureLoader(ld *models.Loader) error {
 // newLayered checks the loaded units against the plan, makes the
 // executor (its DFB slots) and binds the streamed units to the slots.
 func (m *Model) newLayered(l *Layering, units []*models.Unit) error {
-	places, _ := placement(l.Plan)
+	places, _ := placementOf(l.Plan)
 	lay := &layered{units: map[*models.Unit]*layering.Unit{}, slot: map[layering.Slot]int{}, be: m.be, dev: l.Device, view: l.View,
 		resident: true, profile: l.Profile}
 	var all []*layering.Unit
 	var errs []error
 	for _, u := range units {
-		pn, err := plannerUnit(u.Name)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		p, ok := places[pn]
+		p, ok := places[u.ID]
 		switch {
 		case !ok:
-			errs = append(errs, fmt.Errorf("alpamayo: the plan has no unit %s (%s)", pn, u.Name))
+			errs = append(errs, fmt.Errorf("alpamayo: the plan has no unit %s", u.ID))
 			continue
 		case p.Bytes != u.Blob.Size():
-			errs = append(errs, fmt.Errorf("alpamayo: unit %s (%s) has %d bytes, the plan %d", u.Name, pn, u.Blob.Size(), p.Bytes))
+			errs = append(errs, fmt.Errorf("alpamayo: unit %s has %d bytes, the plan %d", u.ID, u.Blob.Size(), p.Bytes))
 			continue
-		case u.Place == models.Host:
+		case u.Weights == placement.Host:
 			continue // read on the host, never by the executor
-		case l.Mode == layering.Preload && u.Place == models.Streamed:
-			errs = append(errs, fmt.Errorf("alpamayo: preload mode with unit %s streamed by the plan", u.Name))
+		case l.Mode == layering.Preload && u.Streamed():
+			errs = append(errs, fmt.Errorf("alpamayo: preload mode with unit %s streamed by the plan", u.ID))
 			continue
 		}
-		if u.Place == models.Streamed {
+		if u.Streamed() {
 			lay.resident = false
 		}
-		lu := &layering.Unit{Name: pn, Blob: u.Blob, Place: residency.Place(u.Place)}
+		lu := &layering.Unit{ID: u.ID, Blob: u.Blob, Weights: u.Weights}
 		lay.units[u] = lu
 		all = append(all, lu)
-		if p.Promoted && u.Place == models.Streamed && l.Mode != layering.Preload {
+		if promoted(p) && u.Streamed() && l.Mode != layering.Preload {
 			lay.promote = append(lay.promote, u)
 		}
 	}
@@ -184,7 +147,7 @@ func (m *Model) newLayered(l *Layering, units []*models.Unit) error {
 		lay.slot[s] = i
 	}
 	for _, u := range units {
-		if u.Place != models.Streamed {
+		if !u.Streamed() {
 			continue
 		}
 		err := u.BindSlots(len(slots), func(i int, e weights.Entry) (backend.Tensor, error) { return l.View(slots[i], e) })
@@ -280,13 +243,17 @@ func (m *Model) schedule(decodes, steps int) []layering.Pass {
 		return out
 	}
 	text := m.VLM.Text
-	lm := append(append([]*models.Unit(nil), text.LayerUnits...), headUnits(text.Head)...)
-	passes := []layering.Pass{
-		{Name: "vision", Stage: string(residency.StageVision), Units: pick(m.VLM.Vision.Units)},
-		{Name: "prefill", Stage: string(residency.StagePrefill), Units: pick(lm)},
+	var lm []*models.Unit
+	for _, l := range text.LayerUnits {
+		lm = append(lm, l.Attn, l.MLP)
 	}
-	passes = append(passes, layering.Repeat(string(residency.StageDecode), pick(lm), decodes)...)
-	return append(passes, layering.Repeat(string(residency.StageDiffusion), pick(m.Expert.Units), steps)...)
+	lm = append(lm, headUnits(text.Head)...)
+	passes := []layering.Pass{
+		{Name: "vision", Stage: string(placement.StageVision), Units: pick(m.VLM.Vision.Units)},
+		{Name: "prefill", Stage: string(placement.StagePrefill), Units: pick(lm)},
+	}
+	passes = append(passes, layering.Repeat(string(placement.StageDecode), pick(lm), decodes)...)
+	return append(passes, layering.Repeat(string(placement.StageDiffusion), pick(m.Expert.Units), steps)...)
 }
 
 // headUnits are the LM head blocks' units.
@@ -311,4 +278,10 @@ func (m *Model) SetProfiling(on bool) {
 		m.layered.exec.SetProfile(on)
 		m.layered.profile = on
 	}
+}
+
+// promoted says whether the plan copies u into a home of its own after the
+// prefill, for the decode (and the diffusion).
+func promoted(u residency.UnitPlan) bool {
+	return u.Weights == placement.Streamed && len(u.Home) > 0 && u.Home[0] == placement.StageDecode
 }

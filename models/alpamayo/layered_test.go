@@ -12,6 +12,7 @@ import (
 	"vlanode/cpu"
 	"vlanode/layering"
 	"vlanode/models/alpamayo"
+	"vlanode/placement"
 	"vlanode/residency"
 )
 
@@ -27,7 +28,9 @@ func tinyPlan(t *testing.T, dir string, budget int64) *residency.Plan {
 	require.NoError(t, err)
 	prof, err := residency.DefaultProfile()
 	require.NoError(t, err)
-	plan, err := residency.NewPlan(arch, residency.StandardWorkload(), prof, 0)
+	w := placement.StandardWorkload()
+	units := alpamayo.PlanUnits(arch, w)
+	plan, err := residency.NewPlan(arch, units, w, prof, 0, residency.Options{Exact: true})
 	require.NoError(t, err)
 	if budget < 0 {
 		budget = plan.MinBudgetBytes
@@ -35,7 +38,7 @@ func tinyPlan(t *testing.T, dir string, budget int64) *residency.Plan {
 	if budget == 0 {
 		return plan
 	}
-	plan, err = residency.NewPlan(arch, residency.StandardWorkload(), prof, budget)
+	plan, err = residency.NewPlan(arch, units, w, prof, budget, residency.Options{Exact: true})
 	require.NoError(t, err)
 	return plan
 }
@@ -71,7 +74,7 @@ func TestLayeredMatchesResident(t *testing.T) {
 	streamed := func(p *residency.Plan) int {
 		n := 0
 		for _, u := range p.Units {
-			if u.Placement == residency.Streamed {
+			if u.Weights == placement.Streamed {
 				n++
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"vlanode/diffusion"
 	"vlanode/models"
 	"vlanode/models/qwen3vl"
+	"vlanode/placement"
 	"vlanode/safetensors"
 	"vlanode/tokenizer"
 )
@@ -99,7 +100,7 @@ func Load(be backend.Backend, dir string, opt LoadOptions) (*Model, error) {
 		// blobs (22 GB for the 10B) go back to the runtime. What the model
 		// still reads on the host (the position table) keeps its bytes.
 		for _, u := range ld.Units {
-			if u.Place == models.Resident {
+			if u.Weights == placement.Resident {
 				u.Blob.Data = nil
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"vlanode/backend"
 	"vlanode/configs"
 	"vlanode/models"
+	"vlanode/placement"
 )
 
 // Layer is one decoder layer's weights.
@@ -34,31 +35,36 @@ type Layer struct {
 func NewLayer(c *configs.Qwen3) *Layer { return &Layer{cfg: c} }
 
 // Specs is the one table binding checkpoint names (under the layer's
-// prefix, e.g. "model.layers.3.") to the layer's fields.
+// prefix, e.g. "model.layers.3.") to the layer's fields, in two parts: the
+// attention (placement.Attn) and the MLP (placement.MLP), each its own
+// unit (models.Loader.LoadParts).
 func (l *Layer) Specs() []models.Spec {
 	c := l.cfg
 	h, q, kv, ff, hd := c.HiddenSize, c.NumAttentionHeads*c.HeadDim, c.NumKeyValueHeads*c.HeadDim, c.IntermediateSize, c.HeadDim
+	a, m := placement.Attn, placement.MLP
 	s := []models.Spec{
-		{Name: "input_layernorm.weight", Shape: []int{h}, Dst: &l.InputNorm},
-		{Name: "self_attn.q_proj.weight", Shape: []int{q, h}, Dst: &l.Q},
-		{Name: "self_attn.k_proj.weight", Shape: []int{kv, h}, Dst: &l.K},
-		{Name: "self_attn.v_proj.weight", Shape: []int{kv, h}, Dst: &l.V},
-		{Name: "self_attn.o_proj.weight", Shape: []int{h, q}, Dst: &l.O},
-		{Name: "self_attn.q_norm.weight", Shape: []int{hd}, Dst: &l.QNorm},
-		{Name: "self_attn.k_norm.weight", Shape: []int{hd}, Dst: &l.KNorm},
-		{Name: "post_attention_layernorm.weight", Shape: []int{h}, Dst: &l.PostNorm},
-		{Name: "mlp.gate_proj.weight", Shape: []int{ff, h}, Dst: &l.Gate},
-		{Name: "mlp.up_proj.weight", Shape: []int{ff, h}, Dst: &l.Up},
-		{Name: "mlp.down_proj.weight", Shape: []int{h, ff}, Dst: &l.Down},
+		{Name: "input_layernorm.weight", Shape: []int{h}, Dst: &l.InputNorm, Part: a},
+		{Name: "self_attn.q_proj.weight", Shape: []int{q, h}, Dst: &l.Q, Part: a},
+		{Name: "self_attn.k_proj.weight", Shape: []int{kv, h}, Dst: &l.K, Part: a},
+		{Name: "self_attn.v_proj.weight", Shape: []int{kv, h}, Dst: &l.V, Part: a},
+		{Name: "self_attn.o_proj.weight", Shape: []int{h, q}, Dst: &l.O, Part: a},
+		{Name: "self_attn.q_norm.weight", Shape: []int{hd}, Dst: &l.QNorm, Part: a},
+		{Name: "self_attn.k_norm.weight", Shape: []int{hd}, Dst: &l.KNorm, Part: a},
 	}
 	if c.AttentionBias {
 		s = append(s,
-			models.Spec{Name: "self_attn.q_proj.bias", Shape: []int{q}, Dst: &l.QBias},
-			models.Spec{Name: "self_attn.k_proj.bias", Shape: []int{kv}, Dst: &l.KBias},
-			models.Spec{Name: "self_attn.v_proj.bias", Shape: []int{kv}, Dst: &l.VBias},
-			models.Spec{Name: "self_attn.o_proj.bias", Shape: []int{h}, Dst: &l.OBias},
+			models.Spec{Name: "self_attn.q_proj.bias", Shape: []int{q}, Dst: &l.QBias, Part: a},
+			models.Spec{Name: "self_attn.k_proj.bias", Shape: []int{kv}, Dst: &l.KBias, Part: a},
+			models.Spec{Name: "self_attn.v_proj.bias", Shape: []int{kv}, Dst: &l.VBias, Part: a},
+			models.Spec{Name: "self_attn.o_proj.bias", Shape: []int{h}, Dst: &l.OBias, Part: a},
 		)
 	}
+	s = append(s,
+		models.Spec{Name: "post_attention_layernorm.weight", Shape: []int{h}, Dst: &l.PostNorm, Part: m},
+		models.Spec{Name: "mlp.gate_proj.weight", Shape: []int{ff, h}, Dst: &l.Gate, Part: m, Split: placement.SplitRows},
+		models.Spec{Name: "mlp.up_proj.weight", Shape: []int{ff, h}, Dst: &l.Up, Part: m, Split: placement.SplitRows},
+		models.Spec{Name: "mlp.down_proj.weight", Shape: []int{h, ff}, Dst: &l.Down, Part: m, Split: placement.SplitCols},
+	)
 	return s
 }
 
@@ -97,8 +103,18 @@ func (l *Layer) Forward(be backend.Backend, x backend.Tensor, kc, vc backend.Ten
 // Attend runs the layer on the residual stream x [T, hidden] in place,
 // with the tokens placed in the caches kc and vc as sp says; s holds
 // activations sized for T tokens and their rotary tables
-// (Scratch.SetRope).
+// (Scratch.SetRope): Attention, then MLP.
 func (l *Layer) Attend(be backend.Backend, x backend.Tensor, kc, vc backend.Tensor, sp Span, s *Scratch) error {
+	if err := l.Attention(be, x, kc, vc, sp, s); err != nil {
+		return err
+	}
+	return l.MLP(be, x, s)
+}
+
+// Attention runs the layer's attention part on x in place: input norm,
+// q, k, v, their norms and rotary embedding, the cache store, attention,
+// o and the residual.
+func (l *Layer) Attention(be backend.Backend, x backend.Tensor, kc, vc backend.Tensor, sp Span, s *Scratch) error {
 	c := l.cfg
 	eps := float32(c.RMSNormEps)
 	pos := sp.Pos
@@ -134,13 +150,21 @@ func (l *Layer) Attend(be backend.Backend, x backend.Tensor, kc, vc backend.Tens
 	}
 	steps = append(steps, step{"o and attention residual", func() error {
 		return backend.MatMulResidual(be, x, s.h, s.attn, l.O, l.OBias)
-	}}, step{"post norm, mlp and residual", func() error {
-		return backend.RMSNormMLP(be, x, s.h, s.gate, s.up, l.PostNorm, eps, l.Gate, l.Up, l.Down)
 	}})
 	for _, st := range steps {
 		if err := st.run(); err != nil {
 			return fmt.Errorf("%s: %w", st.name, err)
 		}
+	}
+	return nil
+}
+
+// MLP runs the layer's MLP part on x in place: post norm, gate, up,
+// SwiGLU, down and the residual.
+func (l *Layer) MLP(be backend.Backend, x backend.Tensor, s *Scratch) error {
+	err := backend.RMSNormMLP(be, x, s.h, s.gate, s.up, l.PostNorm, float32(l.cfg.RMSNormEps), l.Gate, l.Up, l.Down)
+	if err != nil {
+		return fmt.Errorf("post norm, mlp and residual: %w", err)
 	}
 	return nil
 }

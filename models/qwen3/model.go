@@ -9,6 +9,7 @@ import (
 	"vlanode/backend"
 	"vlanode/configs"
 	"vlanode/models"
+	"vlanode/placement"
 	"vlanode/safetensors"
 	"vlanode/tensor"
 	"vlanode/weights"
@@ -28,11 +29,12 @@ type Model struct {
 	// one or more blocks of rows.
 	Head []*HeadBlock
 
-	// Units are the flat weight blobs, in execution order: "embedding",
-	// "layer.i", then "head" or "head.0" ... (Loader.HeadBlocks).
+	// Units are the flat weight blobs, in execution order: the embedding,
+	// each layer's attention and MLP parts (module placement.VLM), then the
+	// LM head's blocks (Loader.HeadBlocks).
 	Units []*models.Unit
 	// LayerUnits and the blocks' units are what Exec runs.
-	LayerUnits []*models.Unit
+	LayerUnits []LayerUnits
 	// Exec runs each unit's compute where its weights are; nil runs them
 	// in place (every unit resident).
 	Exec models.Runner
@@ -50,6 +52,29 @@ type Model struct {
 	embedFeed backend.Tensor // its copy that device-fed greedy steps read (feedTable)
 	gathered  []float32      // gatherHost's rows, reused
 	invFreq   []float32
+}
+
+// LayerUnits are a decoder layer's two parts, each its own unit.
+type LayerUnits struct {
+	Attn, MLP *models.Unit
+}
+
+// LoadLayer loads decoder layer l as the units of its parts, index i of
+// module m, its checkpoint tensors under prefix.
+func LoadLayer(ld *models.Loader, l *Layer, m placement.Module, i int, prefix string) (LayerUnits, error) {
+	us, err := ld.LoadParts(placement.ID{Module: m, Index: i}, prefix, l.Specs(), nil)
+	if err != nil {
+		return LayerUnits{}, err
+	}
+	return LayerUnits{Attn: us[0], MLP: us[1]}, nil
+}
+
+// Forward runs layer l through exec as its two units (see Layer.Attend).
+func (u LayerUnits) Forward(exec models.Runner, be backend.Backend, l *Layer, x, kc, vc backend.Tensor, sp Span, s *Scratch) error {
+	if err := models.Do(exec, u.Attn, func() error { return l.Attention(be, x, kc, vc, sp, s) }); err != nil {
+		return err
+	}
+	return models.Do(exec, u.MLP, func() error { return l.MLP(be, x, s) })
 }
 
 // HeadBlock is rows [Lo, Lo+Rows) of the LM head, one unit; the first
@@ -78,31 +103,31 @@ func New(ld *models.Loader, cfg *configs.Qwen3, prefix, lmHead string) (*Model, 
 	m := &Model{Config: cfg, be: be, invFreq: models.RopeInvFreq(cfg.HeadDim, cfg.RopeTheta)}
 	h, v := cfg.HiddenSize, cfg.VocabSize
 	embedName := prefix + "embed_tokens.weight"
-	emb, err := ld.Load("embedding", prefix, []models.Spec{
-		{Name: "embed_tokens.weight", Shape: []int{v, h}, Dst: &m.Embed},
+	emb, err := ld.Load(placement.ID{Module: placement.Embedding}, prefix, []models.Spec{
+		{Name: "embed_tokens.weight", Shape: []int{v, h}, Dst: &m.Embed, Table: true},
 	}, nil)
 	if err != nil {
 		return nil, err
 	}
-	switch emb.Place {
-	case models.Host:
+	switch emb.Weights {
+	case placement.Host:
 		if m.Embed != nil {
 			be.Free(m.Embed)
 			m.Embed = nil
 		}
 		m.embedHost = emb.Blob
-	case models.Streamed:
+	case placement.Streamed:
 		return nil, fmt.Errorf("qwen3: the embedding table cannot be streamed: place it resident or on the host")
 	}
 	m.Units = append(m.Units, emb)
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
 		l := NewLayer(cfg)
-		u, err := ld.Load(fmt.Sprintf("layer.%d", i), fmt.Sprintf("%slayers.%d.", prefix, i), l.Specs(), nil)
+		u, err := LoadLayer(ld, l, placement.VLM, i, fmt.Sprintf("%slayers.%d.", prefix, i))
 		if err != nil {
 			return nil, err
 		}
 		m.Layers = append(m.Layers, l)
-		m.Units = append(m.Units, u)
+		m.Units = append(m.Units, u.Attn, u.MLP)
 		m.LayerUnits = append(m.LayerUnits, u)
 	}
 	if err := m.loadHead(ld, prefix, lmHead, embedName); err != nil {
@@ -111,8 +136,8 @@ func New(ld *models.Loader, cfg *configs.Qwen3, prefix, lmHead string) (*Model, 
 	return m, nil
 }
 
-// loadHead loads the final norm and the LM head: one "head" unit, or
-// ld.HeadBlocks blocks of ⌈vocab/n⌉ rows ("head.0" holds the norm too).
+// loadHead loads the final norm and the LM head: one unit (lm_head.0), or
+// ld.HeadBlocks blocks of ⌈vocab/n⌉ rows (lm_head.0 holds the norm too).
 func (m *Model) loadHead(ld *models.Loader, prefix, lmHead, embedName string) error {
 	cfg := m.Config
 	h, v := cfg.HiddenSize, cfg.VocabSize
@@ -124,7 +149,7 @@ func (m *Model) loadHead(ld *models.Loader, prefix, lmHead, embedName string) er
 	n := max(ld.HeadBlocks, 1)
 	if n == 1 && cfg.TieWordEmbeddings && m.Embed != nil {
 		// The head is the resident embedding table.
-		u, err := ld.Load("head", "", []models.Spec{norm}, nil)
+		u, err := ld.Load(placement.ID{Module: placement.LMHead}, "", []models.Spec{norm}, nil)
 		if err != nil {
 			return err
 		}
@@ -132,18 +157,10 @@ func (m *Model) loadHead(ld *models.Loader, prefix, lmHead, embedName string) er
 		m.Head = []*HeadBlock{{Lo: 0, Rows: v, W: m.Embed, Unit: u}}
 		return nil
 	}
-	per := (v + n - 1) / n
-	for b, lo := 0, 0; lo < v; b, lo = b+1, lo+per {
-		blk := &HeadBlock{Lo: lo, Rows: min(per, v-lo)}
-		specs := []models.Spec{{Name: src, Shape: []int{blk.Rows, h}, Dst: &blk.W, Rows: &[2]int{lo, lo + blk.Rows}}}
-		name := fmt.Sprintf("head.%d", b)
-		if n == 1 {
-			name, specs[0].Rows = "head", nil
-		}
-		if lo == 0 {
-			specs = append([]models.Spec{norm}, specs...)
-		}
-		u, err := ld.Load(name, "", specs, nil)
+	for b, specs := range headSpecs(cfg, n, prefix, src) {
+		blk := &HeadBlock{Lo: specs.lo, Rows: specs.rows}
+		specs.bind(&m.Norm, &blk.W)
+		u, err := ld.Load(placement.ID{Module: placement.LMHead, Index: b}, "", specs.specs, nil)
 		if err != nil {
 			return err
 		}
@@ -152,6 +169,47 @@ func (m *Model) loadHead(ld *models.Loader, prefix, lmHead, embedName string) er
 		m.Head = append(m.Head, blk)
 	}
 	return nil
+}
+
+// headBlock is one block of the LM head's table: rows [lo, lo+rows) of
+// the head matrix, with the final norm in the first block.
+type headBlock struct {
+	lo, rows int
+	specs    []models.Spec
+}
+
+// bind points the block's specs at the norm's and the rows' fields.
+func (b headBlock) bind(norm, w *backend.Tensor) {
+	for i := range b.specs {
+		if len(b.specs[i].Shape) == 1 {
+			b.specs[i].Dst = norm
+		} else {
+			b.specs[i].Dst = w
+		}
+	}
+}
+
+// headSpecs is the one table of the final norm (under prefix) and the LM
+// head (the tensor src) cut into n blocks of ⌈vocab/n⌉ rows, the norm in
+// the first; the loader binds it and the planner sizes it.
+func headSpecs(cfg *configs.Qwen3, n int, prefix, src string) []headBlock {
+	h, v := cfg.HiddenSize, cfg.VocabSize
+	n = max(n, 1)
+	per := (v + n - 1) / n
+	var out []headBlock
+	for lo := 0; lo < v; lo += per {
+		b := headBlock{lo: lo, rows: min(per, v-lo)}
+		w := models.Spec{Name: src, Shape: []int{b.rows, h}, Rows: &[2]int{lo, lo + b.rows}}
+		if n == 1 {
+			w.Rows = nil
+		}
+		if lo == 0 {
+			b.specs = append(b.specs, models.Spec{Name: prefix + "norm.weight", Shape: []int{h}})
+		}
+		b.specs = append(b.specs, w)
+		out = append(out, b)
+	}
+	return out
 }
 
 // Close releases the model's backend tensors.

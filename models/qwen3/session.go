@@ -219,9 +219,7 @@ func (s *Session) ForwardEmbedded(ctx context.Context, x backend.Tensor, cos, si
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		err := models.Do(m.Exec, m.LayerUnits[i], func() error {
-			return l.Forward(m.be, x, s.kc[i], s.vc[i], s.len, sc)
-		})
+		err := m.LayerUnits[i].Forward(m.Exec, m.be, l, x, s.kc[i], s.vc[i], Span{Pos: s.len, Causal: true}, sc)
 		if err != nil {
 			return fmt.Errorf("qwen3: layer %d: %w", i, err)
 		}
@@ -300,9 +298,7 @@ func (s *Session) stepLayers(ctx context.Context, x, pos backend.Tensor, sc *Scr
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		err := models.Do(m.Exec, m.LayerUnits[i], func() error {
-			return l.Attend(m.be, x, s.kc[i], s.vc[i], Span{Pos: s.len, Causal: true, PosAt: pos}, sc)
-		})
+		err := m.LayerUnits[i].Forward(m.Exec, m.be, l, x, s.kc[i], s.vc[i], Span{Pos: s.len, Causal: true, PosAt: pos}, sc)
 		if err != nil {
 			return fmt.Errorf("qwen3: layer %d: %w", i, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"vlanode/backend"
 	"vlanode/configs"
 	"vlanode/models"
+	"vlanode/placement"
 )
 
 // VisionBlock is one vision transformer block's weights: pre-LayerNorm
@@ -24,22 +25,25 @@ type VisionBlock struct {
 	q, k, v, qb, kb, vb backend.Tensor
 }
 
-// specs is the one table binding checkpoint names to the block's fields.
+// specs is the one table binding checkpoint names to the block's fields,
+// in two parts: the attention (placement.Attn) and the MLP
+// (placement.MLP), each its own unit.
 func (b *VisionBlock) specs() []models.Spec {
 	h, ff := b.cfg.HiddenSize, b.cfg.IntermediateSize
+	a, m := placement.Attn, placement.MLP
 	return []models.Spec{
-		{Name: "norm1.weight", Shape: []int{h}, Dst: &b.Norm1W},
-		{Name: "norm1.bias", Shape: []int{h}, Dst: &b.Norm1B},
-		{Name: "attn.qkv.weight", Shape: []int{3 * h, h}, Dst: &b.QKV},
-		{Name: "attn.qkv.bias", Shape: []int{3 * h}, Dst: &b.QKVBias},
-		{Name: "attn.proj.weight", Shape: []int{h, h}, Dst: &b.Proj},
-		{Name: "attn.proj.bias", Shape: []int{h}, Dst: &b.ProjBias},
-		{Name: "norm2.weight", Shape: []int{h}, Dst: &b.Norm2W},
-		{Name: "norm2.bias", Shape: []int{h}, Dst: &b.Norm2B},
-		{Name: "mlp.linear_fc1.weight", Shape: []int{ff, h}, Dst: &b.FC1},
-		{Name: "mlp.linear_fc1.bias", Shape: []int{ff}, Dst: &b.FC1Bias},
-		{Name: "mlp.linear_fc2.weight", Shape: []int{h, ff}, Dst: &b.FC2},
-		{Name: "mlp.linear_fc2.bias", Shape: []int{h}, Dst: &b.FC2Bias},
+		{Name: "norm1.weight", Shape: []int{h}, Dst: &b.Norm1W, Part: a},
+		{Name: "norm1.bias", Shape: []int{h}, Dst: &b.Norm1B, Part: a},
+		{Name: "attn.qkv.weight", Shape: []int{3 * h, h}, Dst: &b.QKV, Part: a},
+		{Name: "attn.qkv.bias", Shape: []int{3 * h}, Dst: &b.QKVBias, Part: a},
+		{Name: "attn.proj.weight", Shape: []int{h, h}, Dst: &b.Proj, Part: a},
+		{Name: "attn.proj.bias", Shape: []int{h}, Dst: &b.ProjBias, Part: a},
+		{Name: "norm2.weight", Shape: []int{h}, Dst: &b.Norm2W, Part: m},
+		{Name: "norm2.bias", Shape: []int{h}, Dst: &b.Norm2B, Part: m},
+		{Name: "mlp.linear_fc1.weight", Shape: []int{ff, h}, Dst: &b.FC1, Part: m, Split: placement.SplitRows},
+		{Name: "mlp.linear_fc1.bias", Shape: []int{ff}, Dst: &b.FC1Bias, Part: m, Split: placement.SplitRows},
+		{Name: "mlp.linear_fc2.weight", Shape: []int{h, ff}, Dst: &b.FC2, Part: m, Split: placement.SplitCols},
+		{Name: "mlp.linear_fc2.bias", Shape: []int{h}, Dst: &b.FC2Bias, Part: m},
 	}
 }
 
@@ -64,8 +68,17 @@ func (b *VisionBlock) bindViews(be backend.Backend) error {
 }
 
 // Forward runs the block on the hidden states x [patches, hidden] in place;
-// s holds the pass's scratch, rotary tables and frame segments.
+// s holds the pass's scratch, rotary tables and frame segments: Attention,
+// then MLP.
 func (b *VisionBlock) Forward(be backend.Backend, x backend.Tensor, s *visionScratch) error {
+	if err := b.Attention(be, x, s); err != nil {
+		return err
+	}
+	return b.MLP(be, x, s)
+}
+
+// Attention runs the block's attention part on x in place.
+func (b *VisionBlock) Attention(be backend.Backend, x backend.Tensor, s *visionScratch) error {
 	c := b.cfg
 	hd := c.HeadDim()
 	steps := []func() error{
@@ -80,10 +93,6 @@ func (b *VisionBlock) Forward(be backend.Backend, x backend.Tensor, s *visionScr
 			})
 		},
 		func() error { return backend.MatMulResidual(be, x, s.h, s.attn, b.Proj, b.ProjBias) },
-		func() error {
-			return backend.LayerNormGELUMLP(be, x, s.h, s.ff, b.Norm2W, b.Norm2B, visionEps, b.FC1, b.FC1Bias, b.FC2,
-				b.FC2Bias, c.TanhGELU())
-		},
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {
@@ -91,6 +100,12 @@ func (b *VisionBlock) Forward(be backend.Backend, x backend.Tensor, s *visionScr
 		}
 	}
 	return nil
+}
+
+// MLP runs the block's MLP part on x in place.
+func (b *VisionBlock) MLP(be backend.Backend, x backend.Tensor, s *visionScratch) error {
+	return backend.LayerNormGELUMLP(be, x, s.h, s.ff, b.Norm2W, b.Norm2B, visionEps, b.FC1, b.FC1Bias, b.FC2,
+		b.FC2Bias, b.cfg.TanhGELU())
 }
 
 // Merger is a patch merger (transformers' Qwen3VLVisionPatchMerger): it

@@ -209,7 +209,11 @@ func (p *VisionPass) RunBlock(ctx context.Context) error {
 		return errors.New("qwen3vl: no vision block left to run")
 	}
 	i := p.next
-	err := models.Do(v.Exec, v.blockUnits[i], func() error { return v.Blocks[i].Forward(v.be, p.x, p.s) })
+	b, us := v.Blocks[i], v.blockUnits[i]
+	err := models.Do(v.Exec, us[0], func() error { return b.Attention(v.be, p.x, p.s) })
+	if err == nil {
+		err = models.Do(v.Exec, us[1], func() error { return b.MLP(v.be, p.x, p.s) })
+	}
 	if err != nil {
 		return fmt.Errorf("qwen3vl: vision block %d: %w", i, err)
 	}

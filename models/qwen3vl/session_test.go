@@ -148,9 +148,10 @@ func TestUnitsInExecutionOrder(t *testing.T) {
 	for _, u := range m.Units() {
 		names = append(names, u.Name)
 	}
-	want := []string{"vision.embed", "vision.block.0", "vision.block.1", "vision.deepstack.0", "vision.block.2",
-		"vision.deepstack.1", "vision.block.3", "vision.deepstack.2", "vision.merger",
-		"embedding", "layer.0", "layer.1", "layer.2", "layer.3", "head"}
+	want := []string{"patch_embed.0", "vision.0.attn", "vision.0.mlp", "vision.1.attn", "vision.1.mlp", "deepstack.0",
+		"vision.2.attn", "vision.2.mlp", "deepstack.1", "vision.3.attn", "vision.3.mlp", "deepstack.2", "merger.0",
+		"embedding.0", "vlm.0.attn", "vlm.0.mlp", "vlm.1.attn", "vlm.1.mlp", "vlm.2.attn", "vlm.2.mlp", "vlm.3.attn",
+		"vlm.3.mlp", "lm_head.0"}
 	assert.Equal(t, want, names)
 }
 

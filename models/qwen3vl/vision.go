@@ -7,6 +7,7 @@ import (
 	"vlanode/backend"
 	"vlanode/configs"
 	"vlanode/models"
+	"vlanode/placement"
 )
 
 // visionEps is the epsilon of every LayerNorm of the vision tower (fixed at
@@ -29,17 +30,17 @@ type Vision struct {
 	// Deepstack are deepstack_merger_list, in config order.
 	Deepstack []*Merger
 
-	// Units are the flat weight blobs in execution order: "vision.embed",
-	// then each "vision.block.i" followed by the "vision.deepstack.j" that
-	// reads its output, then "vision.merger".
+	// Units are the flat weight blobs in execution order: the patch
+	// embedding, then each block's attention and MLP parts followed by the
+	// DeepStack merger that reads its output, then the patch merger.
 	Units []*models.Unit
 	// Exec runs each unit's compute where its weights are; nil runs them
 	// in place (every unit resident).
 	Exec models.Runner
 
 	embedUnit, mergerUnit *models.Unit
-	blockUnits            []*models.Unit
-	deepstackUnits        []*models.Unit // by merger index
+	blockUnits            [][]*models.Unit // by block: its parts, in order
+	deepstackUnits        []*models.Unit   // by merger index
 
 	patchMat backend.Tensor // PatchW viewed as [hidden, PatchDim]
 	pos      posTable       // PosEmbed's bytes, read on the host
@@ -57,11 +58,7 @@ func newVision(ld *models.Loader, cfg *configs.Qwen3VLVision, prefix string) (*V
 	v := &Vision{Config: cfg, be: be, invFreq: models.RopeInvFreq(cfg.HeadDim()/2, cfg.RopeTheta())}
 	v.dsBlocks, v.dsMerger = cfg.DeepstackOrder()
 	h := cfg.HiddenSize
-	embed, err := ld.Load("vision.embed", prefix, []models.Spec{
-		{Name: "patch_embed.proj.weight", Shape: []int{h, cfg.InChannels, cfg.TemporalPatchSize, cfg.PatchSize, cfg.PatchSize}, Dst: &v.PatchW},
-		{Name: "patch_embed.proj.bias", Shape: []int{h}, Dst: &v.PatchB},
-		{Name: "pos_embed.weight", Shape: []int{cfg.NumPositionEmbeddings, h}, Dst: &v.PosEmbed},
-	}, func() (err error) {
+	embed, err := ld.Load(placement.ID{Module: placement.PatchEmbed}, prefix, v.embedSpecs(), func() (err error) {
 		v.patchMat, err = be.Reshape(v.PatchW, h, cfg.PatchDim())
 		return err
 	})
@@ -80,21 +77,26 @@ func newVision(ld *models.Loader, cfg *configs.Qwen3VLVision, prefix string) (*V
 	v.deepstackUnits = make([]*models.Unit, len(cfg.DeepstackVisualIndexes))
 	for i := range cfg.Depth {
 		b := &VisionBlock{cfg: cfg}
-		u, err := ld.Load(fmt.Sprintf("vision.block.%d", i), fmt.Sprintf("%sblocks.%d.", prefix, i), b.specs(),
-			func() error { return b.bindViews(be) })
+		us, err := ld.LoadParts(placement.ID{Module: placement.Vision, Index: i}, fmt.Sprintf("%sblocks.%d.", prefix, i), b.specs(),
+			func(p placement.Part) error {
+				if p == placement.Attn {
+					return b.bindViews(be)
+				}
+				return nil
+			})
 		if err != nil {
 			v.Close()
 			return nil, err
 		}
 		v.Blocks = append(v.Blocks, b)
-		v.Units = append(v.Units, u)
-		v.blockUnits = append(v.blockUnits, u)
+		v.Units = append(v.Units, us...)
+		v.blockUnits = append(v.blockUnits, us)
 		j := slices.Index(cfg.DeepstackVisualIndexes, i)
 		if j < 0 {
 			continue
 		}
 		m := &Merger{cfg: cfg, PostShuffleNorm: true}
-		u, err = ld.Load(fmt.Sprintf("vision.deepstack.%d", j), fmt.Sprintf("%sdeepstack_merger_list.%d.", prefix, j), m.specs(), nil)
+		u, err := ld.Load(placement.ID{Module: placement.Deepstack, Index: j}, fmt.Sprintf("%sdeepstack_merger_list.%d.", prefix, j), m.specs(), nil)
 		if err != nil {
 			v.Close()
 			return nil, err
@@ -104,7 +106,7 @@ func newVision(ld *models.Loader, cfg *configs.Qwen3VLVision, prefix string) (*V
 		v.Units = append(v.Units, u)
 	}
 	v.Merger = &Merger{cfg: cfg}
-	u, err := ld.Load("vision.merger", prefix+"merger.", v.Merger.specs(), nil)
+	u, err := ld.Load(placement.ID{Module: placement.Merger}, prefix+"merger.", v.Merger.specs(), nil)
 	if err != nil {
 		v.Close()
 		return nil, err
@@ -112,6 +114,17 @@ func newVision(ld *models.Loader, cfg *configs.Qwen3VLVision, prefix string) (*V
 	v.mergerUnit = u
 	v.Units = append(v.Units, u)
 	return v, nil
+}
+
+// embedSpecs is the patch embedding's table: the Conv3d, its bias and the
+// position table (read by rows on the host).
+func (v *Vision) embedSpecs() []models.Spec {
+	c, h := v.Config, v.Config.HiddenSize
+	return []models.Spec{
+		{Name: "patch_embed.proj.weight", Shape: []int{h, c.InChannels, c.TemporalPatchSize, c.PatchSize, c.PatchSize}, Dst: &v.PatchW},
+		{Name: "patch_embed.proj.bias", Shape: []int{h}, Dst: &v.PatchB},
+		{Name: "pos_embed.weight", Shape: []int{c.NumPositionEmbeddings, h}, Dst: &v.PosEmbed, Table: true},
+	}
 }
 
 // Close releases the tower's backend tensors.

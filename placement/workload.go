@@ -1,4 +1,4 @@
-package residency
+package placement
 
 import (
 	"errors"
@@ -66,7 +66,23 @@ func (w Workload) Validate() error {
 		errs = append(errs, fmt.Errorf("images (%d) and patches_per_image (%d) must both be zero or both positive", w.Images, w.PatchesPerImage))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("residency: workload %q: %w", w.Name, err)
+		return fmt.Errorf("placement: workload %q: %w", w.Name, err)
 	}
 	return nil
+}
+
+// Tiers are the token tiers of paper 2 (§4): a pass is placed by the
+// number of new rows it multiplies through the weights, rounded up to the
+// next tier. Past the last tier a prompt is prefilled in chunks of it.
+var Tiers = []int{1, 4, 16, 32, 64, 512, 1 << 10, 2 << 10, 4 << 10, 8 << 10, 16 << 10}
+
+// Tier is the tier of a pass over rows new rows: the smallest tier that
+// holds them (the last one past it).
+func Tier(rows int) int {
+	for _, t := range Tiers {
+		if rows <= t {
+			return t
+		}
+	}
+	return Tiers[len(Tiers)-1]
 }
