@@ -56,7 +56,7 @@ type Chain struct {
 	// it the engine serves while the steps are queued.
 	Ahead bool
 	// Guard bounds how long queueing may take when Ahead (a deadlock
-	// guard, not a measurement); 0 means two minutes.
+	// guard, not a measurement); 0 means 30 seconds.
 	Guard time.Duration
 }
 
@@ -130,7 +130,7 @@ func Run(t *testing.T, be backend.Backend, c Chain) {
 	if c.Ahead {
 		guard := c.Guard
 		if guard == 0 {
-			guard = 2 * time.Minute
+			guard = 30 * time.Second
 		}
 		queued := make(chan error, 1)
 		go func() { queued <- queue() }()
@@ -138,7 +138,7 @@ func Run(t *testing.T, be backend.Backend, c Chain) {
 		case err := <-queued:
 			require.NoError(t, err)
 		case <-time.After(guard):
-			t.Errorf("queueing %d hand-offs ahead of the engine did not return within %v: the queueing goroutine waited for the engine", c.Tickets, guard)
+			t.Errorf("queueing %d hand-offs ahead of the engine did not return within %v: the queueing goroutine waited for the engine (or for room in the device's queue)", c.Tickets, guard)
 			go engine() // let the queue drain so that the test can end
 			require.NoError(t, <-queued)
 			require.NoError(t, <-engineDone)
