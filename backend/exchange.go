@@ -81,9 +81,11 @@ type Exchange interface {
 	// Path says whether the device or the queueing goroutine waits for a
 	// Post.
 	Path() ExchangePath
-	// Close releases the exchange once the device has passed its last use.
-	// A Receive queued whose Post never came is released (its dst gets
-	// whatever In held) and reported in the error. Wait and Receive calls
+	// Close releases the exchange once the device has passed its last use
+	// (so, like Sync, it waits for the Posts of other exchanges' Receives
+	// queued before that). A Receive of its own queued whose Post never
+	// came is released (its dst gets whatever In held) and reported in
+	// the error. Wait and Receive calls
 	// blocked in other goroutines return ErrExchangeClosed; closing twice
 	// is harmless.
 	Close() error

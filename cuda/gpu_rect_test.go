@@ -94,7 +94,11 @@ func TestGPUCopyRect(t *testing.T) {
 			}
 			rectOnHost(want, blob.Data, r)
 			got := slotBytes(t, b, d, slot, slotSize)
-			require.Equal(t, want, got, "slot bytes after %+v", r)
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("slot byte %d is %#x after %+v, want %#x", i, got[i], r, want[i])
+				}
+			}
 		})
 	}
 
