@@ -219,6 +219,41 @@ func (d *DFBDevice) CopyAsync(dst layering.Slot, src *weights.Blob, s layering.S
 	})
 }
 
+// CopyRectAsync queues a copy of rectangle r of the pinned blob src into
+// slot dst on s: r's source is the blob, its destination the slot (see
+// weights.Rect). A contiguous rectangle is one cuMemcpyHtoDAsync, any
+// other one cuMemcpy2DAsync (whose pitches the driver bounds by
+// driver.AttrMaxPitch).
+func (d *DFBDevice) CopyRectAsync(dst layering.Slot, src *weights.Blob, r weights.Rect, s layering.Stream) error {
+	p, ok := d.pinned[src]
+	if !ok {
+		return fmt.Errorf("cuda: dfb: blob %s is not pinned: the copy would not be asynchronous", src.Name)
+	}
+	return d.run("dfb copy rect", func(g *gpu) error {
+		blk, err := d.slot(dst)
+		if err != nil {
+			return err
+		}
+		if err := r.Check(src.Size(), blk.bytes); err != nil {
+			return fmt.Errorf("cuda: dfb: blob %s into slot %d: %w", src.Name, dst, err)
+		}
+		st, err := d.stream(g, s)
+		if err != nil {
+			return err
+		}
+		from, to := unsafe.Add(p, r.SrcOffset), blk.ptr+driver.DevicePtr(r.DstOffset)
+		if r.Contiguous() {
+			err = g.drv.CopyHtoDAsync(to, from, r.Bytes(), st)
+		} else {
+			err = g.drv.CopyHtoD2DAsync(to, r.DstPitch, from, r.SrcPitch, r.Width, r.Height, st)
+		}
+		if err != nil {
+			return fmt.Errorf("cuda: dfb: blob %s into slot %d: %w", src.Name, dst, err)
+		}
+		return nil
+	})
+}
+
 // Launch calls c.Run, which queues Backend ops on the Backend's stream;
 // only the compute stream runs computes.
 func (d *DFBDevice) Launch(s layering.Stream, c layering.Compute) error {

@@ -26,6 +26,21 @@
 // step's position from device memory, so that one graph serves every step
 // with the bits of the op-by-op path.
 //
+// # Host exchange
+//
+// NewExchange (backend.HostExchange) hands activations to a CPU engine
+// and takes its results back in stream order: Send queues a copy into
+// page-locked memory and a blocking-sync event, which a waiter goroutine
+// of the exchange, on an OS thread of its own with the context current,
+// waits for (the engine's Wait sleeps, and never takes the backend's
+// lock); Receive queues cuStreamWaitValue32_v2 on a word of device-mapped
+// page-locked memory that Post stores to, then the copy back, so that
+// neither the queueing goroutine nor the GPU's host side waits. New probes
+// whether the device can (DeviceInfo.HostExchange); where it cannot,
+// Receive waits for the Post on the host. DFBDevice.CopyRectAsync streams
+// a rectangle of a pinned blob (cuMemcpy2DAsync), e.g. the GPU's columns
+// of a down projection split between the GPU and the CPU.
+//
 // # Overlapped launches
 //
 // On sm_90 and later every kernel is launched with programmatic dependent

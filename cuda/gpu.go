@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"vlanode/backend"
 	"vlanode/cuda/driver"
 )
 
@@ -98,6 +99,9 @@ type gpu struct {
 	trace          *opTrace            // StartTrace's records, nil when off
 
 	marks map[driver.Event]struct{} // Stopwatch marks not yet released
+
+	xpath     backend.ExchangePath   // HostExchange's path (probeExchange)
+	exchanges map[*exchange]struct{} // exchanges not yet closed
 }
 
 // DeviceInfo describes the device and libraries a Backend runs on.
@@ -111,6 +115,10 @@ type DeviceInfo struct {
 	CUBLAS            string // e.g. "libcublas.so.13 13.1.0"
 	CUBLASLt          string // e.g. "libcublasLt.so.13", or why there is none
 	NVRTC             string // e.g. "libnvrtc.so.13 13.0"
+	// HostExchange is the path of backend.HostExchange and why, e.g.
+	// "device waits: cuStreamWaitValue32_v2 on device-mapped page-locked
+	// memory (...)".
+	HostExchange string
 }
 
 // errNoDevice says that the driver sees no GPU.
@@ -140,6 +148,9 @@ func openGPU(o options) (g *gpu, err error) {
 	}
 	g.pdlOK = g.info.ComputeCapability >= 90 && g.drv.CanLaunchPDL()
 	g.pdl = g.pdlOK && !o.serial
+	if err = g.probeExchange(); err != nil {
+		return g, err
+	}
 	return g, g.stage.open(g.drv, o.stagingMin)
 }
 
@@ -347,6 +358,7 @@ func (g *gpu) close() error {
 	if g.drv != nil && g.ctx != 0 {
 		if g.stream != 0 {
 			keep(g.closeGraphs())
+			keep(g.closeExchanges()) // the stream may wait on their Posts
 			keep(g.drv.StreamSynchronize(g.stream))
 			keep(g.closeMarks())
 			keep(g.closeFetches())

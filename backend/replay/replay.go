@@ -11,6 +11,7 @@ package replay
 
 import (
 	"errors"
+	"fmt"
 	"math"
 
 	"vlanode/backend"
@@ -238,4 +239,14 @@ func (b *Backend) EulerStep(x, v, dt, step backend.Tensor) error {
 	}
 	p.v++
 	return b.Upload(x, xv)
+}
+
+// NewExchange is the wrapped backend's backend.HostExchange (an exchange
+// is no graph capability: the wrapped backend's own serves).
+func (b *Backend) NewExchange(out, in int) (backend.Exchange, error) {
+	hx, ok := b.Backend.(backend.HostExchange)
+	if !ok {
+		return nil, fmt.Errorf("replay: the wrapped %s backend has no host exchange", b.Backend.Name())
+	}
+	return hx.NewExchange(out, in)
 }

@@ -25,9 +25,19 @@ type (
 const (
 	AttrMaxThreadsPerBlock      Attribute = 1
 	AttrMaxSharedMemoryPerBlock Attribute = 8
+	AttrMaxPitch                Attribute = 11 // the largest pitch of a 2D copy, in bytes
 	AttrMultiprocessorCount     Attribute = 16
+	AttrCanMapHostMemory        Attribute = 19 // HostAllocDeviceMap works
 	AttrComputeCapabilityMajor  Attribute = 75
 	AttrComputeCapabilityMinor  Attribute = 76
+	// AttrCanUseStreamMemOpsV1 is CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1:
+	// whether the legacy (V1) stream memory operations are enabled (the
+	// NVreg_EnableStreamMemOPs module option). The V2 functions that
+	// package driver resolves are "available by default on all platforms"
+	// (the driver API's documentation of stream memory operations, CUDA
+	// 11.8 on) and have no attribute of their own: this one is
+	// informative.
+	AttrCanUseStreamMemOpsV1 Attribute = 92
 )
 
 // Flags of stream and event creation and of pinned host memory.
@@ -35,6 +45,7 @@ const (
 	StreamDefault        = 0 // synchronizes with the legacy default stream
 	StreamNonBlocking    = 1 // does not
 	EventDefault         = 0
+	EventBlockingSync    = 1 // CU_EVENT_BLOCKING_SYNC: EventSynchronize sleeps instead of spinning
 	EventDisableTiming   = 2
 	HostAllocPortable    = 1 // CU_MEMHOSTALLOC_PORTABLE
 	HostAllocDeviceMap   = 2 // CU_MEMHOSTALLOC_DEVICEMAP: kernels read it in place (HostDevicePtr)
@@ -54,7 +65,7 @@ type Driver struct {
 		ctxSetCurrent, getErrorName, getErrorString,
 		memGetInfo, memAlloc, memFree, memHostAlloc, memFreeHost, memHostRegister,
 		memHostUnregister, memHostGetDevicePointer, memcpyHtoDAsync, memcpyDtoHAsync, memcpyDtoDAsync, memsetD8Async,
-		streamCreate, streamDestroy, streamSynchronize, streamWaitEvent,
+		streamCreate, streamDestroy, streamSynchronize, streamWaitEvent, streamWaitValue32, streamWriteValue32, memcpy2DAsync,
 		eventCreate, eventDestroy, eventRecord, eventSynchronize, eventQuery, eventElapsedTime,
 		moduleLoadData, moduleUnload, moduleGetFunction, funcSetAttribute, launchKernel, launchKernelEx,
 		streamBeginCapture, streamEndCapture, streamIsCapturing,
@@ -99,6 +110,7 @@ func OpenDriver() (*Driver, error) {
 		sym(&f.memcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
 		sym(&f.memcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
 		sym(&f.memsetD8Async, "cuMemsetD8Async"),
+		sym(&f.memcpy2DAsync, "cuMemcpy2DAsync_v2"),
 		sym(&f.streamCreate, "cuStreamCreate"),
 		sym(&f.streamDestroy, "cuStreamDestroy_v2"),
 		sym(&f.streamSynchronize, "cuStreamSynchronize"),
@@ -128,6 +140,10 @@ func OpenDriver() (*Driver, error) {
 	}
 	f.graphGetNodes, _, _ = lib.Lookup("cuGraphGetNodes")   // optional: diagnostics only
 	f.launchKernelEx, _, _ = lib.Lookup("cuLaunchKernelEx") // optional: CUDA 12.0+ (LaunchPDL)
+	// Optional (CanWaitValue). Never the plain names: they are the V1
+	// API, disabled unless the kernel module enables it.
+	f.streamWaitValue32, _, _ = lib.Lookup("cuStreamWaitValue32_v2")
+	f.streamWriteValue32, _, _ = lib.Lookup("cuStreamWriteValue32_v2")
 	return d, nil
 }
 

@@ -118,3 +118,12 @@ func copyCall(copy string, which C.int) string {
 	}
 	return "cuStreamSynchronize"
 }
+
+// CopyHtoD2DAsync queues a rectangle copy from page-locked host memory to
+// the device on s (cuMemcpy2DAsync_v2): height rows of width bytes, row r
+// read at src + r·srcPitch and written at dst + r·dstPitch. Both pitches
+// must be at least width and at most the device's AttrMaxPitch. src must
+// stay untouched until the copy has run.
+func (d *Driver) CopyHtoD2DAsync(dst DevicePtr, dstPitch int64, src unsafe.Pointer, srcPitch, width, height int64, s Stream) error {
+	return d.check("cuMemcpy2DAsync_v2", C.vla_cuMemcpy2DHtoDAsync(d.f.memcpy2DAsync, C.vla_dptr(dst), C.size_t(dstPitch), src, C.size_t(srcPitch), C.size_t(width), C.size_t(height), C.uintptr_t(s)))
+}

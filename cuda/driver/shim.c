@@ -142,6 +142,55 @@ vla_status vla_cuEventElapsedTime(void *fn, float *ms, uintptr_t start, uintptr_
 	return ((vla_status(*)(float *, H, H))fn)(ms, (H)start, (H)end);
 }
 
+// ---- libcuda: stream memory operations and 2D copies ----
+
+vla_status vla_cuStreamWaitValue32(void *fn, uintptr_t s, vla_dptr addr, uint32_t value, unsigned flags) {
+	return ((vla_status(*)(H, vla_dptr, uint32_t, unsigned))fn)((H)s, addr, value, flags);
+}
+vla_status vla_cuStreamWriteValue32(void *fn, uintptr_t s, vla_dptr addr, uint32_t value, unsigned flags) {
+	return ((vla_status(*)(H, vla_dptr, uint32_t, unsigned))fn)((H)s, addr, value, flags);
+}
+
+// CUDA_MEMCPY2D (CUDA_MEMCPY2D_v2 of cuda.h, CUDA 3.2 on), declared here
+// since the shim includes no CUDA header; CUmemorytype is an enum (int).
+typedef struct {
+	size_t srcXInBytes, srcY;
+	int srcMemoryType;
+	const void *srcHost;
+	vla_dptr srcDevice;
+	H srcArray;
+	size_t srcPitch;
+	size_t dstXInBytes, dstY;
+	int dstMemoryType;
+	void *dstHost;
+	vla_dptr dstDevice;
+	H dstArray;
+	size_t dstPitch;
+	size_t WidthInBytes, Height;
+} vla_memcpy2d;
+enum { VLA_MEMORYTYPE_HOST = 1, VLA_MEMORYTYPE_DEVICE = 2 }; // CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_DEVICE
+_Static_assert(sizeof(vla_memcpy2d) == 128 && offsetof(vla_memcpy2d, srcHost) == 24 &&
+                   offsetof(vla_memcpy2d, srcPitch) == 48 && offsetof(vla_memcpy2d, dstMemoryType) == 72 &&
+                   offsetof(vla_memcpy2d, dstDevice) == 88 && offsetof(vla_memcpy2d, dstPitch) == 104 &&
+                   offsetof(vla_memcpy2d, WidthInBytes) == 112,
+               "CUDA_MEMCPY2D layout");
+
+vla_status vla_cuMemcpy2DHtoDAsync(void *fn, vla_dptr dst, size_t dstPitch, const void *src, size_t srcPitch,
+                                   size_t width, size_t height, uintptr_t stream) {
+	vla_memcpy2d c;
+	memset(&c, 0, sizeof c);
+	c.srcMemoryType = VLA_MEMORYTYPE_HOST;
+	c.srcHost = src;
+	c.srcPitch = srcPitch;
+	c.dstMemoryType = VLA_MEMORYTYPE_DEVICE;
+	c.dstDevice = dst;
+	c.dstPitch = dstPitch;
+	c.WidthInBytes = width;
+	c.Height = height;
+	// The driver reads the descriptor before cuMemcpy2DAsync returns.
+	return ((vla_status(*)(const vla_memcpy2d *, H))fn)(&c, (H)stream);
+}
+
 // ---- libcuda: stream capture and graphs ----
 
 vla_status vla_cuStreamBeginCapture(void *fn, uintptr_t s, int mode) {

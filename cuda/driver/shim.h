@@ -70,6 +70,17 @@ vla_status vla_cuEventSynchronize(void *fn, uintptr_t e);
 vla_status vla_cuEventQuery(void *fn, uintptr_t e);
 vla_status vla_cuEventElapsedTime(void *fn, float *ms, uintptr_t start, uintptr_t end);
 
+// libcuda: stream memory operations (the V2 API: cuStreamWaitValue32_v2,
+// cuStreamWriteValue32_v2) on a 32-bit word at a device address (which
+// may be device-mapped host memory).
+vla_status vla_cuStreamWaitValue32(void *fn, uintptr_t s, vla_dptr addr, uint32_t value, unsigned flags);
+vla_status vla_cuStreamWriteValue32(void *fn, uintptr_t s, vla_dptr addr, uint32_t value, unsigned flags);
+// A host-to-device rectangle through cuMemcpy2DAsync_v2: height rows of
+// width bytes, row r read at src + r*srcPitch and written at
+// dst + r*dstPitch.
+vla_status vla_cuMemcpy2DHtoDAsync(void *fn, vla_dptr dst, size_t dstPitch, const void *src, size_t srcPitch,
+                                   size_t width, size_t height, uintptr_t stream);
+
 // libcuda: stream capture and graphs.
 vla_status vla_cuStreamBeginCapture(void *fn, uintptr_t s, int mode);
 vla_status vla_cuStreamEndCapture(void *fn, uintptr_t s, uintptr_t *graph);
