@@ -301,3 +301,13 @@ type DevicePos interface {
 	// ops must write neither (they may write q and the rows from *pos on).
 	AttentionAt(dst, q, k, v Tensor, o AttnOpts, pos Tensor) error
 }
+
+// ShardMLP is a backend that computes a share of a SwiGLU MLP straight
+// from its full weights (a CPU engine's share of a split MLP, read in
+// place from host memory): dst[M,H] = down[:, lo:hi] ·
+// (silu(gate[lo:hi]·x) ⊙ (up[lo:hi]·x)) for x [M,K] (F32), gate and up
+// [N,K] and down [H,N] (bf16 or f32), accumulating in float32. The
+// partial sums of the other share are added by the caller.
+type ShardMLP interface {
+	MLPShare(dst, x, gate, up, down Tensor, lo, hi int) error
+}

@@ -69,8 +69,8 @@ func TestDFBDeviceGPU(t *testing.T) {
 		blob := &weights.Blob{Name: string(rune('a' + i)), Data: data, Entries: []weights.Entry{entry}}
 		units = append(units, &layering.Unit{
 			ID: placement.ID{Module: placement.VLM, Index: i}, Blob: blob, Weights: placement.Streamed,
-			Run: func(s layering.Slot) error {
-				w, err := dev.WeightAt(s, entry)
+			Run: func(sh layering.Shard) error {
+				w, err := dev.WeightAt(sh.Slot, entry)
 				if err != nil {
 					return err
 				}

@@ -61,6 +61,9 @@ type Device interface {
 	PinHost(b *weights.Blob) error
 	// CopyAsync queues a copy of src's whole blob into slot dst on s.
 	CopyAsync(dst Slot, src *weights.Blob, s Stream) error
+	// CopyRectAsync queues a copy of rectangle r of src's blob into slot
+	// dst on s (r.Check: inside both).
+	CopyRectAsync(dst Slot, src *weights.Blob, r weights.Rect, s Stream) error
 	// Launch queues c on s.
 	Launch(s Stream, c Compute) error
 	// Synchronize waits until every stream's work has run.

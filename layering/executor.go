@@ -3,6 +3,7 @@ package layering
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"vlanode/placement"
 	"vlanode/weights"
@@ -47,23 +48,29 @@ func (m Mode) slotsOf() int {
 	return 0
 }
 
-// Unit is one flat weight blob and the compute that reads it.
+// Unit is one flat weight blob and the computes that read it.
 type Unit struct {
 	// ID identifies the unit.
 	ID placement.ID
-	// Blob is the unit's host weights; streamed units are copied from it.
-	// Resident and host units need none.
+	// Blob is the unit's host weights: streamed units are copied from it
+	// into a slot, units with a home in a stage into the home, and the CPU
+	// reads its share of a split unit there. Resident units need none.
 	Blob *weights.Blob
-	// Weights is where the plan keeps the unit's weights: streamed units go
-	// through the DFB slots; resident and host units compute in place.
+	// Weights is the unit's placement in a pass that gives none
+	// (Pass.Place): resident units compute in place, from the weights the
+	// model loaded into VRAM once; streamed units go through the DFB
+	// slots; host units compute in place from host memory.
 	Weights placement.Weights
-	// Run queues the unit's compute; slot says where its weights are (a
-	// DFB slot, or NoSlot for weights that live elsewhere). Nil runs
-	// nothing (tests).
-	Run func(slot Slot) error
+	// Share, for a unit the CPU and the GPU can split, gives the GPU's
+	// share when the CPU takes c of the split dimension: the rectangles of
+	// the blob to copy into a slot and the bytes they fill there.
+	Share func(c int) (rects []weights.Rect, bytes int64, err error)
+	// Run queues the unit's compute; the shard says where its weights are
+	// and what the CPU takes. Nil runs nothing (tests).
+	Run func(Shard) error
 }
 
-// streamed reports whether u goes through the slots in mode m.
+// streamed reports whether u goes through the slots in mode m by default.
 func (u *Unit) streamed(m Mode) bool { return m != Preload && u.Weights == placement.Streamed }
 
 // Pass is one sweep of a stage over its units: a vision pass, a prefill,
@@ -74,6 +81,9 @@ type Pass struct {
 	// Stage groups passes for Runner.Skip, e.g. "decode".
 	Stage string
 	Units []*Unit
+	// Place, when set, is each unit's placement in this pass (Units[i] is
+	// placed Place[i]); nil takes each unit's Weights.
+	Place []placement.Placement
 	// After, when set, runs on the host once the pass's computes and the
 	// copies that prefetch the next pass's first streamed units are queued
 	// (e.g. read the logits and sample): waiting on the GPU there does not
@@ -97,6 +107,9 @@ type Config struct {
 	// Profile records a pair of timing events around every copy and every
 	// compute, for Profile.Turns.
 	Profile bool
+	// SlotBytes, when positive, sizes the DFB slots (the plan's largest
+	// streamed unit); 0 sizes them to the largest unit not resident.
+	SlotBytes int64
 }
 
 // Executor runs units on a Device in passes. It serves one goroutine at a
@@ -119,7 +132,14 @@ type Executor struct {
 
 	begin, end Event   // around a whole Run, on the compute stream
 	marks      []Event // timing events for Profile, reused by every Run
-	promoted   Event   // recorded after Runner.Promote's copies; -1 before the first
+
+	// homes are the units' homes of the current stage (they outlive a Run:
+	// the next Run's first stage keeps those it needs); homeReady is each
+	// unit's event recorded after the copy into its home (-1: none yet).
+	homes     map[*Unit]Slot
+	homeReady map[*Unit]Event
+	// engine is the CPU engine, started by the first offloaded task.
+	engine *engine
 }
 
 // New prepares an executor for units: it pins the host blobs of the
@@ -129,7 +149,8 @@ func New(dev Device, cfg Config, units []*Unit) (*Executor, error) {
 	if cfg.Mode.slotsOf() == 0 && cfg.Mode != Preload {
 		return nil, fmt.Errorf("layering: unknown mode %v", cfg.Mode)
 	}
-	e := &Executor{cfg: cfg, dev: dev, known: map[*Unit]bool{}, compute: dev.ComputeStream(), promoted: -1}
+	e := &Executor{cfg: cfg, dev: dev, known: map[*Unit]bool{}, compute: dev.ComputeStream(),
+		homes: map[*Unit]Slot{}, homeReady: map[*Unit]Event{}}
 	e.copy = e.compute
 	for _, u := range units {
 		if err := e.add(u); err != nil {
@@ -142,6 +163,12 @@ func New(dev Device, cfg Config, units []*Unit) (*Executor, error) {
 	}
 	if e.end, err = dev.NewEvent("end"); err != nil {
 		return nil, fmt.Errorf("layering: %w", err)
+	}
+	if cfg.SlotBytes > 0 && e.SlotBytes > 0 {
+		if cfg.SlotBytes%weights.Align != 0 {
+			return nil, fmt.Errorf("layering: slots of %d bytes: not a multiple of %d", cfg.SlotBytes, weights.Align)
+		}
+		e.SlotBytes = cfg.SlotBytes
 	}
 	if e.SlotBytes == 0 {
 		return e, nil // nothing streamed
@@ -174,6 +201,7 @@ func (e *Executor) add(u *Unit) error {
 		return fmt.Errorf("layering: unit %s: unknown placement %q", u.ID, u.Weights)
 	}
 	e.known[u] = true
+	e.homeReady[u] = -1
 	if !u.streamed(e.cfg.Mode) {
 		return nil
 	}
@@ -216,6 +244,24 @@ func (e *Executor) allocSlots() error {
 		e.dmaDone, e.computeDone = append(e.dmaDone, dma), append(e.computeDone, done)
 	}
 	return nil
+}
+
+// drainEngine waits for the CPU engine's tasks and returns their busy
+// time per unit and first error.
+func (e *Executor) drainEngine() (map[placement.ID]time.Duration, error) {
+	if e.engine == nil {
+		return nil, nil
+	}
+	return e.engine.drain()
+}
+
+// Close stops the CPU engine. The Device owns and releases the slots and
+// homes.
+func (e *Executor) Close() {
+	if e.engine != nil {
+		e.engine.close()
+		e.engine = nil
+	}
 }
 
 // roundUp rounds n up to a multiple of m.

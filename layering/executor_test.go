@@ -249,7 +249,7 @@ func TestErrors(t *testing.T) {
 	assert.ErrorContains(t, err, "was not given to New")
 
 	boom := errors.New("boom")
-	units[1].Run = func(Slot) error { return boom }
+	units[1].Run = func(Shard) error { return boom }
 	_, err = e.Run(Repeat("p", units, 1))
 	require.ErrorIs(t, err, boom)
 	assert.ErrorContains(t, err, "unit u.1")

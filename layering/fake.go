@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"vlanode/placement"
 	"vlanode/weights"
 )
 
@@ -16,9 +17,12 @@ import (
 // engine order is queue order.
 type Fake struct {
 	// Copy is the duration in ms of copying a blob; Exe that of a
-	// unit's compute. Nil means 0.
+	// unit's compute; CPU that of a CPU engine's task for a unit; Hop
+	// one hand-off between the GPU and the CPU. Nil means 0.
 	Copy func(blob string, bytes int64) float64
 	Exe  func(unit string) float64
+	CPU  func(unit string) float64
+	Hop  float64
 	// SlotBudget, when positive, refuses AllocSlot past that many bytes.
 	SlotBudget int64
 
@@ -32,6 +36,7 @@ type Fake struct {
 	slots         []int64 // bytes of each slot
 	pinned        map[*weights.Blob]bool
 	copyFree, exe float64 // when each engine is next free
+	cpuFree       float64 // when the CPU engine is next free
 }
 
 // OpKind is what an Op did.
@@ -41,6 +46,7 @@ type OpKind string
 const (
 	OpCopy    OpKind = "copy"
 	OpCompute OpKind = "compute"
+	OpCPU     OpKind = "cpu" // a task of the CPU engine
 )
 
 // Op is one operation on the Fake's timeline.
@@ -186,6 +192,60 @@ func (f *Fake) CopyAsync(dst Slot, src *weights.Blob, s Stream) error {
 	start := max(st.tail, f.copyFree)
 	st.tail, f.copyFree = start+d, start+d
 	f.Timeline = append(f.Timeline, Op{Kind: OpCopy, Stream: st.name, Unit: src.Name, Slot: dst, Start: start, End: start + d})
+	return nil
+}
+
+// CopyRectAsync copies a rectangle of a pinned blob into a slot: timed as
+// a copy of its bytes.
+func (f *Fake) CopyRectAsync(dst Slot, src *weights.Blob, r weights.Rect, s Stream) error {
+	st, err := f.stream(s)
+	if err != nil {
+		return err
+	}
+	switch {
+	case dst < 0 || int(dst) >= len(f.slots):
+		return fmt.Errorf("fake: no slot %d", dst)
+	case !f.pinned[src]:
+		return fmt.Errorf("fake: blob %s is not pinned: the copy would not be asynchronous", src.Name)
+	}
+	if err := r.Check(src.Size(), f.slots[dst]); err != nil {
+		return fmt.Errorf("fake: blob %s into slot %d: %w", src.Name, dst, err)
+	}
+	d := 0.0
+	if f.Copy != nil {
+		d = f.Copy(src.Name, r.Bytes())
+	}
+	start := max(st.tail, f.copyFree)
+	st.tail, f.copyFree = start+d, start+d
+	f.Timeline = append(f.Timeline, Op{Kind: OpCopy, Stream: st.name, Unit: src.Name, Slot: dst, Start: start, End: start + d})
+	return nil
+}
+
+// HostStart starts a CPU task of unit once s has reached this point and
+// the hand-off of its input is done, when the CPU engine is free.
+func (f *Fake) HostStart(s Stream, unit placement.ID) error {
+	st, err := f.stream(s)
+	if err != nil {
+		return err
+	}
+	d := 0.0
+	if f.CPU != nil {
+		d = f.CPU(unit.String())
+	}
+	start := max(st.tail+f.Hop, f.cpuFree)
+	f.cpuFree = start + d
+	f.Timeline = append(f.Timeline, Op{Kind: OpCPU, Stream: "cpu", Unit: unit.String(), Slot: NoSlot, Start: start, End: start + d})
+	return nil
+}
+
+// HostJoin makes s's later work wait for the CPU engine's last task and
+// the hand-back of its result.
+func (f *Fake) HostJoin(s Stream, _ placement.ID) error {
+	st, err := f.stream(s)
+	if err != nil {
+		return err
+	}
+	st.tail = max(st.tail, f.cpuFree+f.Hop)
 	return nil
 }
 

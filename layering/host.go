@@ -102,6 +102,9 @@ func (h *Host) WeightView(be backend.Backend) func(Slot, weights.Entry) (backend
 		if err != nil {
 			return nil, err
 		}
+		if e.Offset < 0 || e.Size < 0 || e.Offset+e.Size > int64(len(data)) {
+			return nil, fmt.Errorf("layering: host: %s at [%d, %d) is outside slot %d of %d bytes", e.Name, e.Offset, e.Offset+e.Size, s, len(data))
+		}
 		return be.Weight("dfb-view", e.DType, e.Shape, data[e.Offset:e.Offset+e.Size])
 	}
 }
@@ -119,6 +122,22 @@ func (h *Host) CopyAsync(dst Slot, src *weights.Blob, _ Stream) error {
 		return fmt.Errorf("layering: host: blob %s (%d bytes) does not fit slot %d (%d bytes)", src.Name, src.Size(), dst, len(b))
 	}
 	copy(b, src.Data)
+	return nil
+}
+
+// CopyRectAsync copies rectangle r of the blob into the slot now.
+func (h *Host) CopyRectAsync(dst Slot, src *weights.Blob, r weights.Rect, _ Stream) error {
+	b, err := h.SlotData(dst)
+	if err != nil {
+		return err
+	}
+	if err := r.Check(src.Size(), int64(len(b))); err != nil {
+		return fmt.Errorf("layering: host: blob %s into slot %d: %w", src.Name, dst, err)
+	}
+	for row := range r.Height {
+		s, d := r.SrcOffset+row*r.SrcPitch, r.DstOffset+row*r.DstPitch
+		copy(b[d:d+r.Width], src.Data[s:s+r.Width])
+	}
 	return nil
 }
 

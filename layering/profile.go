@@ -2,6 +2,7 @@ package layering
 
 import (
 	"fmt"
+	"time"
 
 	"vlanode/placement"
 )
@@ -12,6 +13,11 @@ type Profile struct {
 	TotalMs float64
 	// Turns are every unit's turn in order (Config.Profile only).
 	Turns []Turn
+	// CPUBusy is the CPU engine's busy time per unit (wall clock).
+	CPUBusy map[placement.ID]time.Duration
+	// HomeErrors says why homes could not be allocated (those units were
+	// streamed instead in their stage); nil when all were.
+	HomeErrors error
 }
 
 // Turn is one unit's copy and compute in one pass.
@@ -70,7 +76,7 @@ func (e *Executor) profile(passes []Pass, turns []*turn) (*Profile, error) {
 	p.Turns = make([]Turn, len(turns))
 	for i, t := range turns {
 		tt := Turn{Pass: passes[t.pass].Name, Unit: t.unit.ID, Slot: t.slot}
-		if t.j >= 0 {
+		if t.copies() {
 			if tt.CopyMs, err = e.dev.Elapsed(t.copyStart, t.copyEnd); err != nil {
 				return nil, fmt.Errorf("layering: copy time of %s: %w", t.unit.ID, err)
 			}

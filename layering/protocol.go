@@ -2,18 +2,23 @@ package layering
 
 import "fmt"
 
-// The protocol, for streamed turn j in slot s = j mod 2 (Pipelined):
+// The protocol, for slotted turn j in slot s = j mod 2 (Pipelined):
 // the copy waits compute-done[s], copies, records dma-done[s]; the
 // compute waits dma-done[s], runs, records compute-done[s]. Runner.Do
-// queues the copy of turn j+2 right after the compute of turn j.
+// queues the copy of turn j+2 right after the compute of turn j. An
+// entering turn's copy into its home waits for nothing (the stage's homes
+// were placed after the device finished with what they replace) and
+// records its unit's home-ready event, which its compute waits for.
 
-// copyTurn is the copy side of the protocol for a streamed turn in slot
+// copyTurn is the copy side of the protocol for a slotted turn in slot
 // s: wait compute-done[s] (the slot's previous user has run), copy the
-// unit's blob, record dma-done[s].
+// unit's blob (or the GPU's share of it), record dma-done[s]; or, for an
+// entering turn, copy the blob into its home and record home-ready.
 func (e *Executor) copyTurn(t *turn) error {
-	s := t.j % len(e.slots)
-	if e.cfg.Mode == Pipelined {
-		// The slot's previous user (streamed turn j-2) has computed. Before
+	pipelined := e.cfg.Mode == Pipelined
+	s := max(t.j, 0) % max(len(e.slots), 1)
+	if pipelined && t.kind == slotted {
+		// The slot's previous user (slotted turn j-2) has computed. Before
 		// any user, the event has no record and the wait is a no-op.
 		if err := e.dev.Wait(e.copy, e.computeDone[s]); err != nil {
 			return e.fail(t, "copy stream waits for compute-done", err)
@@ -22,47 +27,99 @@ func (e *Executor) copyTurn(t *turn) error {
 	if err := e.stamp(t.copyStart, e.copy); err != nil {
 		return e.fail(t, "timing", err)
 	}
-	if err := e.dev.CopyAsync(t.slot, t.unit.Blob, e.copy); err != nil {
-		return e.fail(t, "copy", err)
+	if t.rects == nil {
+		if err := e.dev.CopyAsync(t.slot, t.unit.Blob, e.copy); err != nil {
+			return e.fail(t, "copy", err)
+		}
+	} else {
+		for _, rc := range t.rects {
+			if err := e.dev.CopyRectAsync(t.slot, t.unit.Blob, rc, e.copy); err != nil {
+				return e.fail(t, "copy of the GPU's share", err)
+			}
+		}
 	}
-	if e.cfg.Mode == Pipelined {
-		// The slot now holds this unit's blob.
-		if err := e.dev.Record(e.dmaDone[s], e.copy); err != nil {
-			return e.fail(t, "record dma-done", err)
+	if pipelined {
+		ev := e.dmaDone[s] // the slot now holds this unit's blob
+		if t.kind == entering {
+			ev = e.homeReady[t.unit] // its home now holds it
+		}
+		if err := e.dev.Record(ev, e.copy); err != nil {
+			return e.fail(t, "record the copy's end", err)
 		}
 	}
 	return e.stamp(t.copyEnd, e.copy)
 }
 
-// computeTurn is the compute side: for a streamed turn in slot s, wait
+// computeTurn is the compute side: for a slotted turn in slot s, wait
 // dma-done[s] (its blob has arrived), run the unit, record
-// compute-done[s]; a unit in place just runs.
-func (e *Executor) computeTurn(t *turn, run func(Slot) error) error {
-	pipelinedSlot := t.j >= 0 && e.cfg.Mode == Pipelined
-	s := t.j % max(len(e.slots), 1)
-	if t.waitHome {
-		if err := e.dev.Wait(e.compute, e.promoted); err != nil {
-			return e.fail(t, "compute stream waits for the promotion copies", err)
-		}
-	}
-	if pipelinedSlot {
-		if err := e.dev.Wait(e.compute, e.dmaDone[s]); err != nil {
-			return e.fail(t, "compute stream waits for dma-done", err)
+// compute-done[s]; an entering turn waits for its home's copy; a unit in
+// place just runs.
+func (e *Executor) computeTurn(r *Runner, t *turn, run func(Shard) error) error {
+	pipelined := e.cfg.Mode == Pipelined
+	s := max(t.j, 0) % max(len(e.slots), 1)
+	if t.cpu == 0 {
+		// A turn the CPU shares waits for its weights when its compute says
+		// so (Shard.Ready), after handing its input over.
+		t.ready = true
+		if err := e.waitWeights(t); err != nil {
+			return err
 		}
 	}
 	if err := e.stamp(t.exeStart, e.compute); err != nil {
 		return e.fail(t, "timing", err)
 	}
-	if err := e.dev.Launch(e.compute, Compute{Unit: t.unit.ID.String(), Slot: t.slot, Run: run}); err != nil {
+	sh := Shard{Slot: t.slot, CPU: t.cpu, Whole: t.kind == cpuWhole, unit: t.unit.ID, r: r, t: t}
+	if err := e.dev.Launch(e.compute, Compute{Unit: t.unit.ID.String(), Slot: t.slot, Run: func(Slot) error {
+		if run != nil {
+			if err := run(sh); err != nil {
+				return err
+			}
+		}
+		if !t.ready && t.copies() {
+			return fmt.Errorf("the compute of a split unit never waited for its weights (Shard.Ready)")
+		}
+		return nil
+	}}); err != nil {
 		return e.fail(t, "compute", err)
 	}
-	if pipelinedSlot {
-		// The slot may be overwritten by its next user (streamed turn j+2).
+	if pipelined && t.kind == slotted {
+		// The slot may be overwritten by its next user (slotted turn j+2).
 		if err := e.dev.Record(e.computeDone[s], e.compute); err != nil {
 			return e.fail(t, "record compute-done", err)
 		}
 	}
+	if t.join != nil {
+		if ht, ok := e.dev.(HostTimer); ok {
+			if err := ht.HostJoin(e.compute, t.unit.ID); err != nil {
+				return e.fail(t, "join the CPU", err)
+			}
+		}
+		err := t.join()
+		t.join = nil
+		if err != nil {
+			return e.fail(t, "take the CPU's result back", err)
+		}
+	}
 	return e.stamp(t.exeEnd, e.compute)
+}
+
+// waitWeights makes the compute stream wait for t's copy: dma-done of
+// its slot, or its home's copy.
+func (e *Executor) waitWeights(t *turn) error {
+	if e.cfg.Mode != Pipelined {
+		return nil
+	}
+	switch t.kind {
+	case slotted:
+		if err := e.dev.Wait(e.compute, e.dmaDone[t.j%len(e.slots)]); err != nil {
+			return e.fail(t, "compute stream waits for dma-done", err)
+		}
+	case entering:
+		if err := e.dev.Wait(e.compute, e.homeReady[t.unit]); err != nil {
+			return e.fail(t, "compute stream waits for the home's copy", err)
+		}
+	}
+	return nil
 }
 
 // stamp records a timing event on s, when profiling.

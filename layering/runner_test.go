@@ -1,8 +1,10 @@
 package layering
 
 import (
+	"fmt"
 	"testing"
 	"vlanode/placement"
+	"vlanode/weights"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -36,7 +38,7 @@ func TestRunnerSkip(t *testing.T) {
 			require.NoError(t, err)
 			var ran []string
 			do := func(u *Unit) {
-				require.NoError(t, r.Do(u, func(Slot) error { ran = append(ran, u.ID.String()); return nil }))
+				require.NoError(t, r.Do(u, func(Shard) error { ran = append(ran, u.ID.String()); return nil }))
 			}
 			for range 2 {
 				for _, u := range dec {
@@ -110,56 +112,135 @@ func TestRunnerOrder(t *testing.T) {
 	assert.ErrorContains(t, r.Skip("p"), "in the middle of pass p.0")
 }
 
-// TestRunnerPromote streams a stack through one prefill pass, then
-// promotes two of its units into slots of their own: the decode passes
-// compute them in place (after their one copy), the others keep streaming,
-// and every compute finds its own blob (Verify).
-func TestRunnerPromote(t *testing.T) {
+// TestRunnerHomes places units per stage: the prefill streams a stack;
+// the decode gives two of its units homes (copied there in the decode's
+// first pass, in place after); the diffusion frees them for a home of its
+// own; a second run keeps nothing of the first's homes. Every compute
+// finds its own blob (Verify), homes cost one copy a stage, and the
+// homes in use never exceed what the stage needs.
+func TestRunnerHomes(t *testing.T) {
 	for _, mode := range []Mode{Pipelined, Sequential} {
 		t.Run(mode.String(), func(t *testing.T) {
-			units := stack("vlm", all(5, placement.Streamed), 256)
+			vlm := stack("vlm", all(5, placement.Streamed), 256)
+			exp := stack("expert", all(3, placement.Streamed), 512)
+			units := append(append([]*Unit{}, vlm...), exp...)
 			f := fakeOf(uniform(units, cost{dma: 3, exe: 1}))
 			e, err := New(f, Config{Mode: mode, Profile: true}, units)
 			require.NoError(t, err)
-			passes := append([]Pass{{Name: "prefill", Stage: "prefill", Units: units}}, Repeat("decode", units, 4)...)
-			r, err := e.Start(passes)
-			require.NoError(t, err)
-			for _, u := range units {
-				require.NoError(t, r.Do(u, nil))
+			decode := make([]placement.Placement, len(vlm))
+			for i := range decode {
+				decode[i] = placement.StreamGPU
 			}
-			a, err := f.AllocSlot(256)
-			require.NoError(t, err)
-			b, err := f.AllocSlot(256)
-			require.NoError(t, err)
-			require.NoError(t, r.Promote([]*Unit{units[1], units[3]}, []Slot{a, b}))
-			for r.Next() != nil {
-				require.NoError(t, r.Do(r.Next(), nil))
+			decode[1], decode[3] = placement.OnGPU, placement.OnGPU
+			diffusion := []placement.Placement{placement.OnGPU, placement.StreamGPU, placement.StreamGPU}
+			passes := []Pass{{Name: "prefill", Stage: "prefill", Units: vlm}}
+			for i := range 4 {
+				passes = append(passes, Pass{Name: fmt.Sprintf("decode.%d", i), Stage: "decode", Units: vlm, Place: decode})
 			}
-			p, err := r.Finish()
-			require.NoError(t, err)
-			require.NoError(t, f.Verify())
-			copies := map[string]int{}
-			for _, op := range f.Timeline {
-				if op.Kind == OpCopy {
-					copies[op.Unit]++
+			for i := range 2 {
+				passes = append(passes, Pass{Name: fmt.Sprintf("diffusion.%d", i), Stage: "diffusion", Units: exp, Place: diffusion})
+			}
+			for run := range 2 {
+				f.Timeline = nil
+				slotsBefore := f.SlotBytes
+				p, err := e.Run(passes)
+				require.NoError(t, err, "run %d", run)
+				require.NoError(t, f.Verify())
+				require.NoError(t, p.HomeErrors)
+				copies := map[string]int{}
+				for _, op := range f.Timeline {
+					if op.Kind == OpCopy {
+						copies[op.Unit]++
+					}
 				}
-			}
-			// vlm.1 and vlm.3: the prefill's copy, perhaps one decode copy
-			// already queued, and the promotion copy.
-			for _, u := range []string{"vlm.1", "vlm.3"} {
-				assert.LessOrEqual(t, copies[u], 3, u)
-				assert.GreaterOrEqual(t, copies[u], 2, u)
-			}
-			assert.Equal(t, 5, copies["vlm.0"], "streamed every pass")
-			home := 0
-			for _, tr := range p.Turns {
-				if tr.Slot == a || tr.Slot == b {
-					home++
+				for _, u := range []string{"vlm.1", "vlm.3"} {
+					assert.Equal(t, 2, copies[u], "%s: the prefill's copy and its home's", u)
 				}
+				assert.Equal(t, 5, copies["vlm.0"], "streamed every pass")
+				assert.Equal(t, 1, copies["expert.0"], "one copy into its home")
+				assert.Equal(t, 2, copies["expert.1"])
+				home := 0
+				for _, tr := range p.Turns {
+					if tr.Unit.Module == "vlm" && (tr.Unit.Index == 1 || tr.Unit.Index == 3) && tr.Pass != "prefill" {
+						assert.NotEqual(t, e.slots[0], tr.Slot)
+						home++
+					}
+				}
+				assert.Equal(t, 8, home)
+				// After the run the diffusion's home is what remains.
+				require.Len(t, e.homes, 1)
+				assert.Equal(t, int64(len(e.slots))*e.SlotBytes+512, f.SlotBytes, "after run %d (%d before)", run, slotsBefore)
 			}
-			assert.GreaterOrEqual(t, home, 6, "most decode turns of the promoted units run in place")
-			require.NoError(t, f.FreeSlot(a))
-			require.NoError(t, f.FreeSlot(b))
 		})
+	}
+}
+
+// TestRunnerCPU runs split and CPU-whole turns on the Fake: each CPU task
+// starts once the compute stream has handed its input over (one hop after
+// the unit before it), runs on the CPU engine in order, and the compute
+// after the unit waits for its result (one hop back); the GPU's share of a
+// split unit runs alongside its CPU task; tasks run for real, in order.
+func TestRunnerCPU(t *testing.T) {
+	units := stack("mlp", all(4, placement.Streamed), 1024)
+	for _, u := range units {
+		u.Share = func(c int) ([]weights.Rect, int64, error) {
+			return []weights.Rect{{Width: 256, Height: 1, SrcPitch: 256, DstPitch: 256}}, 256, nil
+		}
+	}
+	f := fakeOf(uniform(units, cost{dma: 4, exe: 1}))
+	f.CPU = func(string) float64 { return 3 }
+	f.Hop = 0.5
+	e, err := New(f, Config{Mode: Pipelined, Profile: true}, units)
+	require.NoError(t, err)
+	defer e.Close()
+	place := []placement.Placement{
+		{Weights: placement.Streamed, Engine: placement.GPU, CPUSplit: 128},
+		placement.HostCPU,
+		placement.StreamGPU,
+		{Weights: placement.Streamed, Engine: placement.GPU, CPUSplit: 128},
+	}
+	var ran []string
+	for _, u := range units {
+		u.Run = func(sh Shard) error {
+			if sh.CPU == 0 {
+				return nil
+			}
+			if err := sh.Offload(func() error { ran = append(ran, u.ID.String()); return nil }); err != nil {
+				return err
+			}
+			if err := sh.Ready(); err != nil {
+				return err
+			}
+			return sh.Join(func() error { return nil })
+		}
+	}
+	p, err := e.Run([]Pass{{Name: "decode.0", Stage: "decode", Units: units, Place: place}})
+	require.NoError(t, err)
+	require.NoError(t, f.Verify())
+	assert.Equal(t, []string{"mlp.0", "mlp.1", "mlp.3"}, ran, "the CPU's tasks, in order")
+	assert.Len(t, p.CPUBusy, 3)
+	var cpu, gpu []Op
+	for _, op := range f.Timeline {
+		switch op.Kind {
+		case OpCPU:
+			cpu = append(cpu, op)
+		case OpCompute:
+			gpu = append(gpu, op)
+		}
+	}
+	require.Len(t, cpu, 3)
+	require.Len(t, gpu, 4)
+	// mlp.0: its share is copied [0,1] (256 of 1024 bytes timed as a copy
+	// of the blob: 4 ms), the CPU starts at 0.5 (input at 0, one hop),
+	// the GPU's share computes after its copy, and mlp.1 waits for the
+	// CPU (3.5) and the hop back (4).
+	assert.InDelta(t, 0.5, cpu[0].Start, 1e-9)
+	assert.InDelta(t, 4, gpu[0].Start, 1e-9, "the GPU share waits for its copy")
+	assert.InDelta(t, 5, gpu[1].Start, 1e-9, "the next unit after the share and the CPU's result")
+	assert.InDelta(t, 5.5, cpu[1].Start, 1e-9, "mlp.1 on the CPU whole: one hop after mlp.0's end")
+	assert.InDelta(t, 9, gpu[2].Start, 1e-9, "mlp.2 after mlp.1's result (8.5) and the hop back")
+	assert.GreaterOrEqual(t, cpu[2].Start, gpu[2].End+0.5-1e-9, "mlp.3's CPU task after mlp.2's output")
+	for i := 1; i < len(cpu); i++ {
+		assert.GreaterOrEqual(t, cpu[i].Start, cpu[i-1].End-1e-9, "one CPU engine: in order")
 	}
 }

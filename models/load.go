@@ -55,8 +55,17 @@ type Unit struct {
 	Weights placement.Weights
 
 	dsts   []*backend.Tensor // bound specs' fields, in blob order
+	splits []placement.Axis  // how each entry divides in a CPU/GPU split
 	derive func() error      // recomputes views of the bound tensors
 	slots  [][]backend.Tensor
+	// at are views bound elsewhere than the DFB slots (homes, the GPU's
+	// share of a split), by the key UseAt was given.
+	at map[string][]backend.Tensor
+	// host are the blob's tensors on a CPU engine's backend.
+	host   []backend.Tensor
+	hostBE backend.Backend
+	// split is the CPU/GPU split of the compute in progress (Split).
+	split *Split
 }
 
 // Streamed reports whether the unit's weights are streamed through slots.
@@ -131,6 +140,159 @@ func (u *Unit) Use(slot int) error {
 	}
 	return nil
 }
+
+// UseAt points the unit's fields at views of its weights somewhere other
+// than the slots BindSlots bound: a home of its own, or a slot holding the
+// GPU's share of a split (entries: the share's layout, from Share; nil for
+// the whole blob). view makes each tensor the first time key is seen; the
+// views are kept for the next uses of key.
+func (u *Unit) UseAt(key string, entries []weights.Entry, view func(e weights.Entry) (backend.Tensor, error)) error {
+	if entries == nil {
+		entries = u.Blob.Entries
+	}
+	if len(entries) != len(u.dsts) {
+		return fmt.Errorf("models: unit %s: %d entries for %d tensors", u.Name, len(entries), len(u.dsts))
+	}
+	ts, ok := u.at[key]
+	if !ok {
+		ts = make([]backend.Tensor, len(entries))
+		for i, e := range entries {
+			t, err := view(e)
+			if err != nil {
+				return fmt.Errorf("models: unit %s at %s: %w", u.Name, key, err)
+			}
+			ts[i] = t
+		}
+		if u.at == nil {
+			u.at = map[string][]backend.Tensor{}
+		}
+		u.at[key] = ts
+	}
+	for i, d := range u.dsts {
+		*d = ts[i]
+	}
+	if u.derive != nil {
+		return u.derive()
+	}
+	return nil
+}
+
+// DropAt forgets the views bound at key and returns them, for the caller
+// to free (a home that went away).
+func (u *Unit) DropAt(key string) []backend.Tensor {
+	ts := u.at[key]
+	delete(u.at, key)
+	return ts
+}
+
+// Share is the GPU's share of the unit when the CPU takes the first c of
+// its split dimension: the share's tensors laid out as they land in a slot
+// (entries, in blob order), the rectangles of the blob to copy there, and
+// the bytes they take. Tensors split by rows keep rows [c, n), those split
+// by columns columns [c, n); the others are copied whole.
+func (u *Unit) Share(c int) ([]weights.Entry, []weights.Rect, int64, error) {
+	specs := make([]weights.Spec, len(u.Blob.Entries))
+	for i, e := range u.Blob.Entries {
+		shape := append([]int{}, e.Shape...)
+		switch u.splits[i] {
+		case placement.SplitRows:
+			if c <= 0 || c >= shape[0] {
+				return nil, nil, 0, fmt.Errorf("models: unit %s: split %d of %s's %d rows", u.Name, c, e.Name, shape[0])
+			}
+			shape[0] -= c
+		case placement.SplitCols:
+			if len(shape) != 2 || c <= 0 || c >= shape[1] {
+				return nil, nil, 0, fmt.Errorf("models: unit %s: split %d of %s's columns %v", u.Name, c, e.Name, shape)
+			}
+			shape[1] -= c
+		}
+		specs[i] = weights.Spec{Name: e.Name, DType: e.DType, Shape: shape}
+	}
+	entries, size := weights.Layout(specs)
+	rects := make([]weights.Rect, len(entries))
+	for i, e := range u.Blob.Entries {
+		var r weights.Rect
+		var err error
+		switch u.splits[i] {
+		case placement.SplitRows:
+			if len(e.Shape) == 1 {
+				el := int64(e.DType.Size())
+				w := int64(e.Shape[0]-c) * el
+				r = weights.Rect{SrcOffset: e.Offset + int64(c)*el, SrcPitch: w, DstOffset: entries[i].Offset, DstPitch: w, Width: w, Height: 1}
+			} else {
+				r, err = e.RowRect(c, e.Shape[0], entries[i].Offset)
+			}
+		case placement.SplitCols:
+			r, err = e.ColumnRect(c, e.Shape[1], entries[i].Offset)
+		default:
+			r = weights.Rect{SrcOffset: e.Offset, SrcPitch: e.Size, DstOffset: entries[i].Offset, DstPitch: e.Size, Width: e.Size, Height: 1}
+		}
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("models: unit %s: %w", u.Name, err)
+		}
+		rects[i] = r
+	}
+	return entries, rects, size, nil
+}
+
+// Splits says whether the unit's tensors divide between the CPU and the
+// GPU (some tensor splits by rows or columns).
+func (u *Unit) Splits() bool {
+	for _, a := range u.splits {
+		if a != placement.Shared {
+			return true
+		}
+	}
+	return false
+}
+
+// HostTensors are the unit's tensors on be, a CPU engine's backend, over
+// the blob's host bytes (the backend aliases them: nothing is copied), in
+// the order of the unit's table; made once.
+func (u *Unit) HostTensors(be backend.Backend) ([]backend.Tensor, error) {
+	if u.host != nil && u.hostBE == be {
+		return u.host, nil
+	}
+	ts := make([]backend.Tensor, len(u.Blob.Entries))
+	for i, e := range u.Blob.Entries {
+		t, err := be.Weight("host-weights", e.DType, e.Shape, u.Blob.Data[e.Offset:e.Offset+e.Size])
+		if err != nil {
+			return nil, fmt.Errorf("models: unit %s on the CPU: %w", u.Name, err)
+		}
+		ts[i] = t
+	}
+	u.host, u.hostBE = ts, be
+	return ts, nil
+}
+
+// Split is the CPU/GPU split of a unit's compute in progress: what the CPU
+// takes, where it computes, and the executor's hooks that order the two
+// engines (layering.Shard).
+type Split struct {
+	// CPU is the CPU's share of the split dimension; Whole says it takes
+	// everything (the GPU reads none of the unit's weights).
+	CPU   int
+	Whole bool
+	// Backend is the CPU engine's backend and Host the unit's tensors on
+	// it (HostTensors), in the unit's table order.
+	Backend backend.Backend
+	Host    []backend.Tensor
+	// Offload runs a task on the CPU engine, in order; Ready makes the
+	// device's later work wait for the GPU's share of the weights; Join
+	// queues fn (the Receive of the CPU's result) once the slot is
+	// released.
+	Offload func(task func() error) error
+	Ready   func() error
+	Join    func(fn func() error) error
+}
+
+// SetSplit sets (or, with nil, clears) the split of the compute in
+// progress; the executor's adapter calls it around the unit's compute.
+func (u *Unit) SetSplit(sp *Split) { u.split = sp }
+
+// Split is the split of the compute in progress, nil when the GPU
+// computes the unit alone.
+func (u *Unit) Split() *Split { return u.split }
 
 // Loader loads units from a checkpoint onto a backend, placing each as
 // Place says.
@@ -285,6 +447,7 @@ func (l *Loader) load(id placement.ID, prefix string, specs []Spec, derive func(
 	u := &Unit{ID: id, Name: name, Blob: blob, Weights: place, derive: derive}
 	for _, s := range present {
 		u.dsts = append(u.dsts, s.Dst)
+		u.splits = append(u.splits, s.Split)
 	}
 	l.Units = append(l.Units, u)
 	if place != placement.Resident {

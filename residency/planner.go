@@ -512,13 +512,22 @@ func (pl *planner) balance(homes []stageSet, s placement.Stage) float64 {
 }
 
 // cpuShare is the CPU's share of an item's split dimension for a stage
-// share f, in whole tiles.
+// share f, in whole tiles (of splitAlign, or an eighth of a dimension too
+// small for eight of them); a share strictly between 0 and 1 keeps a tile
+// on each engine.
 func cpuShare(it *item, f float64) int {
 	if f <= 0 || it.SplitDim <= 0 {
 		return 0
 	}
-	c := int(math.Round(f*float64(it.SplitDim)/splitAlign)) * splitAlign
-	return min(max(c, 0), it.SplitDim)
+	if f >= 1 {
+		return it.SplitDim
+	}
+	grain := splitAlign
+	if it.SplitDim < 8*splitAlign {
+		grain = max(1, it.SplitDim/8)
+	}
+	c := int(math.Round(f*float64(it.SplitDim)/float64(grain))) * grain
+	return min(max(c, grain), it.SplitDim-grain)
 }
 
 // simulateStage times stage s with homes and CPU share f of every split

@@ -210,10 +210,15 @@ type benchRun struct {
 	StreamedBytes map[string]int64 `json:"streamed_bytes"`
 	// EnterBytes are copied into homes once, in each stage's first pass.
 	EnterBytes map[string]int64 `json:"enter_bytes"`
-	// Promoted are the units copied into homes after the prefill;
-	// PromoteError says why the budget refused them, if it did.
-	Promoted       int              `json:"promoted_units"`
-	PromoteError   string           `json:"promote_error,omitempty"`
+	// HomeError says why the budget refused homes the plan gave units, if
+	// it did (they were streamed instead).
+	HomeError string `json:"home_error,omitempty"`
+	// CPUBusyMs is the CPU engine's busy time in the last timed
+	// inference, CPUBytes what it read of the weights there (the plan's
+	// CPU bytes per pass over the passes run), CPUGBps their rate.
+	CPUBusyMs      float64          `json:"cpu_busy_ms"`
+	CPUBytes       int64            `json:"cpu_bytes"`
+	CPUGBps        float64          `json:"cpu_gbps"`
 	DecodeSteps    int              `json:"decode_steps"`
 	EulerSteps     int              `json:"euler_steps"`
 	PeakAllocBytes int64            `json:"peak_alloc_bytes"` // the CUDA allocator's account
@@ -337,7 +342,22 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool
 	}
 	r.PromptTokens = res.PromptTokens
 	r.DecodeGraph, r.DiffusionGraph, r.GraphError = res.DecodeGraph, res.DiffusionGraph, res.GraphError
-	r.Promoted, r.PromoteError = res.Promoted, res.PromoteError
+	r.HomeError = res.HomeError
+	if res.Layers != nil {
+		for _, d := range res.Layers.CPUBusy {
+			r.CPUBusyMs += float64(d) / 1e6
+		}
+	}
+	for _, sp := range bm.plan.Stages {
+		passes := int64(sp.Passes)
+		if sp.Stage == placement.StageDecode {
+			passes = int64(res.CachedTokens - res.PromptTokens)
+		}
+		r.CPUBytes += sp.CPUBytes * passes
+	}
+	if r.CPUBusyMs > 0 {
+		r.CPUGBps = float64(r.CPUBytes) / (r.CPUBusyMs * 1e6)
+	}
 	r.ResultSHA256 = resultDigest(res)
 	r.MeasuredMs = medianTiming(times)
 	r.DecodeSteps = res.CachedTokens - res.PromptTokens
@@ -476,15 +496,15 @@ func (rep *benchReport) print(w io.Writer) {
 	tw.Flush()
 }
 
-// streamedText is the streamed units, with those promoted after the
-// prefill.
+// streamedText is the streamed units, with the CPU engine's busy time
+// and read rate when it computed shares.
 func streamedText(r benchRun) string {
 	out := fmt.Sprint(r.Streamed)
-	if r.Promoted > 0 {
-		out += fmt.Sprintf(" (%d promoted)", r.Promoted)
+	if r.CPUBusyMs > 0 {
+		out += fmt.Sprintf(" (CPU %.0f ms, %.1f GB/s)", r.CPUBusyMs, r.CPUGBps)
 	}
-	if r.PromoteError != "" {
-		out += " (promotion refused)"
+	if r.HomeError != "" {
+		out += " (homes refused)"
 	}
 	return out
 }

@@ -5,9 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 
 	"vlanode/backend"
+	"vlanode/cpu"
 	"vlanode/cuda"
 	"vlanode/device"
 	"vlanode/layering"
@@ -27,13 +29,15 @@ type layerFlags struct {
 
 // planOpts are the planner's options on the command line.
 type planOpts struct {
-	exact bool
-	kind  string
+	exact      bool
+	kind       string
+	cpuThreads int
 }
 
 func (o *planOpts) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.exact, "exact", false, "forbid CPU shards: the GPU computes every unit, and plans stay bit-identical across budgets")
 	fs.StringVar(&o.kind, "plan-kind", "", "force one plan for every stage that streams: gpu-only, static (MLPs on the CPU) or dynamic (MLPs split between CPU and GPU); default: the cheapest per stage")
+	fs.IntVar(&o.cpuThreads, "cpu-threads", 0, "threads of the CPU engine that computes CPU shards (default: all cores but two)")
 }
 
 // options are the planner's options.
@@ -64,7 +68,7 @@ func (f *layerFlags) check() error {
 
 // resolveMode picks the executor mode for a plan.
 func (f *layerFlags) resolveMode(plan *residency.Plan) (layering.Mode, error) {
-	streams := plan.SlotBytes > 0
+	streams := streamedUnits(plan) > 0 // slots, homes per stage or CPU shares: the executor runs it
 	switch f.mode {
 	case "pipelined":
 		if !streams {
@@ -169,6 +173,18 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 	b.be = be
 	b.closers = append(b.closers, be.Close)
 	lay := &alpamayo.Layering{Plan: plan, Mode: mode, Profile: s.profile}
+	if planUsesCPU(plan) {
+		threads := s.layers.cpuThreads
+		if threads <= 0 {
+			threads = max(1, runtime.NumCPU()-2)
+		}
+		engine, err := cpu.New(cpu.WithThreads(threads))
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("the CPU engine: %w", err), b.Close())
+		}
+		b.closers = append(b.closers, engine.Close)
+		lay.CPU = engine
+	}
 	if cb, ok := be.(*cuda.Backend); ok {
 		dev := cb.NewDFBDevice()
 		pinned := &hostBlobs{}
@@ -184,6 +200,19 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 	fmt.Fprintf(log, "vlanode: %s within %s: %d units resident, %d streamed (%s mode), predicted %.0f ms for the standard workload\n",
 		arch.Name, budgetText(s.budget), residentUnits(plan), streamedUnits(plan), mode, plan.TotalMs)
 	return b, nil
+}
+
+// planUsesCPU says whether the plan computes a share of some unit on the
+// CPU in some stage.
+func planUsesCPU(p *residency.Plan) bool {
+	for _, u := range p.Units {
+		for _, pl := range u.Place {
+			if u.Weights != placement.Host && (pl.Engine == placement.CPU || pl.CPUSplit > 0) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func budgetText(b int64) string {

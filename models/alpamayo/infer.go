@@ -79,10 +79,9 @@ type Result struct {
 	// unit resident, no profiling); GraphError says why a capture failed.
 	DecodeGraph, DiffusionGraph bool
 	GraphError                  string
-	// Promoted is the number of units promoted after the prefill;
-	// PromoteError says why none were, when the budget refused them.
-	Promoted     int
-	PromoteError string
+	// HomeError says why homes the plan gave units could not be
+	// allocated (they were streamed instead in their stage).
+	HomeError string
 }
 
 // Infer runs the whole pipeline for one request.
@@ -105,8 +104,7 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 		lay.run = run
 		defer func() {
 			lay.run = nil
-			_ = run.Abort()        // after an error: let queued copies finish
-			_ = lay.releaseHomes() // the promotion slots go back to the activations
+			_ = run.Abort() // after an error: let queued copies finish
 		}()
 	}
 	stamp := func(d *time.Duration, since time.Time) error {
@@ -188,19 +186,7 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 		}
 		res.Timing.Prefill = end.Sub(vt0) - res.Timing.Vision
 	}
-	feat.Free(m.be) // the prefill was their last reader
-	if run != nil {
-		// The vision pass's and the prefill's activations are free: the
-		// plan's promoted units move in for the decode and the diffusion.
-		n, err := m.layered.promoteAfterPrefill()
-		if err != nil {
-			if run.Failed() {
-				return nil, fmt.Errorf("alpamayo: %w", err)
-			}
-			res.PromoteError = err.Error()
-		}
-		res.Promoted = n
-	}
+	feat.Free(m.be) // the prefill was their last reader: the decode's homes take its room
 
 	t0 = time.Now()
 	gen, offset, err := m.reason(ctx, sess, logits, req, maxNew)
@@ -245,6 +231,9 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 	if run != nil {
 		if res.Layers, err = run.Finish(); err != nil {
 			return nil, fmt.Errorf("alpamayo: %w", err)
+		}
+		if res.Layers.HomeErrors != nil {
+			res.HomeError = res.Layers.HomeErrors.Error()
 		}
 	}
 	res.Normalized = acts[0]

@@ -35,6 +35,10 @@ type Layering struct {
 	HostAlloc weights.Allocator
 	// Profile times every copy and compute (Result.Layers.Turns).
 	Profile bool
+	// CPU is the CPU engine's backend (a cpu.Backend on the host's cores)
+	// for a plan that computes shares of units on the CPU; nil refuses
+	// such a plan.
+	CPU backend.Backend
 }
 
 // layered is a loaded model's executor and its unit tables; it is the
@@ -48,10 +52,11 @@ type layered struct {
 	be   backend.Backend
 	dev  layering.Device
 	view func(s layering.Slot, e weights.Entry) (backend.Tensor, error)
-	// promote are the units the plan promotes after the prefill; home are
-	// their slots of the inference in progress.
-	promote []*models.Unit
-	home    []layering.Slot
+	cpu  backend.Backend // the CPU engine's, for shares of units
+	// place is each unit's placement per stage, from the plan.
+	place map[*models.Unit]map[placement.Stage]placement.Placement
+	// home is the home each unit's views were last bound to.
+	home map[*models.Unit]layering.Slot
 	// resident says the plan streams nothing: with profiling off, an
 	// inference then needs no executor run, and each unit's compute runs
 	// in place (Direct), which lets the model replay captured graphs.
@@ -102,10 +107,12 @@ func (l *Layering) configureLoader(ld *models.Loader) error {
 }
 
 // newLayered checks the loaded units against the plan, makes the
-// executor (its DFB slots) and binds the streamed units to the slots.
+// executor (its DFB slots and CPU engine) and binds the streamed units to
+// the slots.
 func (m *Model) newLayered(l *Layering, units []*models.Unit) error {
 	places, _ := placementOf(l.Plan)
 	lay := &layered{units: map[*models.Unit]*layering.Unit{}, slot: map[layering.Slot]int{}, be: m.be, dev: l.Device, view: l.View,
+		cpu: l.CPU, place: map[*models.Unit]map[placement.Stage]placement.Placement{}, home: map[*models.Unit]layering.Slot{},
 		resident: true, profile: l.Profile}
 	var all []*layering.Unit
 	var errs []error
@@ -124,20 +131,29 @@ func (m *Model) newLayered(l *Layering, units []*models.Unit) error {
 			errs = append(errs, fmt.Errorf("alpamayo: preload mode with unit %s streamed by the plan", u.ID))
 			continue
 		}
+		for s, pl := range p.Place {
+			if (pl.Engine == placement.CPU || pl.CPUSplit > 0) && l.CPU == nil {
+				errs = append(errs, fmt.Errorf("alpamayo: the plan computes a share of %s on the CPU in %s, and no CPU engine was given", u.ID, s))
+			}
+		}
 		if u.Streamed() {
 			lay.resident = false
 		}
 		lu := &layering.Unit{ID: u.ID, Blob: u.Blob, Weights: u.Weights}
-		lay.units[u] = lu
-		all = append(all, lu)
-		if promoted(p) && u.Streamed() && l.Mode != layering.Preload {
-			lay.promote = append(lay.promote, u)
+		if u.Splits() {
+			lu.Share = func(c int) ([]weights.Rect, int64, error) {
+				_, rects, n, err := u.Share(c)
+				return rects, n, err
+			}
 		}
+		lay.units[u] = lu
+		lay.place[u] = p.Place
+		all = append(all, lu)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	exec, err := layering.New(l.Device, layering.Config{Mode: l.Mode, Profile: l.Profile}, all)
+	exec, err := layering.New(l.Device, layering.Config{Mode: l.Mode, Profile: l.Profile, SlotBytes: roundUp(l.Plan.SlotBytes)}, all)
 	if err != nil {
 		return fmt.Errorf("alpamayo: %w", err)
 	}
@@ -146,65 +162,61 @@ func (m *Model) newLayered(l *Layering, units []*models.Unit) error {
 	for i, s := range slots {
 		lay.slot[s] = i
 	}
-	for _, u := range units {
-		if !u.Streamed() {
-			continue
-		}
-		err := u.BindSlots(len(slots), func(i int, e weights.Entry) (backend.Tensor, error) { return l.View(slots[i], e) })
-		if err != nil {
-			return fmt.Errorf("alpamayo: %w", err)
-		}
-	}
 	m.layered = lay
 	m.VLM.Vision.Exec, m.VLM.Text.Exec, m.Expert.Exec = lay, lay, lay
 	return nil
 }
 
-// promoteAfterPrefill gives the plan's promoted units slots of their own
-// in the activation memory the prefill has freed, for the decode and the
-// diffusion. When the budget refuses the memory (the plan's estimate of
-// what the prefill frees was short) it promotes nothing and says why: the
-// inference goes on, streaming them.
-func (l *layered) promoteAfterPrefill() (int, error) {
-	if len(l.promote) == 0 {
-		return 0, nil
-	}
-	var units []*layering.Unit
-	for _, u := range l.promote {
-		s, err := l.dev.AllocSlot(u.Blob.Size())
-		if err != nil {
-			return 0, errors.Join(fmt.Errorf("promoting %s: %w", u.Name, err), l.releaseHomes())
-		}
-		l.home = append(l.home, s)
-		l.slot[s] = len(l.exec.Slots())
-		err = u.BindSlot(len(l.exec.Slots()), func(e weights.Entry) (backend.Tensor, error) { return l.view(s, e) })
-		if err != nil {
-			return 0, errors.Join(err, l.releaseHomes())
-		}
-		units = append(units, l.units[u])
-	}
-	if err := l.run.Promote(units, l.home); err != nil {
-		return 0, err
-	}
-	return len(units), nil
-}
+// roundUp rounds n up to whole weights.Align.
+func roundUp(n int64) int64 { return (n + weights.Align - 1) / weights.Align * weights.Align }
 
-// releaseHomes frees the promotion slots and the weight views bound in
-// them (after the run's work is done).
-func (l *layered) releaseHomes() error {
-	var errs []error
-	for i, s := range l.home {
-		for _, t := range l.promote[i].DropSlot(l.slot[s]) {
-			if t != nil {
+// bind points u's fields at the weights the shard says: a DFB slot, the
+// GPU's share of a split in a slot, or the unit's home; and, when the CPU
+// takes a share, gives the unit its split.
+func (l *layered) bind(u *models.Unit, sh layering.Shard) error {
+	view := func(e weights.Entry) (backend.Tensor, error) { return l.view(sh.Slot, e) }
+	switch {
+	case sh.Whole || sh.Slot == layering.NoSlot:
+	case sh.CPU > 0:
+		entries, _, _, err := u.Share(sh.CPU)
+		if err != nil {
+			return err
+		}
+		if err := u.UseAt(fmt.Sprintf("slot %d, share from %d", sh.Slot, sh.CPU), entries, view); err != nil {
+			return err
+		}
+	default:
+		if _, ok := l.slot[sh.Slot]; ok {
+			if err := u.UseAt(fmt.Sprintf("slot %d", sh.Slot), nil, view); err != nil {
+				return err
+			}
+			break
+		}
+		// Its home in this stage: new views when the home is new.
+		if old, ok := l.home[u]; ok && old != sh.Slot {
+			for _, t := range u.DropAt(homeKey(old)) {
 				l.be.Free(t)
 			}
 		}
-		errs = append(errs, l.dev.FreeSlot(s))
-		delete(l.slot, s)
+		l.home[u] = sh.Slot
+		if err := u.UseAt(homeKey(sh.Slot), nil, view); err != nil {
+			return err
+		}
 	}
-	l.home = nil
-	return errors.Join(errs...)
+	if sh.CPU == 0 {
+		u.SetSplit(nil)
+		return nil
+	}
+	host, err := u.HostTensors(l.cpu)
+	if err != nil {
+		return err
+	}
+	u.SetSplit(&models.Split{CPU: sh.CPU, Whole: sh.Whole, Backend: l.cpu, Host: host,
+		Offload: sh.Offload, Ready: sh.Ready, Join: sh.Join})
+	return nil
 }
+
+func homeKey(s layering.Slot) string { return fmt.Sprintf("home %d", s) }
 
 // Do runs u's compute in the inference in progress (models.Runner).
 func (l *layered) Do(u *models.Unit, run func() error) error {
@@ -218,12 +230,11 @@ func (l *layered) Do(u *models.Unit, run func() error) error {
 		}
 		return fmt.Errorf("alpamayo: unit %s computed outside an inference", u.Name)
 	}
-	return l.run.Do(lu, func(s layering.Slot) error {
-		if s != layering.NoSlot {
-			if err := u.Use(l.slot[s]); err != nil {
-				return err
-			}
+	return l.run.Do(lu, func(sh layering.Shard) error {
+		if err := l.bind(u, sh); err != nil {
+			return err
 		}
+		defer u.SetSplit(nil)
 		return run()
 	})
 }
@@ -233,14 +244,16 @@ func (l *layered) Do(u *models.Unit, run func() error) error {
 // skipped) and steps Euler steps.
 func (m *Model) schedule(decodes, steps int) []layering.Pass {
 	lay := m.layered
-	pick := func(units []*models.Unit) []*layering.Unit {
+	pick := func(units []*models.Unit, s placement.Stage) ([]*layering.Unit, []placement.Placement) {
 		var out []*layering.Unit
+		var pls []placement.Placement
 		for _, u := range units {
 			if lu, ok := lay.units[u]; ok {
 				out = append(out, lu)
+				pls = append(pls, lay.place[u][s])
 			}
 		}
-		return out
+		return out, pls
 	}
 	text := m.VLM.Text
 	var lm []*models.Unit
@@ -248,12 +261,21 @@ func (m *Model) schedule(decodes, steps int) []layering.Pass {
 		lm = append(lm, l.Attn, l.MLP)
 	}
 	lm = append(lm, headUnits(text.Head)...)
-	passes := []layering.Pass{
-		{Name: "vision", Stage: string(placement.StageVision), Units: pick(m.VLM.Vision.Units)},
-		{Name: "prefill", Stage: string(placement.StagePrefill), Units: pick(lm)},
+	stage := func(name string, s placement.Stage, units []*models.Unit, n int) []layering.Pass {
+		us, pls := pick(units, s)
+		out := layering.Repeat(string(s), us, n)
+		for i := range out {
+			out[i].Place = pls
+			if n == 1 {
+				out[i].Name = name
+			}
+		}
+		return out
 	}
-	passes = append(passes, layering.Repeat(string(placement.StageDecode), pick(lm), decodes)...)
-	return append(passes, layering.Repeat(string(placement.StageDiffusion), pick(m.Expert.Units), steps)...)
+	passes := stage("vision", placement.StageVision, m.VLM.Vision.Units, 1)
+	passes = append(passes, stage("prefill", placement.StagePrefill, lm, 1)...)
+	passes = append(passes, stage("decode", placement.StageDecode, lm, decodes)...)
+	return append(passes, stage("diffusion", placement.StageDiffusion, m.Expert.Units, steps)...)
 }
 
 // headUnits are the LM head blocks' units.
@@ -278,10 +300,4 @@ func (m *Model) SetProfiling(on bool) {
 		m.layered.exec.SetProfile(on)
 		m.layered.profile = on
 	}
-}
-
-// promoted says whether the plan copies u into a home of its own after the
-// prefill, for the decode (and the diffusion).
-func promoted(u residency.UnitPlan) bool {
-	return u.Weights == placement.Streamed && len(u.Home) > 0 && u.Home[0] == placement.StageDecode
 }

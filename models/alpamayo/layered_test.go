@@ -116,11 +116,17 @@ func TestLayeredMatchesResident(t *testing.T) {
 				} else {
 					assert.Positive(t, turns, "units ran from slots")
 				}
-				if tc.plan == min {
-					// The plan moves units into the prefill's freed
-					// activations for the decode and the diffusion.
-					assert.Positive(t, got.Promoted)
-					assert.Empty(t, got.PromoteError)
+				assert.Empty(t, got.HomeError)
+				if tc.plan == min && tc.mode == layering.Pipelined {
+					// The plan gives units homes for some stages: their
+					// turns compute there, after the two DFB slots.
+					home := 0
+					for _, tr := range got.Layers.Turns {
+						if tr.Slot > 1 {
+							home++
+						}
+					}
+					assert.Positive(t, home, "turns computed from homes")
 				}
 			}
 		})
@@ -147,4 +153,77 @@ func TestLayeredRejectsMismatchedPlan(t *testing.T) {
 	plan.Units[3].Bytes++
 	_, err = alpamayo.Load(be, dir, alpamayo.LoadOptions{Layering: hostLayering(be, plan, layering.Preload)})
 	assert.ErrorContains(t, err, "bytes, the plan")
+}
+
+// TestLayeredCPUShards runs the tiny model at its minimum budget with
+// CPU shards (the cpu backend standing in for the device, a second cpu
+// backend as the CPU engine): every streamed MLP of the decode and the
+// diffusion split between the engines (Dynamic) or computed on the CPU
+// whole (Static). Greedy reasoning ids equal the resident model's; the
+// actions, whose MLP sums now run in two parts, agree within float32
+// rounding; and each plan gives the same bits run after run.
+func TestLayeredCPUShards(t *testing.T) {
+	dir := tinyCheckpoint(t)
+	be, err := cpu.New()
+	require.NoError(t, err)
+	defer be.Close()
+	engine, err := cpu.New(cpu.WithThreads(2))
+	require.NoError(t, err)
+	defer engine.Close()
+	ref, err := alpamayo.Load(be, dir, alpamayo.LoadOptions{})
+	require.NoError(t, err)
+	defer ref.Close()
+	req := request(9)
+	req.Greedy, req.MaxReasoningTokens = true, 6
+	want, err := ref.Infer(context.Background(), req)
+	require.NoError(t, err)
+
+	alp, err := configs.LoadAlpamayoR1(dir)
+	require.NoError(t, err)
+	vlm, err := alp.LocateVLM(dir, configs.VLMLocator{})
+	require.NoError(t, err)
+	arch, err := residency.AlpamayoR1Arch(alp, vlm)
+	require.NoError(t, err)
+	prof, err := residency.DefaultProfile()
+	require.NoError(t, err)
+	prof.CPU = &residency.CPUProfile{Source: "test", Threads: 2, H2DBusyGBps: 50, HandoffMs: 0.03,
+		Rates: []residency.CPURate{{Rows: 1, GBps: 45, TFLOPs: 0.5}, {Rows: 64, GBps: 45, TFLOPs: 1.9}}}
+	// A workload of the request's shape: short enough that no stage has
+	// room for homes at the minimum budget, so the decode and the Euler
+	// steps stream their MLPs, which the CPU then shares.
+	w := placement.Workload{Name: "tiny", Images: 16, PatchesPerImage: 24, PromptTokens: 200, ReasoningTokens: 6, EulerSteps: 10, ActionTokens: 64}
+	units := alpamayo.PlanUnits(arch, w)
+	minPlan, err := residency.NewPlan(arch, units, w, prof, 0, residency.Options{})
+	require.NoError(t, err)
+	for _, kind := range []residency.Kind{residency.Dynamic, residency.Static} {
+		t.Run(string(kind), func(t *testing.T) {
+			plan, err := residency.NewPlan(arch, units, w, prof, minPlan.MinBudgetBytes, residency.Options{Kind: kind})
+			require.NoError(t, err)
+			dec, _ := plan.Stage(placement.StageDecode)
+			require.Equal(t, kind, dec.Kind)
+			lay := hostLayering(be, plan, layering.Pipelined)
+			lay.CPU = engine
+			m, err := alpamayo.Load(be, dir, alpamayo.LoadOptions{Layering: lay})
+			require.NoError(t, err)
+			defer m.Close()
+			var first *alpamayo.Result
+			for range 2 {
+				got, err := m.Infer(context.Background(), req)
+				require.NoError(t, err)
+				assert.Equal(t, want.ReasoningIDs, got.ReasoningIDs, "greedy ids")
+				require.Len(t, got.Normalized, len(want.Normalized))
+				for i := range got.Normalized {
+					assert.InDelta(t, want.Normalized[i], got.Normalized[i], 1e-3, "action %d", i)
+				}
+				require.NotNil(t, got.Layers)
+				assert.NotEmpty(t, got.Layers.CPUBusy, "the CPU computed shares")
+				if first == nil {
+					first = got
+					continue
+				}
+				assert.Equal(t, first.Normalized, got.Normalized, "the same plan gives the same bits")
+				assert.Equal(t, first.XYZ, got.XYZ)
+			}
+		})
+	}
 }

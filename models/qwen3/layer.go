@@ -1,6 +1,8 @@
 package qwen3
 
 import (
+	"context"
+	"errors"
 	"fmt"
 
 	"vlanode/backend"
@@ -108,7 +110,7 @@ func (l *Layer) Attend(be backend.Backend, x backend.Tensor, kc, vc backend.Tens
 	if err := l.Attention(be, x, kc, vc, sp, s); err != nil {
 		return err
 	}
-	return l.MLP(be, x, s)
+	return l.MLP(be, x, s, nil)
 }
 
 // Attention runs the layer's attention part on x in place: input norm,
@@ -160,11 +162,125 @@ func (l *Layer) Attention(be backend.Backend, x backend.Tensor, kc, vc backend.T
 }
 
 // MLP runs the layer's MLP part on x in place: post norm, gate, up,
-// SwiGLU, down and the residual.
-func (l *Layer) MLP(be backend.Backend, x backend.Tensor, s *Scratch) error {
+// SwiGLU, down and the residual; with a split (sp not nil) the CPU
+// computes its share of the intermediate size (mlpSplit).
+func (l *Layer) MLP(be backend.Backend, x backend.Tensor, s *Scratch, sp *models.Split) error {
+	if sp != nil {
+		if err := l.mlpSplit(be, x, s, sp); err != nil {
+			return fmt.Errorf("post norm, mlp and residual split with the CPU: %w", err)
+		}
+		return nil
+	}
 	err := backend.RMSNormMLP(be, x, s.h, s.gate, s.up, l.PostNorm, float32(l.cfg.RMSNormEps), l.Gate, l.Up, l.Down)
 	if err != nil {
 		return fmt.Errorf("post norm, mlp and residual: %w", err)
 	}
 	return nil
+}
+
+// The MLP part's tensors in its table's order (Specs): what the CPU reads
+// of the unit's host tensors.
+const (
+	mlpPostNorm = iota
+	mlpGate
+	mlpUp
+	mlpDown
+)
+
+// mlpSplit runs the MLP part with the CPU computing the first sp.CPU rows
+// of gate and up and the same columns of down (all of them when sp.Whole)
+// from the host weights, and the GPU the rest from its share, which the
+// layer's fields are bound to: the GPU hands x to the CPU engine (which
+// normalizes it itself, so it need not wait for the GPU's copy), computes
+// its share into the residual, and adds the CPU's partial sums after it.
+// The sums are float32 both ways, but in two parts: not bit-identical to
+// the unsplit MLP, and deterministic.
+func (l *Layer) mlpSplit(be backend.Backend, x backend.Tensor, s *Scratch, sp *models.Split) error {
+	c := l.cfg
+	eps := float32(c.RMSNormEps)
+	n := s.t * c.HiddenSize
+	if len(sp.Host) != 4 {
+		return fmt.Errorf("the CPU has %d of the MLP's 4 tensors", len(sp.Host))
+	}
+	share, ok := sp.Backend.(backend.ShardMLP)
+	if !ok {
+		return fmt.Errorf("the CPU engine's %s backend computes no MLP share", sp.Backend.Name())
+	}
+	ex, cpu, err := s.split(be, sp.Backend, c)
+	if err != nil {
+		return err
+	}
+	cut := sp.CPU
+	if sp.Whole {
+		cut = c.IntermediateSize
+	}
+	t, err := ex.Send(x)
+	if err != nil {
+		return err
+	}
+	cbe := sp.Backend
+	err = sp.Offload(func() error {
+		err := ex.Wait(context.Background(), t)
+		if err == nil {
+			err = cbe.Upload(cpu[0], ex.Out()[:n])
+		}
+		if err == nil {
+			err = cbe.RMSNorm(cpu[1], cpu[0], sp.Host[mlpPostNorm], eps)
+		}
+		if err == nil {
+			err = share.MLPShare(cpu[2], cpu[1], sp.Host[mlpGate], sp.Host[mlpUp], sp.Host[mlpDown], 0, cut)
+		}
+		var y []float32
+		if err == nil {
+			y, err = cbe.Download(cpu[2])
+		}
+		in := ex.In()[:n]
+		if err == nil {
+			copy(in, y)
+		} else {
+			clear(in) // a result goes back anyway: the device waits for it
+		}
+		return errors.Join(err, ex.Post(t))
+	})
+	if err != nil {
+		return err
+	}
+	if err := sp.Ready(); err != nil {
+		return err
+	}
+	if !sp.Whole {
+		rest := c.IntermediateSize - cut
+		gate, err := rowsView(be, s.gate, s.t, rest)
+		if err != nil {
+			return err
+		}
+		up, err := rowsView(be, s.up, s.t, rest)
+		if err != nil {
+			return err
+		}
+		if err := be.RMSNorm(s.h, x, l.PostNorm, eps); err != nil {
+			return err
+		}
+		if err := backend.SwiGLUDown(be, s.h, gate, up, s.h, l.Gate, l.Up, l.Down); err != nil {
+			return err
+		}
+		if err := be.Add(x, x, s.h); err != nil {
+			return err
+		}
+	}
+	return sp.Join(func() error { return ex.Receive(x, t, true) })
+}
+
+// rowsView is the first t·cols elements of a [t, ≥cols] scratch tensor,
+// viewed as [t, cols].
+func rowsView(be backend.Backend, m backend.Tensor, t, cols int) (backend.Tensor, error) {
+	flat, err := be.Reshape(m, backend.Elements(m))
+	if err != nil {
+		return nil, err
+	}
+	part, err := be.Rows(flat, 0, t*cols)
+	if err != nil {
+		return nil, err
+	}
+	return be.Reshape(part, t, cols)
 }

@@ -74,7 +74,7 @@ func (u LayerUnits) Forward(exec models.Runner, be backend.Backend, l *Layer, x,
 	if err := models.Do(exec, u.Attn, func() error { return l.Attention(be, x, kc, vc, sp, s) }); err != nil {
 		return err
 	}
-	return models.Do(exec, u.MLP, func() error { return l.MLP(be, x, s) })
+	return models.Do(exec, u.MLP, func() error { return l.MLP(be, x, s, u.MLP.Split()) })
 }
 
 // HeadBlock is rows [Lo, Lo+Rows) of the LM head, one unit; the first

@@ -21,6 +21,12 @@ type Scratch struct {
 	cos, sin  backend.Tensor // [T, headDim/2]
 	scale     float32
 	allocated []backend.Tensor
+
+	// The hand-off of a split MLP (mlpSplit): the exchange with the CPU
+	// engine, and the CPU's tensors on its backend.
+	ex    backend.Exchange
+	cpuBE backend.Backend
+	cpu   []backend.Tensor // x, h, y [T, hidden] on cpuBE
 }
 
 // NewScratch allocates the activations of T tokens for a model of
@@ -62,10 +68,47 @@ func (s *Scratch) SetRope(be backend.Backend, cos, sin []float32) error {
 	return nil
 }
 
-// Free releases the activations.
+// Free releases the activations (and the hand-off to the CPU, if a split
+// MLP made one).
 func (s *Scratch) Free(be backend.Backend) {
+	if s.ex != nil {
+		_ = s.ex.Close() // after the device has passed its last use; an unposted Receive is released
+		s.ex = nil
+	}
+	for _, t := range s.cpu {
+		s.cpuBE.Free(t)
+	}
+	s.cpu = nil
 	for _, t := range s.allocated {
 		be.Free(t)
 	}
 	s.allocated = nil
+}
+
+// split returns the scratch's exchange with the CPU engine and the CPU's
+// tensors on its backend cpu, made on first use.
+func (s *Scratch) split(be, cpu backend.Backend, c *configs.Qwen3) (backend.Exchange, []backend.Tensor, error) {
+	if s.ex == nil {
+		hx, ok := be.(backend.HostExchange)
+		if !ok {
+			return nil, nil, fmt.Errorf("qwen3: the %s backend cannot hand activations to the CPU", be.Name())
+		}
+		ex, err := hx.NewExchange(s.t*c.HiddenSize, s.t*c.HiddenSize)
+		if err != nil {
+			return nil, nil, fmt.Errorf("qwen3: hand-off to the CPU: %w", err)
+		}
+		s.ex = ex
+	}
+	if s.cpu == nil || s.cpuBE != cpu {
+		s.cpuBE = cpu
+		s.cpu = nil
+		for range 3 {
+			t, err := cpu.Alloc("activations", tensor.F32, s.t, c.HiddenSize)
+			if err != nil {
+				return nil, nil, fmt.Errorf("qwen3: the CPU's activations: %w", err)
+			}
+			s.cpu = append(s.cpu, t)
+		}
+	}
+	return s.ex, s.cpu, nil
 }

@@ -40,9 +40,9 @@ func (b *VisionBlock) specs() []models.Spec {
 		{Name: "attn.proj.bias", Shape: []int{h}, Dst: &b.ProjBias, Part: a},
 		{Name: "norm2.weight", Shape: []int{h}, Dst: &b.Norm2W, Part: m},
 		{Name: "norm2.bias", Shape: []int{h}, Dst: &b.Norm2B, Part: m},
-		{Name: "mlp.linear_fc1.weight", Shape: []int{ff, h}, Dst: &b.FC1, Part: m, Split: placement.SplitRows},
-		{Name: "mlp.linear_fc1.bias", Shape: []int{ff}, Dst: &b.FC1Bias, Part: m, Split: placement.SplitRows},
-		{Name: "mlp.linear_fc2.weight", Shape: []int{h, ff}, Dst: &b.FC2, Part: m, Split: placement.SplitCols},
+		{Name: "mlp.linear_fc1.weight", Shape: []int{ff, h}, Dst: &b.FC1, Part: m},
+		{Name: "mlp.linear_fc1.bias", Shape: []int{ff}, Dst: &b.FC1Bias, Part: m},
+		{Name: "mlp.linear_fc2.weight", Shape: []int{h, ff}, Dst: &b.FC2, Part: m},
 		{Name: "mlp.linear_fc2.bias", Shape: []int{h}, Dst: &b.FC2Bias, Part: m},
 	}
 }

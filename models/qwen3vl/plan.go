@@ -27,13 +27,13 @@ func PlanVision(c *configs.Qwen3VLVision, g placement.Geometry) []placement.Unit
 	for i := range c.Depth {
 		specs := (&VisionBlock{cfg: c}).specs()
 		for _, part := range models.SpecParts(specs) {
-			attn, split := 0.0, 0
+			attn := 0.0
 			if part == placement.Attn {
 				attn = placement.AttnFLOPs(g.Patches, float64(segment), c.HiddenSize)
-			} else {
-				split = c.IntermediateSize
 			}
-			out = append(out, models.PlanUnit(placement.ID{Module: placement.Vision, Index: i, Part: part}, specs, split,
+			// A vision pass multiplies thousands of rows: its MLPs never
+			// split with the CPU (and their biases would be added twice).
+			out = append(out, models.PlanUnit(placement.ID{Module: placement.Vision, Index: i, Part: part}, specs, 0,
 				func(ts []placement.Tensor) []placement.Work { return vision(ts, g.Patches, attn) }))
 		}
 		for next < len(blocks) && blocks[next] == i {

@@ -1,0 +1,95 @@
+package cpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"vlanode/tensor"
+)
+
+// TestMLPShare checks a share of a SwiGLU MLP against a float64 reference
+// of the same maths, and that the shares [0, c) and [c, n) add up to the
+// whole MLP within float32 rounding.
+func TestMLPShare(t *testing.T) {
+	b, err := New(WithThreads(3))
+	require.NoError(t, err)
+	defer b.Close()
+	r := rand.New(rand.NewPCG(7, 8))
+	const m, k, n, h = 3, 40, 96, 24
+	x := make([]float32, m*k)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	bf := func(rows, cols int) ([]uint16, []float64) {
+		u := make([]uint16, rows*cols)
+		f := make([]float64, rows*cols)
+		for i := range u {
+			u[i] = uint16(math.Float32bits(float32(r.NormFloat64()*0.2)) >> 16)
+			f[i] = float64(math.Float32frombits(uint32(u[i]) << 16))
+		}
+		return u, f
+	}
+	gu, gf := bf(n, k)
+	uu, uf := bf(n, k)
+	du, df := bf(h, n)
+	weight := func(u []uint16, shape ...int) *Tensor {
+		buf := make([]byte, 2*len(u))
+		for i, v := range u {
+			buf[2*i], buf[2*i+1] = byte(v), byte(v>>8)
+		}
+		w, err := b.Weight("w", tensor.BF16, shape, buf)
+		require.NoError(t, err)
+		return w.(*Tensor)
+	}
+	gate, up, down := weight(gu, n, k), weight(uu, n, k), weight(du, h, n)
+	xt, err := b.Alloc("x", tensor.F32, m, k)
+	require.NoError(t, err)
+	require.NoError(t, b.Upload(xt, x))
+	ref := func(lo, hi int) []float64 {
+		out := make([]float64, m*h)
+		for i := range m {
+			act := make([]float64, n)
+			for j := lo; j < hi; j++ {
+				var g, u float64
+				for q := range k {
+					xv := float64(x[i*k+q])
+					g += xv * gf[j*k+q]
+					u += xv * uf[j*k+q]
+				}
+				act[j] = g / (1 + math.Exp(-g)) * u
+			}
+			for o := range h {
+				for j := lo; j < hi; j++ {
+					out[i*h+o] += act[j] * df[o*n+j]
+				}
+			}
+		}
+		return out
+	}
+	share := func(lo, hi int) []float32 {
+		d, err := b.Alloc("d", tensor.F32, m, h)
+		require.NoError(t, err)
+		require.NoError(t, b.MLPShare(d, xt, gate, up, down, lo, hi))
+		v, err := b.Download(d)
+		require.NoError(t, err)
+		return v
+	}
+	for _, c := range [][2]int{{0, n}, {0, 33}, {33, n}, {50, 51}} {
+		got, want := share(c[0], c[1]), ref(c[0], c[1])
+		for i := range got {
+			assert.InDelta(t, want[i], float64(got[i]), 1e-4+1e-4*math.Abs(want[i]), "share %v, element %d", c, i)
+		}
+	}
+	whole, a, z := share(0, n), share(0, 33), share(33, n)
+	for i := range whole {
+		assert.InDelta(t, whole[i], a[i]+z[i], 1e-5+1e-5*math.Abs(float64(whole[i])), "element %d", i)
+	}
+	d, err := b.Alloc("d", tensor.F32, m, h)
+	require.NoError(t, err)
+	assert.ErrorContains(t, b.MLPShare(d, xt, gate, up, down, 40, 40), "columns [40, 40)")
+	assert.ErrorContains(t, b.MLPShare(d, xt, gate, up, down, 0, n+1), "columns [0, 97)")
+}
