@@ -30,6 +30,33 @@ const (
 	FramePeriod     = 100 * time.Millisecond
 )
 
+// CameraPixels is the largest frame the default request budget allows for
+// each frame of an observation: 2048 × 2048 pixels, room for the 1920×1080
+// cameras Alpamayo-R1 was trained on and for the usual automotive sizes
+// (1920×1208, 2048×1536, 2560×1440).
+const CameraPixels = 2048 * 2048
+
+// DefaultMaxRequestPixels is the default budget of one request's frames,
+// the sum of their declared width × height: an observation's 16 frames
+// (len(Cameras) × FramesPerCamera) of CameraPixels each, 67,108,864
+// pixels. Frames over it are refused as bad input before any is decoded.
+const DefaultMaxRequestPixels = 16 * CameraPixels
+
+// Setting tunes an engine when it is made (NewAlpamayo).
+type Setting func(*settings)
+
+type settings struct{ maxPixels int }
+
+// MaxRequestPixels sets the budget of one request's frames (see
+// DefaultMaxRequestPixels); n ≤ 0 keeps the default.
+func MaxRequestPixels(n int) Setting {
+	return func(s *settings) {
+		if n > 0 {
+			s.maxPixels = n
+		}
+	}
+}
+
 // Alpamayo runs a loaded model. It is safe for concurrent use; inferences
 // run one at a time.
 type Alpamayo struct {
@@ -51,12 +78,16 @@ type Options struct {
 
 // NewAlpamayo wraps a loaded model. name is the model name plans carry;
 // budget the VRAM budget in bytes (0: none).
-func NewAlpamayo(m *alpamayo.Model, name string, budget uint64) (*Alpamayo, error) {
+func NewAlpamayo(m *alpamayo.Model, name string, budget uint64, opts ...Setting) (*Alpamayo, error) {
+	st := settings{maxPixels: DefaultMaxRequestPixels}
+	for _, o := range opts {
+		o(&st)
+	}
 	cfg, err := ProcessorConfig(m)
 	if err != nil {
 		return nil, err
 	}
-	proc, err := vision.NewProcessor(cfg)
+	proc, err := vision.NewProcessor(cfg, vision.WithMaxPixels(st.maxPixels))
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
@@ -108,12 +139,9 @@ func (e *Alpamayo) Run(ctx context.Context, frames []msgs.Frame, ego []msgs.EgoP
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	start := time.Now()
-	if err := e.proc.ProcessFrames(&e.batch, frames); err != nil {
+	if err := e.proc.ProcessFrames(ctx, &e.batch, frames); err != nil {
 		if errors.Is(err, vision.ErrInvalidFrame) {
 			return nil, 0, fmt.Errorf("%w: %w", node.ErrBadInput, err)
-		}
-		if errors.Is(err, vision.ErrNoOpenCV) {
-			return nil, 0, fmt.Errorf("%w: %w", node.ErrUnsupported, err)
 		}
 		return nil, 0, err
 	}

@@ -18,11 +18,14 @@ func alpamayoSpec() engineSpec {
 	var mf modelFlags
 	var lf layerFlags
 	var vlm string
+	var maxPixels int
 	return engineSpec{
 		flags: func(fs *flag.FlagSet) {
 			mf.register(fs)
 			lf.register(fs)
 			fs.StringVar(&vlm, "vlm", "", "the VLM's config folder, overriding the checkpoint's vlm_name_or_path")
+			fs.IntVar(&maxPixels, "max-request-pixels", engine.DefaultMaxRequestPixels,
+				"most pixels one request's frames may hold (sum of width × height); more: bad_request before any is decoded")
 		},
 		build: func(ctx context.Context, env engineEnv) (node.Engine, error) {
 			if err := mf.check(); err != nil {
@@ -31,6 +34,9 @@ func alpamayoSpec() engineSpec {
 			if err := lf.check(); err != nil {
 				return nil, err
 			}
+			if maxPixels < 1 {
+				return nil, usagef("--max-request-pixels must be at least 1")
+			}
 			bm, err := loadBudgeted(budgetSpec{
 				dir: mf.dir, vlm: vlm, device: mf.device, threads: mf.threads, ordinal: max(env.GPU, 0),
 				budget: int64(env.BudgetBytes), layers: lf,
@@ -38,7 +44,7 @@ func alpamayoSpec() engineSpec {
 			if err != nil {
 				return nil, err
 			}
-			eng, err := engine.NewAlpamayo(bm.model, filepath.Base(filepath.Clean(mf.dir)), env.BudgetBytes)
+			eng, err := engine.NewAlpamayo(bm.model, filepath.Base(filepath.Clean(mf.dir)), env.BudgetBytes, engine.MaxRequestPixels(maxPixels))
 			if err != nil {
 				return nil, errors.Join(err, bm.Close())
 			}
