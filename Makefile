@@ -64,7 +64,7 @@ clean:
 # .gpu/ and runs them. On the GPU machine the same binaries run against the
 # driver; on a machine without a GPU every GPU test reports itself as
 # SKIPPED (run with -test.v, so the skips are visible).
-GPU_PKGS := ./cuda ./cuda/driver ./diffusion ./models/qwen3 ./models/qwen3vl ./models/alpamayo
+GPU_PKGS := ./cuda ./cuda/driver ./diffusion ./models/qwen3 ./models/qwen3vl ./models/alpamayo ./vision
 gpu-test: deps
 	@mkdir -p .gpu
 	@for p in $(GPU_PKGS); do \

@@ -46,7 +46,8 @@ func (b *Batch) GridTHW() []int64 {
 // done. On error b's contents are undefined; the error is that of the
 // first failing frame in order and names its index.
 func (p *Processor) ProcessFrames(ctx context.Context, b *Batch, frames []msgs.Frame) error {
-	offsets, err := p.layout(b, frames)
+	grids, offsets, err := p.layout(b.Grids[:0], frames)
+	b.Grids = grids
 	if err != nil {
 		return err
 	}
@@ -87,30 +88,29 @@ func (p *Processor) ProcessFrames(ctx context.Context, b *Batch, frames []msgs.F
 }
 
 // layout checks the frames (CheckFrame: declared sizes, data lengths,
-// headers) and their pixels against the budget, sets
-// b.Grids and returns where each frame's values start in b.PixelValues
+// headers) and their pixels against the budget, appends their grids to
+// grids and returns where each frame's values start in the pixel values
 // (one more offset than frames: the end).
-func (p *Processor) layout(b *Batch, frames []msgs.Frame) ([]int, error) {
-	b.Grids = b.Grids[:0]
+func (p *Processor) layout(grids []Grid, frames []msgs.Frame) ([]Grid, []int, error) {
 	offsets := make([]int, len(frames)+1)
 	pixels := 0
 	for i := range frames {
 		f := &frames[i]
 		if err := CheckFrame(f); err != nil {
-			return nil, fmt.Errorf("%w (frame %d of %d)", err, i, len(frames))
+			return grids, nil, fmt.Errorf("%w (frame %d of %d)", err, i, len(frames))
 		}
 		pixels += f.Width * f.Height
 		g, _, _, err := p.Grid(f.Width, f.Height)
 		if err != nil {
-			return nil, fmt.Errorf("vision: camera %q: %s: %w: %v (frame %d of %d)", f.Camera, f.Encoding, ErrInvalidFrame, err, i, len(frames))
+			return grids, nil, fmt.Errorf("vision: camera %q: %s: %w: %v (frame %d of %d)", f.Camera, f.Encoding, ErrInvalidFrame, err, i, len(frames))
 		}
-		b.Grids = append(b.Grids, g)
+		grids = append(grids, g)
 		offsets[i+1] = offsets[i] + g.Patches()*p.RowSize()
 	}
 	if p.maxPixels > 0 && pixels > p.maxPixels {
-		return nil, fmt.Errorf("vision: %d frames of %d pixels in all, more than the %d a request may hold: %w", len(frames), pixels, p.maxPixels, ErrInvalidFrame)
+		return grids, nil, fmt.Errorf("vision: %d frames of %d pixels in all, more than the %d a request may hold: %w", len(frames), pixels, p.maxPixels, ErrInvalidFrame)
 	}
-	return offsets, nil
+	return grids, offsets, nil
 }
 
 // processFrame decodes one frame and preprocesses it into dst, without

@@ -65,6 +65,13 @@
 // packed raw frames in place). SmartResize and Resize are usable on their
 // own.
 //
+// On a backend that implements backend.ImagePrep (cuda), a
+// DeviceProcessor (Processor.OnDevice) decodes the frames on the host's
+// cores straight into page-locked memory and has the device resize,
+// normalize and patchify each as soon as it is decoded, with the same
+// integer filters and normalization table: the pixel values are the same
+// bits, left on the device for the model (qwen3vl.Images.Device).
+//
 // The package needs cgo and libjpeg (pkg-config libjpeg; Debian's
 // libjpeg62-turbo-dev, which libopencv-dev pulls in), not OpenCV: only its
 // tests use OpenCV (gocv), to compare with it. With the build tag nogocv
