@@ -19,6 +19,7 @@ func alpamayoSpec() engineSpec {
 	var lf layerFlags
 	var vlm string
 	var maxPixels int
+	var hostPre bool
 	return engineSpec{
 		flags: func(fs *flag.FlagSet) {
 			mf.register(fs)
@@ -26,6 +27,7 @@ func alpamayoSpec() engineSpec {
 			fs.StringVar(&vlm, "vlm", "", "the VLM's config folder, overriding the checkpoint's vlm_name_or_path")
 			fs.IntVar(&maxPixels, "max-request-pixels", engine.DefaultMaxRequestPixels,
 				"most pixels one request's frames may hold (sum of width × height); more: bad_request before any is decoded")
+			fs.BoolVar(&hostPre, "host-preprocess", false, "resize, normalize and patchify frames on the CPU even when the model is on CUDA (default: on the GPU there)")
 		},
 		build: func(ctx context.Context, env engineEnv) (node.Engine, error) {
 			if err := mf.check(); err != nil {
@@ -44,7 +46,8 @@ func alpamayoSpec() engineSpec {
 			if err != nil {
 				return nil, err
 			}
-			eng, err := engine.NewAlpamayo(bm.model, filepath.Base(filepath.Clean(mf.dir)), env.BudgetBytes, engine.MaxRequestPixels(maxPixels))
+			eng, err := engine.NewAlpamayo(bm.model, filepath.Base(filepath.Clean(mf.dir)), env.BudgetBytes,
+				engine.MaxRequestPixels(maxPixels), engine.PreprocessOnHost(hostPre))
 			if err != nil {
 				return nil, errors.Join(err, bm.Close())
 			}
@@ -53,14 +56,15 @@ func alpamayoSpec() engineSpec {
 	}
 }
 
-// servedModel is the engine serve runs; Close releases the model, the
-// executor and the backend when the node stops.
+// servedModel is the engine serve runs; Close releases the engine's
+// preprocessing memory, the model, the executor and the backend when the
+// node stops.
 type servedModel struct {
 	*engine.Alpamayo
 	bm *budgeted
 }
 
-func (s *servedModel) Close() error { return s.bm.Close() }
+func (s *servedModel) Close() error { return errors.Join(s.Alpamayo.Close(), s.bm.Close()) }
 
 // logWriter turns the backend's log lines into structured log records.
 type logWriter struct{ log *slog.Logger }
