@@ -20,7 +20,8 @@ import (
 const PurposeImages = "images"
 
 // maxStageParams bounds the filters and tables a stage keeps on the device
-// (a node sees a few camera sizes); past it they are all dropped.
+// (a node sees a few camera sizes); past it they are all dropped, before
+// an image's are looked up.
 const maxStageParams = 64
 
 // imageStage is a backend.ImageStage.
@@ -166,6 +167,13 @@ func (s *imageStage) Patches(dst backend.Tensor, off int, im backend.PatchImage)
 		if err := g.stageBlock(&s.img, n); err != nil {
 			return err
 		}
+		// Room for this image's three parameters: dropping them all now,
+		// not between two lookups, so that none of this call's is freed.
+		if len(s.params)+3 > maxStageParams {
+			if err := g.dropParams(s); err != nil {
+				return err
+			}
+		}
 		src := s.img.ptr
 		if im.Horizontal != nil {
 			if err := g.stageBlock(&s.mid, 3*outW*im.Height); err != nil {
@@ -276,11 +284,6 @@ func (g *gpu) stageParam(s *imageStage, key any) (driver.DevicePtr, error) {
 		}
 	default:
 		return 0, fmt.Errorf("cuda: image stage: parameter %T", key)
-	}
-	if len(s.params) >= maxStageParams {
-		if err := g.dropParams(s); err != nil {
-			return 0, err
-		}
 	}
 	blk, err := g.mem.alloc(PurposeImages, int64(len(data)))
 	if err != nil {
