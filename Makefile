@@ -29,8 +29,11 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
+# The second run checks the build without OpenCV (the GPU machine's): its
+# vision package decodes the golden JPEG and PNG frames to OpenCV's pixels.
 test: deps fmt-check vet
 	$(GO) test $(GOFLAGS) -count=1 ./...
+	$(GO) test $(GOFLAGS) -count=1 -tags nogocv ./vision/...
 
 # run: the main job on one machine — an embedded NATS server, the node
 # serving the tiny synthetic Alpamayo-R1 on the CPU backend, and a replay of
@@ -61,7 +64,7 @@ clean:
 # .gpu/ and runs them. On the GPU machine the same binaries run against the
 # driver; on a machine without a GPU every GPU test reports itself as
 # SKIPPED (run with -test.v, so the skips are visible).
-GPU_PKGS := ./cuda ./cuda/driver ./diffusion ./models/qwen3 ./models/qwen3vl ./models/alpamayo
+GPU_PKGS := ./cuda ./cuda/driver ./diffusion ./models/qwen3 ./models/qwen3vl ./models/alpamayo ./vision
 gpu-test: deps
 	@mkdir -p .gpu
 	@for p in $(GPU_PKGS); do \

@@ -94,6 +94,14 @@
 // the same for the action expert's Euler steps: Fourier makes a step's
 // features from the state on the device and EulerStep updates it there,
 // the step's time picked by a device counter (diffusion's devFlow).
+// backend.ImagePrep takes a vision model's preprocessing: NewImageStage
+// gives page-locked host memory that the host decodes camera frames into,
+// and each image's Patches copies it up, resizes it (vla_resize_h, then
+// the vertical filter inside vla_patchify: the host's fixed-point filters,
+// integer sums) and writes its normalized patch rows (a lookup table), the
+// host's values bit for bit (vision.DeviceProcessor; kernels/imageprep.cu).
+// A stage's device memory, one image and its horizontal pass at a time,
+// and the filters, is counted under PurposeImages.
 //
 // # Kernels
 //

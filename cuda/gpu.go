@@ -51,8 +51,9 @@ type gpu struct {
 	rowsCount   *block // the row products' tile counters, zero between launches
 	rowsOut     *block // silu(gate)·up of a row product, the down product's input
 	stage       staging
-	fetches     fetchPool           // FetchI32's page-locked slots
-	hostTables  map[*block]struct{} // HostTable's memory not freed yet
+	fetches     fetchPool                // FetchI32's page-locked slots
+	hostTables  map[*block]struct{}      // HostTable's memory not freed yet
+	stages      map[*imageStage]struct{} // image stages not closed yet
 
 	info  DeviceInfo
 	kinfo KernelInfo
@@ -364,6 +365,10 @@ func (g *gpu) close() error {
 			keep(g.closeFetches())
 			for blk := range g.hostTables {
 				keep(g.freeHostTable(blk))
+			}
+			for s := range g.stages {
+				s.closed = true
+				keep(g.closeStage(s))
 			}
 		}
 		keep(g.closeLt())

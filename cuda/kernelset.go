@@ -15,6 +15,7 @@ type kernelSet struct {
 	add, silu, siluMul, gelu     driver.Function // elementwise.cu
 	argmax                       driver.Function // elementwise.cu
 	fourier, eulerStep           driver.Function // flow.cu
+	resizeH, patchify            driver.Function // imageprep.cu
 	// elementwise.cu: SiLUMul and the bias with its GELU, rounded to 16
 	// bits for the next product ([0] bf16, [1] f16).
 	siluMul16, addBias16       [2]driver.Function
@@ -77,6 +78,8 @@ func (k *kernelSet) entries() []kernelEntry {
 		{&k.argmax, "vla_argmax"},
 		{&k.fourier, "vla_fourier"},
 		{&k.eulerStep, "vla_euler_step"},
+		{&k.resizeH, "vla_resize_h"},
+		{&k.patchify, "vla_patchify"},
 		{&k.gelu, "vla_gelu"},
 		{&k.siluMul16[0], "vla_silu_mul_bf16"},
 		{&k.siluMul16[1], "vla_silu_mul_f16"},

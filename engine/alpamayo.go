@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"vlanode/backend"
 	"vlanode/models"
 	"vlanode/models/alpamayo"
 	"vlanode/models/qwen3vl"
@@ -30,12 +31,43 @@ const (
 	FramePeriod     = 100 * time.Millisecond
 )
 
+// CameraPixels is the largest frame the default request budget allows for
+// each frame of an observation: 2048 × 2048 pixels, room for the 1920×1080
+// cameras Alpamayo-R1 was trained on and for the usual automotive sizes
+// (1920×1208, 2048×1536, 2560×1440).
+const CameraPixels = 2048 * 2048
+
+// DefaultMaxRequestPixels is the default budget of one request's frames,
+// the sum of their declared width × height: an observation's 16 frames
+// (len(Cameras) × FramesPerCamera) of CameraPixels each, 67,108,864
+// pixels. Frames over it are refused as bad input before any is decoded.
+const DefaultMaxRequestPixels = 16 * CameraPixels
+
+// Setting tunes an engine when it is made (NewAlpamayo).
+type Setting func(*settings)
+
+type settings struct {
+	maxPixels int
+	host      bool
+}
+
+// MaxRequestPixels sets the budget of one request's frames (see
+// DefaultMaxRequestPixels); n ≤ 0 keeps the default.
+func MaxRequestPixels(n int) Setting {
+	return func(s *settings) {
+		if n > 0 {
+			s.maxPixels = n
+		}
+	}
+}
+
 // Alpamayo runs a loaded model. It is safe for concurrent use; inferences
 // run one at a time.
 type Alpamayo struct {
 	model  *alpamayo.Model
 	name   string
 	proc   *vision.Processor
+	dev    *vision.DeviceProcessor // the processor on the model's backend, when it preprocesses images
 	budget uint64
 
 	mu    sync.Mutex
@@ -49,18 +81,50 @@ type Options struct {
 	Noise  []float32
 }
 
+// PreprocessOnHost keeps the resize, normalization and patch layout of
+// the frames on the host's cores even where the model's backend could run
+// them (backend.ImagePrep: cuda), which it does by default.
+func PreprocessOnHost(on bool) Setting { return func(s *settings) { s.host = on } }
+
 // NewAlpamayo wraps a loaded model. name is the model name plans carry;
 // budget the VRAM budget in bytes (0: none).
-func NewAlpamayo(m *alpamayo.Model, name string, budget uint64) (*Alpamayo, error) {
+func NewAlpamayo(m *alpamayo.Model, name string, budget uint64, opts ...Setting) (*Alpamayo, error) {
+	st := settings{maxPixels: DefaultMaxRequestPixels}
+	for _, o := range opts {
+		o(&st)
+	}
 	cfg, err := ProcessorConfig(m)
 	if err != nil {
 		return nil, err
 	}
-	proc, err := vision.NewProcessor(cfg)
+	proc, err := vision.NewProcessor(cfg, vision.WithMaxPixels(st.maxPixels))
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	return &Alpamayo{model: m, name: name, proc: proc, budget: budget}, nil
+	e := &Alpamayo{model: m, name: name, proc: proc, budget: budget}
+	if _, ok := m.Backend().(backend.ImagePrep); ok && !st.host {
+		if e.dev, err = proc.OnDevice(m.Backend()); err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+	}
+	return e, nil
+}
+
+// PreprocessesOnDevice reports whether the frames are resized, normalized
+// and cut into patches on the model's backend.
+func (e *Alpamayo) PreprocessesOnDevice() bool { return e.dev != nil }
+
+// Close releases the memory the engine keeps for preprocessing on the
+// device; the model is the caller's.
+func (e *Alpamayo) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.dev == nil {
+		return nil
+	}
+	err := e.dev.Close()
+	e.dev = nil
+	return err
 }
 
 // ProcessorConfig is the image processor of a model: the VLM's patch and
@@ -103,29 +167,29 @@ func (e *Alpamayo) Infer(ctx context.Context, obs *node.Observation) (*msgs.Plan
 }
 
 // Run decodes and preprocesses the frames, then runs the model. It returns
-// the result and the preprocessing time.
+// the result and the preprocessing time: on the host's cores, or, when the
+// device preprocesses (PreprocessesOnDevice), the host's decoding and the
+// queueing of the device's work, which runs ahead of the vision encoder.
 func (e *Alpamayo) Run(ctx context.Context, frames []msgs.Frame, ego []msgs.EgoPose, maxTokens int, opt Options) (*alpamayo.Result, time.Duration, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	start := time.Now()
-	if err := e.proc.ProcessFrames(&e.batch, frames); err != nil {
-		if errors.Is(err, vision.ErrInvalidFrame) {
-			return nil, 0, fmt.Errorf("%w: %w", node.ErrBadInput, err)
-		}
-		if errors.Is(err, vision.ErrNoOpenCV) {
-			return nil, 0, fmt.Errorf("%w: %w", node.ErrUnsupported, err)
-		}
-		return nil, 0, err
-	}
-	pre := time.Since(start)
 	req := &alpamayo.Request{
-		Images:             qwen3vl.Images{Pixels: e.batch.PixelValues},
 		MaxReasoningTokens: maxTokens,
 		Greedy:             opt.Greedy,
 		Seed:               opt.Seed,
 		Noise:              opt.Noise,
 	}
-	for _, g := range e.batch.Grids {
+	grids, release, err := e.preprocess(ctx, frames, &req.Images)
+	if err != nil {
+		if errors.Is(err, vision.ErrInvalidFrame) {
+			return nil, 0, fmt.Errorf("%w: %w", node.ErrBadInput, err)
+		}
+		return nil, 0, err
+	}
+	defer release()
+	pre := time.Since(start)
+	for _, g := range grids {
 		req.Images.Grids = append(req.Images.Grids, qwen3vl.Grid{T: g.T, H: g.H, W: g.W})
 	}
 	for _, p := range ego {
@@ -148,6 +212,29 @@ func (e *Alpamayo) Run(ctx context.Context, frames []msgs.Frame, ego []msgs.EgoP
 		return nil, pre, err
 	}
 	return res, pre, nil
+}
+
+// preprocess turns frames into im's pixel values, on the device or in
+// e.batch, and returns their grids and a function that frees what the
+// device path allocated (also called by the vision embedding, through
+// im.Done, once it has read them).
+func (e *Alpamayo) preprocess(ctx context.Context, frames []msgs.Frame, im *qwen3vl.Images) ([]vision.Grid, func(), error) {
+	if e.dev == nil {
+		if err := e.proc.ProcessFrames(ctx, &e.batch, frames); err != nil {
+			return nil, nil, err
+		}
+		im.Pixels = e.batch.PixelValues
+		return e.batch.Grids, func() {}, nil
+	}
+	db, err := e.dev.ProcessFrames(ctx, frames)
+	if err != nil {
+		return nil, nil, err
+	}
+	var once sync.Once
+	be := e.model.Backend()
+	release := func() { once.Do(func() { be.Free(db.PixelValues) }) }
+	im.Device, im.Done = db.PixelValues, release
+	return db.Grids, release, nil
 }
 
 // PlanOf converts a result to the protocol's Plan (the node fills id, node,

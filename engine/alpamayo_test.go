@@ -31,3 +31,12 @@ func TestPlanOf(t *testing.T) {
 	p.V, p.ID, p.Node, p.Model, p.StampNs, p.TimingMs.Total = msgs.Version, "r1", "n", "m", 1, 19
 	require.NoError(t, p.Validate())
 }
+
+func TestDefaultMaxRequestPixels(t *testing.T) {
+	assert.Equal(t, len(Cameras)*FramesPerCamera*CameraPixels, DefaultMaxRequestPixels, "an observation's frames")
+	var st settings
+	MaxRequestPixels(5)(&st)
+	assert.Equal(t, 5, st.maxPixels)
+	MaxRequestPixels(0)(&st)
+	assert.Equal(t, 5, st.maxPixels, "0 keeps what was set")
+}

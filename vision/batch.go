@@ -1,6 +1,7 @@
 package vision
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -36,22 +37,19 @@ func (b *Batch) GridTHW() []int64 {
 
 // ProcessFrames decodes frames and preprocesses them into b, reusing b's
 // buffers: b.PixelValues gets every frame's rows in order, b.Grids their
-// grids. Frames run in parallel on the processor's workers (a frame's resize
-// and patchify also split over rows when there are fewer frames than
-// workers). The output layout comes from each frame's declared size, which
-// decoding checks. On error b's contents are undefined; the error is that
-// of the first failing frame in order and names its index.
-func (p *Processor) ProcessFrames(b *Batch, frames []msgs.Frame) error {
-	b.Grids = b.Grids[:0]
-	offsets := make([]int, len(frames)+1)
-	for i := range frames {
-		g, _, _, err := p.Grid(frames[i].Width, frames[i].Height)
-		if err != nil {
-			f := &frames[i]
-			return fmt.Errorf("vision: camera %q: %s: %w: %v (frame %d of %d)", f.Camera, f.Encoding, ErrInvalidFrame, err, i, len(frames))
-		}
-		b.Grids = append(b.Grids, g)
-		offsets[i+1] = offsets[i] + g.Patches()*p.RowSize()
+// grids. Before anything is allocated or decoded, every frame is checked
+// (CheckFrame: each JPEG or PNG header must give its frame's declared
+// size) and their pixels summed against the processor's budget
+// (WithMaxPixels). Frames run in parallel on the
+// processor's workers (a frame's resize and patchify also split over rows
+// when there are fewer frames than workers). Decoding stops when ctx is
+// done. On error b's contents are undefined; the error is that of the
+// first failing frame in order and names its index.
+func (p *Processor) ProcessFrames(ctx context.Context, b *Batch, frames []msgs.Frame) error {
+	grids, offsets, err := p.layout(b.Grids[:0], frames)
+	b.Grids = grids
+	if err != nil {
+		return err
 	}
 	b.PixelValues = grow(&b.PixelValues, offsets[len(frames)])
 	if len(frames) == 0 {
@@ -72,7 +70,7 @@ func (p *Processor) ProcessFrames(b *Batch, frames []msgs.Frame) error {
 			if i >= len(frames) {
 				return
 			}
-			errs[i] = p.processFrame(b.PixelValues[offsets[i]:offsets[i+1]], &frames[i], s, inner)
+			errs[i] = p.processFrame(ctx, b.PixelValues[offsets[i]:offsets[i+1]], &frames[i], s, inner)
 		}
 	}
 	wg.Add(workers)
@@ -89,14 +87,39 @@ func (p *Processor) ProcessFrames(b *Batch, frames []msgs.Frame) error {
 	return nil
 }
 
+// layout checks the frames (CheckFrame: declared sizes, data lengths,
+// headers) and their pixels against the budget, appends their grids to
+// grids and returns where each frame's values start in the pixel values
+// (one more offset than frames: the end).
+func (p *Processor) layout(grids []Grid, frames []msgs.Frame) ([]Grid, []int, error) {
+	offsets := make([]int, len(frames)+1)
+	pixels := 0
+	for i := range frames {
+		f := &frames[i]
+		if err := CheckFrame(f); err != nil {
+			return grids, nil, fmt.Errorf("%w (frame %d of %d)", err, i, len(frames))
+		}
+		pixels += f.Width * f.Height
+		g, _, _, err := p.Grid(f.Width, f.Height)
+		if err != nil {
+			return grids, nil, fmt.Errorf("vision: camera %q: %s: %w: %v (frame %d of %d)", f.Camera, f.Encoding, ErrInvalidFrame, err, i, len(frames))
+		}
+		grids = append(grids, g)
+		offsets[i+1] = offsets[i] + g.Patches()*p.RowSize()
+	}
+	if p.maxPixels > 0 && pixels > p.maxPixels {
+		return grids, nil, fmt.Errorf("vision: %d frames of %d pixels in all, more than the %d a request may hold: %w", len(frames), pixels, p.maxPixels, ErrInvalidFrame)
+	}
+	return grids, offsets, nil
+}
+
 // processFrame decodes one frame and preprocesses it into dst, without
 // copying the decoded pixels (see decodeView).
-func (p *Processor) processFrame(dst []float32, f *msgs.Frame, s *imageScratch, workers int) error {
-	v, err := decodeView(f, &s.decoded)
+func (p *Processor) processFrame(ctx context.Context, dst []float32, f *msgs.Frame, s *imageScratch, workers int) error {
+	v, err := decodeView(ctx, f, &s.decoded)
 	if err != nil {
 		return err
 	}
-	defer v.release()
 	_, err = p.preprocess(dst, &v.img, v.bgr, s, workers)
 	return err
 }

@@ -1,6 +1,7 @@
 package vision
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -20,7 +21,7 @@ func TestProcessFramesRaw(t *testing.T) {
 		p, err := NewProcessor(AlpamayoConfig(), WithWorkers(workers))
 		require.NoError(t, err)
 		var b Batch
-		require.NoError(t, p.ProcessFrames(&b, frames))
+		require.NoError(t, p.ProcessFrames(context.Background(), &b, frames))
 		off := 0
 		for i := range frames {
 			img, err := Decode(&frames[i])
@@ -44,9 +45,9 @@ func TestProcessFramesReusesBuffers(t *testing.T) {
 	require.NoError(t, err)
 	frame := rawFrame(testImage(512, 384, 1), msgs.EncodingRGB8, 0)
 	var b Batch
-	require.NoError(t, p.ProcessFrames(&b, []msgs.Frame{frame, frame}))
+	require.NoError(t, p.ProcessFrames(context.Background(), &b, []msgs.Frame{frame, frame}))
 	first := &b.PixelValues[0]
-	require.NoError(t, p.ProcessFrames(&b, []msgs.Frame{frame}))
+	require.NoError(t, p.ProcessFrames(context.Background(), &b, []msgs.Frame{frame}))
 	assert.Same(t, first, &b.PixelValues[0])
 	assert.Len(t, b.Grids, 1)
 	assert.Equal(t, 768, b.Rows())
@@ -54,7 +55,7 @@ func TestProcessFramesReusesBuffers(t *testing.T) {
 		return
 	}
 	allocs := testing.AllocsPerRun(5, func() {
-		if err := p.ProcessFrames(&b, []msgs.Frame{frame}); err != nil {
+		if err := p.ProcessFrames(context.Background(), &b, []msgs.Frame{frame}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -68,18 +69,18 @@ func TestProcessFramesErrors(t *testing.T) {
 	short := good
 	short.Camera = "front_tele_30fov"
 	short.Data = good.Data[:100]
-	err = p.ProcessFrames(new(Batch), []msgs.Frame{good, good, short, good})
+	err = p.ProcessFrames(context.Background(), new(Batch), []msgs.Frame{good, good, short, good})
 	assert.ErrorIs(t, err, ErrInvalidFrame)
 	assert.ErrorContains(t, err, `camera "front_tele_30fov": rgb8: invalid frame`)
 	assert.ErrorContains(t, err, "(frame 2 of 4)")
 
 	thin := good
 	thin.Width, thin.Height = 1, 300
-	err = p.ProcessFrames(new(Batch), []msgs.Frame{good, thin})
+	err = p.ProcessFrames(context.Background(), new(Batch), []msgs.Frame{good, thin})
 	assert.ErrorIs(t, err, ErrInvalidFrame)
 	assert.ErrorContains(t, err, "frame 1 of 2")
 
 	var b Batch
-	require.NoError(t, p.ProcessFrames(&b, nil))
+	require.NoError(t, p.ProcessFrames(context.Background(), &b, nil))
 	assert.Zero(t, b.Rows())
 }

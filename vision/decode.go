@@ -2,6 +2,7 @@ package vision
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 
@@ -9,14 +10,11 @@ import (
 )
 
 // ErrInvalidFrame is wrapped by the errors of frames that no decoder could
-// accept: a bad size, step or byte count, an unknown encoding, a corrupt
-// JPEG or PNG, or a decoded size other than the declared one. A node answers
-// them with bad_request.
+// accept: a bad size, step or byte count, an unknown encoding, a JPEG or
+// PNG whose header gives another size than the declared one, a corrupt or
+// truncated JPEG or PNG, or frames of more pixels than a Processor's
+// budget. A node answers them with bad_request.
 var ErrInvalidFrame = errors.New("invalid frame")
-
-// ErrNoOpenCV is wrapped by the error of a jpeg or png frame in a binary
-// built with the tag nogocv.
-var ErrNoOpenCV = errors.New("built without OpenCV (tag nogocv)")
 
 // Decode decodes a frame into a new RGB image. See DecodeInto.
 func Decode(f *msgs.Frame) (*Image, error) {
@@ -27,41 +25,33 @@ func Decode(f *msgs.Frame) (*Image, error) {
 	return img, nil
 }
 
-// DecodeInto decodes a frame into dst, an RGB image of the frame's declared
-// width and height, reusing dst.Pix when it is large enough. JPEG and PNG
-// decode to the pixels OpenCV's imdecode gives (EXIF orientation ignored,
-// grey replicated, alpha dropped; JPEG through the same libjpeg-turbo,
-// straight into dst as RGB) and must decode to the declared size. Raw rows
-// are Step bytes apart (0 means tightly packed) and Data must hold exactly
-// Step × Height bytes; bgr8 is swapped to RGB and mono8 replicated to three
-// channels. Errors name the camera and the encoding and wrap
-// ErrInvalidFrame or ErrNoOpenCV.
+// DecodeInto is DecodeContext without a context.
 func DecodeInto(dst *Image, f *msgs.Frame) error {
-	if f == nil {
-		return fmt.Errorf("vision: decode: nil frame: %w", ErrInvalidFrame)
-	}
-	if err := checkSize(f); err != nil {
+	return DecodeContext(context.Background(), dst, f)
+}
+
+// DecodeContext decodes a frame into dst, an RGB image of the frame's
+// declared width and height, reusing dst.Pix when it is large enough.
+// JPEG and PNG decode to the pixels OpenCV's imdecode gives (EXIF
+// orientation ignored, grey replicated, alpha dropped, CMYK converted as
+// OpenCV does): JPEG through libjpeg-turbo, PNG through Go's image/png.
+// Their header is read first and must give the declared size, so that no
+// more than the declared pixels are ever allocated; data that ends early
+// or is corrupt is an error, never padded. Raw rows are Step bytes apart
+// (0 means tightly packed) and Data must hold exactly Step × Height
+// bytes; bgr8 is swapped to RGB and mono8 replicated to three channels.
+// Decoding stops when ctx is done, with an error wrapping ctx.Err().
+// Other errors name the camera and the encoding and wrap ErrInvalidFrame.
+func DecodeContext(ctx context.Context, dst *Image, f *msgs.Frame) error {
+	v, err := decodeView(ctx, f, dst)
+	if err != nil {
 		return err
 	}
-	switch f.Encoding {
-	case msgs.EncodingJPEG, msgs.EncodingPNG:
-		if err := checkContainer(f); err != nil {
-			return err
-		}
-		v, err := decodeCompressed(f, dst)
-		if err != nil {
-			return err
-		}
-		defer v.release()
-		if v.bgr || !samePix(v.img.Pix, dst.Pix) {
-			dst.Reshape(f.Width, f.Height)
-			copyRGB(dst.Pix, v.img.Pix, v.bgr)
-		}
-		return nil
-	case msgs.EncodingRGB8, msgs.EncodingBGR8, msgs.EncodingMono8:
-		return decodeRaw(dst, f)
+	if v.bgr || !samePix(v.img.Pix, dst.Pix) {
+		dst.Reshape(f.Width, f.Height)
+		copyRGB(dst.Pix, v.img.Pix, v.bgr)
 	}
-	return frameError(f, ErrInvalidFrame, "unknown encoding (want jpeg, png, rgb8, bgr8 or mono8)")
+	return nil
 }
 
 // checkSize checks the declared size of a frame.
@@ -80,8 +70,9 @@ var (
 )
 
 // checkContainer checks that a jpeg or png frame holds a file of that
-// format, and that a JPEG is complete: libjpeg only warns about a truncated
-// file and fills the missing rows with grey, so OpenCV would return an image.
+// format, and that a JPEG ends with its end-of-image marker (trailing
+// zeros allowed): a truncated file is refused before libjpeg, which would
+// find out only where the data ends.
 func checkContainer(f *msgs.Frame) error {
 	d := f.Data
 	if len(d) == 0 {
@@ -103,43 +94,61 @@ func checkContainer(f *msgs.Frame) error {
 }
 
 // frameView is a decoded frame as the processor reads it: pixels that may
-// alias the frame's data or OpenCV's buffer, in RGB or BGR order.
+// alias the frame's data, in RGB or BGR order.
 type frameView struct {
-	img     Image  // Pix is read-only: it may be the frame's own bytes
-	bgr     bool   // Pix holds blue, green, red
-	release func() // frees OpenCV's buffer; never nil
+	img Image // Pix is read-only: it may be the frame's own bytes
+	bgr bool  // Pix holds blue, green, red
 }
 
-func noRelease() {}
-
-// decodeView decodes f without copying where it can: tightly packed rgb8 and
-// bgr8 frames are used in place, JPEG decodes straight into scratch, PNG
-// stays in OpenCV's BGR buffer, and only mono8 and padded rows are copied,
-// into scratch. The caller calls release when done with the view.
-func decodeView(f *msgs.Frame, scratch *Image) (frameView, error) {
-	fail := frameView{release: noRelease}
-	tight := f != nil && f.Encoding.Channels() == 3 && (f.Step == 0 || f.Step == 3*f.Width)
-	compressed := f != nil && (f.Encoding == msgs.EncodingJPEG || f.Encoding == msgs.EncodingPNG)
-	if !tight && !compressed {
-		if err := DecodeInto(scratch, f); err != nil {
-			return fail, err
-		}
-		return frameView{img: *scratch, release: noRelease}, nil
+// decodeView decodes f without copying where it can: tightly packed rgb8
+// and bgr8 frames are used in place; JPEG and PNG decode into scratch, and
+// mono8 and padded rows are copied there.
+func decodeView(ctx context.Context, f *msgs.Frame, scratch *Image) (frameView, error) {
+	if f == nil {
+		return frameView{}, fmt.Errorf("vision: decode: nil frame: %w", ErrInvalidFrame)
 	}
 	if err := checkSize(f); err != nil {
-		return fail, err
+		return frameView{}, err
 	}
-	if compressed {
+	switch f.Encoding {
+	case msgs.EncodingJPEG, msgs.EncodingPNG:
 		if err := checkContainer(f); err != nil {
-			return fail, err
+			return frameView{}, err
 		}
-		return decodeCompressed(f, scratch)
+		if _, err := checkHeader(f); err != nil {
+			return frameView{}, err
+		}
+		if ctx.Err() != nil {
+			return frameView{}, cancelled(ctx, f)
+		}
+		var err error
+		if f.Encoding == msgs.EncodingJPEG {
+			err = decodeJPEG(ctx, scratch, f)
+		} else {
+			err = decodePNG(ctx, scratch, f)
+		}
+		if err != nil {
+			return frameView{}, err
+		}
+		return frameView{img: *scratch}, nil
+	case msgs.EncodingRGB8, msgs.EncodingBGR8, msgs.EncodingMono8:
+		step, err := rawStep(f)
+		if err != nil {
+			return frameView{}, err
+		}
+		if f.Encoding.Channels() == 3 && step == 3*f.Width {
+			img := Image{Width: f.Width, Height: f.Height, Pix: f.Data}
+			return frameView{img: img, bgr: f.Encoding == msgs.EncodingBGR8}, nil
+		}
+		decodeRaw(scratch, f, step)
+		return frameView{img: *scratch}, nil
 	}
-	if n := 3 * f.Width * f.Height; len(f.Data) != n {
-		return fail, frameError(f, ErrInvalidFrame, "%d×%d with step %d needs %d bytes, got %d", f.Width, f.Height, 3*f.Width, n, len(f.Data))
-	}
-	img := Image{Width: f.Width, Height: f.Height, Pix: f.Data}
-	return frameView{img: img, bgr: f.Encoding == msgs.EncodingBGR8, release: noRelease}, nil
+	return frameView{}, frameError(f, ErrInvalidFrame, "unknown encoding (want jpeg, png, rgb8, bgr8 or mono8)")
+}
+
+// cancelled is the error of decoding f stopped because ctx is done.
+func cancelled(ctx context.Context, f *msgs.Frame) error {
+	return fmt.Errorf("vision: camera %q: %s: decoding stopped: %w", f.Camera, f.Encoding, ctx.Err())
 }
 
 // samePix reports whether a and b start at the same byte.
@@ -165,21 +174,28 @@ func copyRGB(dst, src []uint8, bgr bool) {
 	}
 }
 
-// decodeRaw copies a raw frame into dst, honouring the row step.
-func decodeRaw(dst *Image, f *msgs.Frame) error {
-	ch := f.Encoding.Channels()
-	w, h := f.Width, f.Height
-	row := w * ch
+// rawStep checks a raw frame's step and byte count and returns its row
+// step in bytes.
+func rawStep(f *msgs.Frame) (int, error) {
+	row := f.Width * f.Encoding.Channels()
 	step := f.Step
 	if step == 0 {
 		step = row
 	}
 	if step < row {
-		return frameError(f, ErrInvalidFrame, "step %d is less than width %d × %d bytes a pixel", step, w, ch)
+		return 0, frameError(f, ErrInvalidFrame, "step %d is less than width %d × %d bytes a pixel", step, f.Width, f.Encoding.Channels())
 	}
-	if step > len(f.Data) || step*h != len(f.Data) {
-		return frameError(f, ErrInvalidFrame, "%d×%d with step %d needs %d bytes, got %d", w, h, step, step*h, len(f.Data))
+	if step > len(f.Data) || step*f.Height != len(f.Data) {
+		return 0, frameError(f, ErrInvalidFrame, "%d×%d with step %d needs %d bytes, got %d", f.Width, f.Height, step, step*f.Height, len(f.Data))
 	}
+	return step, nil
+}
+
+// decodeRaw copies a raw frame, whose rows are step bytes apart (checked
+// by rawStep), into dst.
+func decodeRaw(dst *Image, f *msgs.Frame, step int) {
+	w, h := f.Width, f.Height
+	row := w * f.Encoding.Channels()
 	dst.Reshape(w, h)
 	out := dst.Pix
 	for y := range h {
@@ -196,5 +212,4 @@ func decodeRaw(dst *Image, f *msgs.Frame) error {
 			}
 		}
 	}
-	return nil
 }

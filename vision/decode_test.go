@@ -1,7 +1,7 @@
 package vision
 
 import (
-	"errors"
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -76,9 +76,8 @@ func TestDecodeRaw(t *testing.T) {
 
 			// The processor's view decodes to the same pixels.
 			var scratch Image
-			v, err := decodeView(&f, &scratch)
+			v, err := decodeView(context.Background(), &f, &scratch)
 			require.NoError(t, err)
-			defer v.release()
 			rgb := NewImage(v.img.Width, v.img.Height)
 			copyRGB(rgb.Pix, v.img.Pix, v.bgr)
 			assert.Equal(t, tt.want, rgb)
@@ -121,6 +120,10 @@ func TestDecodeErrors(t *testing.T) {
 		{"jpeg that is not", with(func(f *msgs.Frame) { f.Encoding = msgs.EncodingJPEG }), "data is not a JPEG file"},
 		{"png that is a jpeg", with(func(f *msgs.Frame) { f.Encoding, f.Data = msgs.EncodingPNG, []byte{0xFF, 0xD8, 0xFF, 0xE0} }), "data is not a PNG file"},
 		{"truncated jpeg", with(func(f *msgs.Frame) { f.Encoding, f.Data = msgs.EncodingJPEG, []byte{0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3} }), "truncated JPEG"},
+		{"jpeg without frame header", with(func(f *msgs.Frame) { f.Encoding, f.Data = msgs.EncodingJPEG, []byte{0xFF, 0xD8, 0xFF, 0xD9} }), "JPEG file ends (EOI) before its frame header"},
+		{"png without IHDR", with(func(f *msgs.Frame) {
+			f.Encoding, f.Data = msgs.EncodingPNG, append(append([]byte(nil), pngMagic...), 0, 0)
+		}), "PNG file ends in its header"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -132,13 +135,119 @@ func TestDecodeErrors(t *testing.T) {
 				assert.Contains(t, err.Error(), `camera "cross_left_120fov"`)
 			}
 			if tt.frame != nil {
-				_, err := decodeView(tt.frame, new(Image))
+				_, err := decodeView(context.Background(), tt.frame, new(Image))
 				assert.ErrorIs(t, err, ErrInvalidFrame, "decodeView")
 			}
 		})
 	}
 }
 
-func TestErrorKindsAreDistinct(t *testing.T) {
-	assert.False(t, errors.Is(ErrNoOpenCV, ErrInvalidFrame))
+func TestDecodePNGIsExact(t *testing.T) {
+	img := testImage(33, 17, 5)
+	f := goPNGFrame(t, img)
+	got, err := Decode(&f)
+	require.NoError(t, err)
+	assert.Equal(t, img, got)
+
+	want := readPNG(t, referenceDir+"/grad-1001x777.png")
+	f = goPNGFrame(t, want)
+	got, err = Decode(&f)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+}
+
+func TestDecodeJPEG(t *testing.T) {
+	img := sceneImage(64, 48, 3)
+	f := goJPEGFrame(t, img, 95)
+	got, err := Decode(&f)
+	require.NoError(t, err)
+	require.Equal(t, img.Width, got.Width)
+	require.Equal(t, img.Height, got.Height)
+	swapped := NewImage(got.Width, got.Height)
+	copyRGB(swapped.Pix, got.Pix, true)
+	meanErr := func(a *Image) float64 {
+		sum := 0
+		for i := range img.Pix {
+			d := int(img.Pix[i]) - int(a.Pix[i])
+			sum += max(d, -d)
+		}
+		return float64(sum) / float64(len(img.Pix))
+	}
+	assert.Less(t, meanErr(got), 8.0, "mean absolute JPEG error, levels")
+	assert.Greater(t, meanErr(swapped), 3*meanErr(got), "red and blue swapped?")
+}
+
+func TestDecodeCompressedErrors(t *testing.T) {
+	img := sceneImage(40, 30, 1)
+	jpg := goJPEGFrame(t, img, 90)
+	png := goPNGFrame(t, img)
+
+	wrongSize := jpg
+	wrongSize.Width = 41
+	_, err := Decode(&wrongSize)
+	assert.ErrorIs(t, err, ErrInvalidFrame)
+	assert.ErrorContains(t, err, "the file's header says 40×30, the frame declares 41×30")
+
+	wrongPNG := png
+	wrongPNG.Height = 31
+	_, err = Decode(&wrongPNG)
+	assert.ErrorIs(t, err, ErrInvalidFrame)
+	assert.ErrorContains(t, err, "the file's header says 40×30, the frame declares 40×31")
+
+	truncated := jpg
+	truncated.Data = jpg.Data[:len(jpg.Data)/2]
+	_, err = Decode(&truncated)
+	assert.ErrorContains(t, err, "truncated JPEG")
+
+	garbage := jpg
+	garbage.Data = append([]byte{0xFF, 0xD8, 0xFF}, make([]byte, 200)...)
+	garbage.Data = append(garbage.Data, 0xFF, 0xD9)
+	_, err = Decode(&garbage)
+	assert.ErrorIs(t, err, ErrInvalidFrame)
+	assert.ErrorContains(t, err, `camera "front_wide_120fov": jpeg: invalid frame: `)
+
+	brokenPNG := png
+	brokenPNG.Data = append([]byte(nil), png.Data[:len(png.Data)/2]...)
+	_, err = Decode(&brokenPNG)
+	assert.ErrorIs(t, err, ErrInvalidFrame)
+	assert.ErrorContains(t, err, "png: invalid frame: corrupt or truncated image")
+}
+
+func TestDecodeJPEGErrors(t *testing.T) {
+	f := goJPEGFrame(t, sceneImage(64, 48, 1), 90)
+	var img Image
+	ctx := context.Background()
+
+	// Past checkContainer, data that ends early is refused, where OpenCV
+	// would leave the missing rows uninitialized and libjpeg pads them.
+	cut := f
+	cut.Data = f.Data[:len(f.Data)*2/3]
+	err := decodeJPEG(ctx, &img, &cut)
+	assert.ErrorIs(t, err, ErrInvalidFrame)
+	assert.ErrorContains(t, err, "libjpeg ran out of data")
+
+	// Scan data cut short by a marker: libjpeg fills the rest with zeros
+	// after a warning, which is an error here.
+	marked := f
+	marked.Data = append(append([]byte(nil), f.Data[:len(f.Data)*2/3]...), 0xFF, 0xD9)
+	err = decodeJPEG(ctx, &img, &marked)
+	assert.ErrorIs(t, err, ErrInvalidFrame)
+	assert.ErrorContains(t, err, "libjpeg: Corrupt JPEG data: premature end of data segment")
+
+	bad := f
+	bad.Data = append([]byte{0xFF, 0xD8, 0xFF, 0xC0, 0, 3}, make([]byte, 64)...)
+	err = decodeJPEG(ctx, &img, &bad)
+	assert.ErrorIs(t, err, ErrInvalidFrame)
+	assert.ErrorContains(t, err, "corrupt or truncated image (libjpeg: ")
+
+	wide := f
+	wide.Width = 65
+	err = decodeJPEG(ctx, &img, &wide)
+	assert.ErrorContains(t, err, "decoded size 64×48 differs from the declared 65×48")
+
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	err = decodeJPEG(done, &img, &f)
+	assert.ErrorIs(t, err, context.Canceled, "the progress monitor sees the cancel flag")
+	assert.ErrorContains(t, err, "decoding stopped")
 }

@@ -1,7 +1,8 @@
 // Package vision turns camera frames into the inputs of a vision-language
-// model: it decodes a frame (JPEG through libjpeg-turbo, PNG through OpenCV,
-// raw rgb8, bgr8 and mono8 in Go) into an RGB image, and runs the Qwen2-VL/Qwen3-VL image
-// processor on it with the numbers Hugging Face transformers produces.
+// model: it decodes a frame (JPEG through libjpeg-turbo, PNG through Go's
+// image/png, raw rgb8, bgr8 and mono8 in Go) into an RGB image, and runs
+// the Qwen2-VL/Qwen3-VL image processor on it with the numbers Hugging
+// Face transformers produces.
 //
 // The processor (Processor) follows transformers' default, torchvision
 // backend of Qwen2VLImageProcessor, which Qwen3-VL and Alpamayo-R1 use:
@@ -28,23 +29,52 @@
 // The output is bit-identical to transformers 5.17's pixel_values and
 // image_grid_thw (torch 2.11, torchvision 0.26): reference_test.go checks the
 // SHA-256 of every float32 value on images made by
-// scripts/reference/vision_reference.py (testdata/vision). JPEG decoding is
-// libjpeg-turbo's libjpeg API called as OpenCV 4.6's imdecode calls it
-// (the same library and settings, without OpenCV's row-by-row RGB-to-BGR
-// swap, which cost more than the decoding): the same pixels, which
-// TestJPEGMatchesOpenCV checks on baseline, progressive, 4:4:4, greyscale
-// and restart-marker files. PIL's decoder may differ in the last bits of a
-// JPEG, so the bit-identity holds for the same RGB pixels.
+// scripts/reference/vision_reference.py (testdata/vision).
 //
-// The entry points are Decode/DecodeInto (a msgs.Frame to an RGB Image),
-// Processor.Preprocess/PreprocessInto (one Image to its rows) and
+// # Decoding
+//
+// JPEG and PNG decode to exactly the RGB pixels OpenCV 4.6's imdecode
+// (IMREAD_COLOR) gives, which the reference pixels assume: JPEG through
+// libjpeg-turbo's libjpeg API with OpenCV's settings (without OpenCV's
+// row-by-row RGB-to-BGR swap, which cost more than the decoding; CMYK and
+// YCCK converted with OpenCV's formula), PNG through image/png with
+// libpng's 16-to-8-bit strip and alpha dropped. OpenCV itself is not
+// used: testdata/vision/frames holds every kind of JPEG and PNG with the
+// SHA-256 of OpenCV's pixels, which TestFramesGolden checks in every build
+// and TestFramesGoldenAreOpenCVs against OpenCV in the default one. PIL's
+// decoder may differ in the last bits of a JPEG, so the bit-identity with
+// transformers holds for the same RGB pixels.
+//
+// A frame is checked before it is decoded (CheckFrame): its declared size,
+// the length of raw data, and for JPEG and PNG the size in the file's
+// header (ReadHeader), which must be the declared one, so that no more
+// pixels than declared are ever allocated; ProcessFrames also sums the
+// declared pixels against a budget (WithMaxPixels) before anything is
+// allocated. No bytes reach a decoder that can abort the process:
+// image/png returns errors, and libjpeg's fatal errors longjmp back to
+// the caller. Data that ends early or is corrupt is an error (libjpeg's
+// warnings that it pads or guesses pixels end the decoding), never padded
+// pixels. Decoding stops when the context is done: image/png reads in
+// small pieces that check it, and libjpeg's progress monitor reads a flag
+// that the context sets.
+//
+// The entry points are Decode/DecodeContext (a msgs.Frame to an RGB
+// Image), Processor.Preprocess/PreprocessInto (one Image to its rows) and
 // Processor.ProcessFrames (decode and preprocess frames in parallel into a
-// reusable Batch, decoding JPEG into per-worker buffers, reading PNG pixels
-// straight from OpenCV's buffer and tightly packed raw frames in place).
-// SmartResize and Resize are usable on their own.
+// reusable Batch, decoding into per-worker buffers and reading tightly
+// packed raw frames in place). SmartResize and Resize are usable on their
+// own.
 //
-// Files that use OpenCV (gocv) and libjpeg (cgo, pkg-config libjpeg, which
-// Debian's libopencv-dev pulls in) are built unless the build tag nogocv is
-// set; with it, the package has the same API and decodes the raw encodings
-// only, returning an error wrapping ErrNoOpenCV for jpeg and png.
+// On a backend that implements backend.ImagePrep (cuda), a
+// DeviceProcessor (Processor.OnDevice) decodes the frames on the host's
+// cores straight into page-locked memory and has the device resize,
+// normalize and patchify each as soon as it is decoded, with the same
+// integer filters and normalization table: the pixel values are the same
+// bits, left on the device for the model (qwen3vl.Images.Device).
+//
+// The package needs cgo and libjpeg (pkg-config libjpeg; Debian's
+// libjpeg62-turbo-dev, which libopencv-dev pulls in), not OpenCV: only its
+// tests use OpenCV (gocv), to compare with it. With the build tag nogocv
+// those tests are left out and libjpeg is linked statically, so that the
+// binary runs where no libjpeg is installed (the GPU machine).
 package vision

@@ -1,6 +1,7 @@
 package vision
 
 import (
+	"context"
 	"testing"
 
 	"vlanode/msgs"
@@ -54,13 +55,13 @@ func benchRawFrames(b *testing.B, n, w, h int) {
 		b.Fatal(err)
 	}
 	var batch Batch
-	if err := p.ProcessFrames(&batch, frames); err != nil {
+	if err := p.ProcessFrames(context.Background(), &batch, frames); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if err := p.ProcessFrames(&batch, frames); err != nil {
+		if err := p.ProcessFrames(context.Background(), &batch, frames); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -14,12 +14,13 @@ const maxCachedResizers = 64
 // safe for concurrent use and keeps the resize filters of the sizes it has
 // seen and per-worker scratch buffers between calls.
 type Processor struct {
-	cfg      Config
-	workers  int                 // goroutines a call may use
-	lut      [3][256]float32     // normalized value of each byte, per channel
-	scratch  sync.Pool           // *imageScratch
-	mu       sync.Mutex          // guards resizers
-	resizers map[[4]int]*Resizer // by (inW, inH, outW, outH)
+	cfg       Config
+	workers   int                 // goroutines a call may use
+	maxPixels int                 // pixels one ProcessFrames call may decode; 0: any
+	lut       [3][256]float32     // normalized value of each byte, per channel
+	scratch   sync.Pool           // *imageScratch
+	mu        sync.Mutex          // guards resizers
+	resizers  map[[4]int]*Resizer // by (inW, inH, outW, outH)
 }
 
 // Option configures a Processor.
@@ -28,6 +29,15 @@ type Option func(*Processor)
 // WithWorkers bounds the goroutines one call of the Processor may use;
 // n ≤ 0 means GOMAXPROCS (the default).
 func WithWorkers(n int) Option { return func(p *Processor) { p.workers = n } }
+
+// WithMaxPixels bounds the pixels one ProcessFrames call decodes: the sum
+// of its frames' declared width × height. Frames over it are refused,
+// wrapping ErrInvalidFrame, before any is decoded. n ≤ 0 means no bound
+// (the default).
+func WithMaxPixels(n int) Option { return func(p *Processor) { p.maxPixels = max(n, 0) } }
+
+// MaxPixels returns the bound of WithMaxPixels, 0 for none.
+func (p *Processor) MaxPixels() int { return p.maxPixels }
 
 // imageScratch holds one worker's buffers for one image.
 type imageScratch struct {

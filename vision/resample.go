@@ -3,6 +3,8 @@ package vision
 import (
 	"fmt"
 	"math"
+
+	"vlanode/backend"
 )
 
 // This file reproduces torchvision's resize of a uint8 image with
@@ -119,6 +121,12 @@ func newAxisFilter(in, out int) (*axisFilter, error) {
 		}
 	}
 	return f, nil
+}
+
+// device is f as a backend's filter, sharing f's tables: a device
+// computes the same sums (backend.ResizeFilter).
+func (f *axisFilter) device() *backend.ResizeFilter {
+	return &backend.ResizeFilter{In: f.in, Out: f.out, Taps: f.taps, Start: f.start, Count: f.count, Weights: f.weights, Precision: f.precision}
 }
 
 // clip8 clamps a fixed-point result to a byte.

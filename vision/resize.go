@@ -3,6 +3,8 @@ package vision
 import (
 	"fmt"
 	"runtime"
+
+	"vlanode/backend"
 )
 
 // Resizer resizes RGB images of one size to another with torchvision's
@@ -11,6 +13,8 @@ import (
 type Resizer struct {
 	inW, inH, outW, outH int
 	horiz, vert          *axisFilter // nil when that side keeps its size
+	// The same filters for a device (backend.ImagePrep); nil alike.
+	devH, devV *backend.ResizeFilter
 }
 
 // NewResizer returns a Resizer from inW × inH to outW × outH pixels.
@@ -24,11 +28,13 @@ func NewResizer(inW, inH, outW, outH int) (*Resizer, error) {
 		if r.horiz, err = newAxisFilter(inW, outW); err != nil {
 			return nil, err
 		}
+		r.devH = r.horiz.device()
 	}
 	if inH != outH {
 		if r.vert, err = newAxisFilter(inH, outH); err != nil {
 			return nil, err
 		}
+		r.devV = r.vert.device()
 	}
 	return r, nil
 }

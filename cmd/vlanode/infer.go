@@ -87,6 +87,7 @@ func runInfer(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	defer eng.Close()
 	res, pre, err := eng.Run(ctx, frames, ego, *maxTokens, opt)
 	if err != nil {
 		return err

@@ -18,11 +18,16 @@ func alpamayoSpec() engineSpec {
 	var mf modelFlags
 	var lf layerFlags
 	var vlm string
+	var maxPixels int
+	var hostPre bool
 	return engineSpec{
 		flags: func(fs *flag.FlagSet) {
 			mf.register(fs)
 			lf.register(fs)
 			fs.StringVar(&vlm, "vlm", "", "the VLM's config folder, overriding the checkpoint's vlm_name_or_path")
+			fs.IntVar(&maxPixels, "max-request-pixels", engine.DefaultMaxRequestPixels,
+				"most pixels one request's frames may hold (sum of width × height); more: bad_request before any is decoded")
+			fs.BoolVar(&hostPre, "host-preprocess", false, "resize, normalize and patchify frames on the CPU even when the model is on CUDA (default: on the GPU there)")
 		},
 		build: func(ctx context.Context, env engineEnv) (node.Engine, error) {
 			if err := mf.check(); err != nil {
@@ -31,6 +36,9 @@ func alpamayoSpec() engineSpec {
 			if err := lf.check(); err != nil {
 				return nil, err
 			}
+			if maxPixels < 1 {
+				return nil, usagef("--max-request-pixels must be at least 1")
+			}
 			bm, err := loadBudgeted(budgetSpec{
 				dir: mf.dir, vlm: vlm, device: mf.device, threads: mf.threads, ordinal: max(env.GPU, 0),
 				budget: int64(env.BudgetBytes), layers: lf,
@@ -38,7 +46,8 @@ func alpamayoSpec() engineSpec {
 			if err != nil {
 				return nil, err
 			}
-			eng, err := engine.NewAlpamayo(bm.model, filepath.Base(filepath.Clean(mf.dir)), env.BudgetBytes)
+			eng, err := engine.NewAlpamayo(bm.model, filepath.Base(filepath.Clean(mf.dir)), env.BudgetBytes,
+				engine.MaxRequestPixels(maxPixels), engine.PreprocessOnHost(hostPre))
 			if err != nil {
 				return nil, errors.Join(err, bm.Close())
 			}
@@ -47,14 +56,15 @@ func alpamayoSpec() engineSpec {
 	}
 }
 
-// servedModel is the engine serve runs; Close releases the model, the
-// executor and the backend when the node stops.
+// servedModel is the engine serve runs; Close releases the engine's
+// preprocessing memory, the model, the executor and the backend when the
+// node stops.
 type servedModel struct {
 	*engine.Alpamayo
 	bm *budgeted
 }
 
-func (s *servedModel) Close() error { return s.bm.Close() }
+func (s *servedModel) Close() error { return errors.Join(s.Alpamayo.Close(), s.bm.Close()) }
 
 // logWriter turns the backend's log lines into structured log records.
 type logWriter struct{ log *slog.Logger }

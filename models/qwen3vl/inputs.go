@@ -3,8 +3,10 @@ package qwen3vl
 import (
 	"fmt"
 
+	"vlanode/backend"
 	"vlanode/configs"
 	"vlanode/models"
+	"vlanode/tensor"
 )
 
 // Grid is one image's patch grid, a row of transformers' image_grid_thw:
@@ -25,6 +27,13 @@ func (g Grid) Tokens(merge int) int { return g.Patches() / (merge * merge) }
 type Images struct {
 	Pixels []float32
 	Grids  []Grid
+	// Device, when set, holds the pixel values on the model's backend
+	// already ([Patches, PatchDim] F32, e.g. from vision.DeviceProcessor),
+	// and Pixels is not read. Done, when set, is called once the vision
+	// embedding has queued its last read of them, so that their memory can
+	// go before the rest of the model runs.
+	Device backend.Tensor
+	Done   func()
 }
 
 // Patches is the total patch count of the grids.
@@ -59,6 +68,13 @@ func CheckGrids(v *configs.Qwen3VLVision, grids []Grid) error {
 func CheckImages(v *configs.Qwen3VLVision, im *Images) error {
 	if err := CheckGrids(v, im.Grids); err != nil {
 		return err
+	}
+	if im.Device != nil {
+		if r, c := backend.Matrix(im.Device); im.Device.DType() != tensor.F32 || r != im.Patches() || c != v.PatchDim() {
+			return fmt.Errorf("qwen3vl: pixel values on the device are %v%v, want F32 [%d %d] (the grids' patches, in_channels·temporal_patch_size·patch_size²): %w",
+				im.Device.DType(), im.Device.Shape(), im.Patches(), v.PatchDim(), models.ErrBadInput)
+		}
+		return nil
 	}
 	if want := im.Patches() * v.PatchDim(); len(im.Pixels) != want {
 		if len(im.Pixels)%v.PatchDim() == 0 {

@@ -127,17 +127,22 @@ func (v *Vision) Begin(im *Images) (*VisionPass, error) {
 // the rotary tables.
 func (p *VisionPass) embed(im *Images) error {
 	v, c, be := p.v, p.v.Config, p.v.be
-	P := im.Patches()
-	px, err := be.Alloc("activations", tensor.F32, P, c.PatchDim())
-	if err != nil {
-		return err
-	}
-	defer be.Free(px)
-	if err := be.Upload(px, im.Pixels); err != nil {
-		return err
+	px := im.Device
+	if px == nil {
+		var err error
+		if px, err = be.Alloc("activations", tensor.F32, im.Patches(), c.PatchDim()); err != nil {
+			return err
+		}
+		defer be.Free(px)
+		if err := be.Upload(px, im.Pixels); err != nil {
+			return err
+		}
 	}
 	if err := be.MatMul(p.x, px, v.patchMat, v.PatchB); err != nil {
 		return err
+	}
+	if im.Done != nil {
+		im.Done()
 	}
 	if err := p.uploadPositions(im); err != nil {
 		return err

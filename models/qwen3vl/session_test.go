@@ -12,6 +12,7 @@ import (
 	"vlanode/backend"
 	"vlanode/models"
 	"vlanode/models/qwen3vl"
+	"vlanode/tensor"
 )
 
 // mainCase loads the several-images case of the untied checkpoint.
@@ -50,6 +51,38 @@ func TestPrefillWithFeaturesEqualsImages(t *testing.T) {
 	_, got, err = prefill(t, m, q, 0)
 	require.NoError(t, err)
 	assert.Equal(t, want, got)
+}
+
+// TestVisionDevicePixels embeds pixel values already on the backend
+// (Images.Device, as vision.DeviceProcessor makes them): the same features
+// as from Pixels, Done called once, and a tensor of the wrong shape
+// refused as bad input.
+func TestVisionDevicePixels(t *testing.T) {
+	m, be, p := mainCase(t)
+	want, err := m.Vision.Encode(context.Background(), p.Images)
+	require.NoError(t, err)
+	defer want.Free(be)
+	dim := len(p.Images.Pixels) / p.Images.Patches()
+	px, err := be.Alloc("activations", tensor.F32, p.Images.Patches(), dim)
+	require.NoError(t, err)
+	defer be.Free(px)
+	require.NoError(t, be.Upload(px, p.Images.Pixels))
+	done := 0
+	im := &qwen3vl.Images{Grids: p.Images.Grids, Device: px, Done: func() { done++ }}
+	got, err := m.Vision.Encode(context.Background(), im)
+	require.NoError(t, err)
+	defer got.Free(be)
+	assert.Equal(t, 1, done)
+	assert.Equal(t, download(t, be, want.Embeds), download(t, be, got.Embeds))
+	for k := range want.Deepstack {
+		assert.Equal(t, download(t, be, want.Deepstack[k]), download(t, be, got.Deepstack[k]), "deepstack %d", k)
+	}
+
+	short, err := be.Rows(px, 0, p.Images.Patches()-1)
+	require.NoError(t, err)
+	_, err = m.Vision.Encode(context.Background(), &qwen3vl.Images{Grids: p.Images.Grids, Device: short})
+	assert.ErrorIs(t, err, models.ErrBadInput)
+	assert.ErrorContains(t, err, "pixel values on the device are F32")
 }
 
 func TestKVCacheAccess(t *testing.T) {
