@@ -40,21 +40,23 @@ typedef struct {
 // Per-worker scratch: C tile stores, the column-tail copies of two A tiles,
 // and the row-tail copies of two A blocks (16 × kp each).
 typedef struct {
-	float *c;          // [4][16][16]
-	uint16_t *ktail;   // [2][16][32]
-	uint16_t *ntail;   // [2][16][kp]
+	float *c;        // [4][16][16]
+	uint16_t *ktail; // [2][16][32]
+	uint16_t *ntail; // [2][16][kp]
 } scratch;
 
-size_t kern_amx_scratch(int kp) { return 4 * TILE_BYTES + 2 * TILE_BYTES + 2 * (size_t)16 * kp * 2; }
+size_t kern_amx_scratch(int kp) { return 6 * TILE_BYTES + 2 * (size_t)16 * kp * 2; }
 
-static scratch scratch_of(const kern_job *j, int tid, int kp)
+static scratch scratch_of(const kern_job *j, int tid)
 {
 	char *s = j->tscr + (size_t)tid * j->tscr_stride;
 	scratch sc = {(float *)s, (uint16_t *)(s + 4 * TILE_BYTES), (uint16_t *)(s + 6 * TILE_BYTES)};
-	(void)kp;
 	return sc;
 }
 
+// tiles_begin configures all eight tiles as 16 rows × 64 bytes. (GCC 12's
+// _tile_loadconfig tells the compiler it reads 8 bytes of the config, so
+// stores to the rest could be dropped: the asm here names all 64.)
 static void tiles_begin(void)
 {
 	tile_config cfg __attribute__((aligned(64)));
@@ -64,7 +66,7 @@ static void tiles_begin(void)
 		cfg.rows[t] = 16;
 		cfg.colsb[t] = 64;
 	}
-	_tile_loadconfig(&cfg);
+	__asm__ volatile("ldtilecfg %0" ::"m"(cfg) : "memory");
 }
 
 static void tiles_end(void) { _tile_release(); }
@@ -229,7 +231,9 @@ static void run_unit(const unit_ctx *u, const a_ref *a, int two, const a_ref *ne
 					_tile_loadd(3, u->cpart + u->crow[1] * mpad + (mb + 1) * 16, mpad * 4);
 			}
 		}
-		int pf = mb == 0 && next != NULL;
+		// While the first B pair runs, prefetch each row PF_ELEMS ahead,
+		// running on into the next unit's rows.
+		int pf = mb == 0;
 		for (int s = 0; s < steps; s++) {
 			_tile_loadd(4, p0 + s * 32, s0);
 			if (two)
@@ -251,7 +255,7 @@ static void run_unit(const unit_ctx *u, const a_ref *a, int two, const a_ref *ne
 					prefetch_rows(p0, a[0].ld, c);
 					if (two)
 						prefetch_rows(p1, a[1].ld, c);
-				} else {
+				} else if (next) {
 					prefetch_rows(next[0].p + u->k0, next[0].ld, c - span);
 					if (next_two)
 						prefetch_rows(next[1].p + u->k0, next[1].ld, c - span);
@@ -364,7 +368,7 @@ void kern_amx_gemm(kern_pool *p, int tid, kern_job *j)
 	kern_part(j->n, KERN_NBLOCK, T, tid, &lo, &hi);
 	if (lo < hi) {
 		tiles_begin();
-		product(j, &op->w, j->k, j->kc, j->xpk, lo / 16, (hi + 15) / 16, scratch_of(j, tid, j->kp));
+		product(j, &op->w, j->k, j->kc, j->xpk, lo / 16, (hi + 15) / 16, scratch_of(j, tid));
 		tiles_end();
 	}
 }
@@ -413,8 +417,7 @@ void kern_amx_mlp(kern_pool *p, int tid, kern_job *j)
 		memset((uint32_t *)j->hpk + ((size_t)mb * kbs + kbs - 1) * TILE_U32, 0, TILE_BYTES);
 	kern_barrier(p);
 
-	int ks = j->kp > j->rp ? j->kp : j->rp;
-	scratch sc = scratch_of(j, tid, ks);
+	scratch sc = scratch_of(j, tid);
 	kern_part(j->r, KERN_NBLOCK, T, tid, &lo, &hi);
 	if (lo < hi) {
 		tiles_begin();

@@ -118,22 +118,26 @@ static void block(int m, int *nr, int *mr)
 	*mr = m == 1 ? 1 : 4;
 }
 
-// rows computes outputs [n0, n1) of w·xᵀ for every x row and hands each
-// tile to emit.
+// gemm_rows computes outputs [n0, n1) of w·xᵀ for every x row, in chunks
+// of weight rows that stay in the L2 cache while every x row passes.
 static void gemm_rows(const kern_op *op, const kern_mat *w, int n0, int n1, const float *x, int64_t ldx, int mrows, int k)
 {
 	int NR, MR;
 	block(mrows, &NR, &MR);
 	float out[MAX_NR][MAX_MR];
-	for (int n = n0; n < n1; n += NR) {
-		int nr = n1 - n < NR ? n1 - n : NR;
-		const uint16_t *wp = w->p + (int64_t)n * w->ld;
+	int nc = kern_chunk_rows(k, NR);
+	for (int c0 = n0; c0 < n1; c0 += nc) {
+		int c1 = n1 - c0 < nc ? n1 : c0 + nc;
 		for (int m = 0; m < mrows; m += MR) {
 			int mr = mrows - m < MR ? mrows - m : MR;
-			tiles[nr - 1][mr - 1](wp, w->ld, x + (int64_t)m * ldx, ldx, k, out);
-			for (int r = 0; r < nr; r++)
-				for (int q = 0; q < mr; q++)
-					kern_emit(op, m + q, n + r, out[r][q]);
+			for (int n = c0; n < c1; n += NR) {
+				int nr = c1 - n < NR ? c1 - n : NR;
+				const uint16_t *wp = w->p + (int64_t)n * w->ld;
+				tiles[nr - 1][mr - 1](wp, w->ld, x + (int64_t)m * ldx, ldx, k, out);
+				for (int r = 0; r < nr; r++)
+					for (int q = 0; q < mr; q++)
+						kern_emit(op, m + q, n + r, out[r][q]);
+			}
 		}
 	}
 }
@@ -161,16 +165,21 @@ void kern_avx2_mlp(kern_pool *p, int tid, kern_job *j)
 	block(j->m, &NR, &MR);
 	kern_part(j->r, KERN_VGRAIN, T, tid, &lo, &hi);
 	float g[MAX_NR][MAX_MR], u[MAX_NR][MAX_MR];
-	for (int n = lo; n < hi; n += NR) {
-		int nr = hi - n < NR ? hi - n : NR;
+	int nc = kern_chunk_rows(2 * j->k, NR); // gate and up rows
+	for (int c0 = lo; c0 < hi; c0 += nc) {
+		int c1 = hi - c0 < nc ? hi : c0 + nc;
 		for (int m = 0; m < j->m; m += MR) {
 			int mr = j->m - m < MR ? j->m - m : MR;
 			const float *x = xf + (int64_t)m * j->k;
-			tiles[nr - 1][mr - 1](op->gate.p + (int64_t)n * op->gate.ld, op->gate.ld, x, j->k, j->k, g);
-			tiles[nr - 1][mr - 1](op->up.p + (int64_t)n * op->up.ld, op->up.ld, x, j->k, j->k, u);
-			for (int r = 0; r < nr; r++)
-				for (int q = 0; q < mr; q++)
-					h[(int64_t)(m + q) * j->r + n + r] = kern_f32(kern_bf16(kern_silu_mul(g[r][q], u[r][q])));
+			for (int n = c0; n < c1; n += NR) {
+				int nr = c1 - n < NR ? c1 - n : NR;
+				tiles[nr - 1][mr - 1](op->gate.p + (int64_t)n * op->gate.ld, op->gate.ld, x, j->k, j->k, g);
+				tiles[nr - 1][mr - 1](op->up.p + (int64_t)n * op->up.ld, op->up.ld, x, j->k, j->k, u);
+				for (int r = 0; r < nr; r++)
+					for (int q = 0; q < mr; q++)
+						h[(int64_t)(m + q) * j->r + n + r] =
+						    kern_f32(kern_bf16(kern_silu_mul(g[r][q], u[r][q])));
+			}
 		}
 	}
 	kern_barrier(p);

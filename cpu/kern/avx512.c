@@ -101,22 +101,27 @@ static const tile_fn tiles[MAX_NR][MAX_MR] = {
     {tile_4_1, tile_4_2, tile_4_3, tile_4_4},
 };
 
-// gemm_rows computes outputs [n0, n1) of w·xᵀ for every x row. The weight
-// rows of a group are prefetched while the first x rows use them; later x
-// rows find them in cache.
+// gemm_rows computes outputs [n0, n1) of w·xᵀ for every x row, in chunks
+// of weight rows that stay in the L2 cache while every x row passes: the
+// first x rows stream a chunk from memory (with prefetch), later ones find
+// it in cache.
 static void gemm_rows(const kern_op *op, const kern_mat *w, int n0, int n1, const uint16_t *x, int64_t ldx, int mrows,
 		      int k)
 {
 	float out[MAX_NR][MAX_MR];
-	for (int n = n0; n < n1; n += MAX_NR) {
-		int nr = n1 - n < MAX_NR ? n1 - n : MAX_NR;
-		const uint16_t *wp = w->p + (int64_t)n * w->ld;
+	int nc = kern_chunk_rows(k, MAX_NR);
+	for (int c0 = n0; c0 < n1; c0 += nc) {
+		int c1 = n1 - c0 < nc ? n1 : c0 + nc;
 		for (int m = 0; m < mrows; m += MAX_MR) {
 			int mr = mrows - m < MAX_MR ? mrows - m : MAX_MR;
-			tiles[nr - 1][mr - 1](wp, w->ld, wp + nr * w->ld, x + (int64_t)m * ldx, ldx, k, m == 0, out);
-			for (int r = 0; r < nr; r++)
-				for (int q = 0; q < mr; q++)
-					kern_emit(op, m + q, n + r, out[r][q]);
+			for (int n = c0; n < c1; n += MAX_NR) {
+				int nr = c1 - n < MAX_NR ? c1 - n : MAX_NR;
+				const uint16_t *wp = w->p + (int64_t)n * w->ld;
+				tiles[nr - 1][mr - 1](wp, w->ld, wp + nr * w->ld, x + (int64_t)m * ldx, ldx, k, m == 0, out);
+				for (int r = 0; r < nr; r++)
+					for (int q = 0; q < mr; q++)
+						kern_emit(op, m + q, n + r, out[r][q]);
+			}
 		}
 	}
 }
@@ -147,20 +152,24 @@ void kern_avx512_mlp(kern_pool *p, int tid, kern_job *j)
 	kern_part(j->r, KERN_VGRAIN, T, tid, &lo, &hi);
 	float g[MAX_NR][MAX_MR] = {{0}}, u[MAX_NR][MAX_MR] = {{0}};
 	uint16_t hb[MAX_NR * MAX_MR];
-	for (int n = lo; n < hi; n += MAX_NR) {
-		int nr = hi - n < MAX_NR ? hi - n : MAX_NR;
-		const uint16_t *gp = op->gate.p + (int64_t)n * op->gate.ld;
-		const uint16_t *up = op->up.p + (int64_t)n * op->up.ld;
+	int nc = kern_chunk_rows(2 * j->k, MAX_NR); // gate and up rows
+	for (int c0 = lo; c0 < hi; c0 += nc) {
+		int c1 = hi - c0 < nc ? hi : c0 + nc;
 		for (int m = 0; m < j->m; m += MAX_MR) {
 			int mr = j->m - m < MAX_MR ? j->m - m : MAX_MR;
 			const uint16_t *x = xb + (int64_t)m * j->kp;
-			tiles[nr - 1][mr - 1](gp, op->gate.ld, gp + nr * op->gate.ld, x, j->kp, j->k, m == 0, g);
-			tiles[nr - 1][mr - 1](up, op->up.ld, up + nr * op->up.ld, x, j->kp, j->k, m == 0, u);
-			__m512 hv = silu_mul16(_mm512_loadu_ps(&g[0][0]), _mm512_loadu_ps(&u[0][0]));
-			_mm256_storeu_si256((__m256i *)hb, round16(hv));
-			for (int r = 0; r < nr; r++)
-				for (int q = 0; q < mr; q++)
-					h[(int64_t)(m + q) * j->rp + n + r] = hb[r * MAX_MR + q];
+			for (int n = c0; n < c1; n += MAX_NR) {
+				int nr = c1 - n < MAX_NR ? c1 - n : MAX_NR;
+				const uint16_t *gp = op->gate.p + (int64_t)n * op->gate.ld;
+				const uint16_t *up = op->up.p + (int64_t)n * op->up.ld;
+				tiles[nr - 1][mr - 1](gp, op->gate.ld, gp + nr * op->gate.ld, x, j->kp, j->k, m == 0, g);
+				tiles[nr - 1][mr - 1](up, op->up.ld, up + nr * op->up.ld, x, j->kp, j->k, m == 0, u);
+				__m512 hv = silu_mul16(_mm512_loadu_ps(&g[0][0]), _mm512_loadu_ps(&u[0][0]));
+				_mm256_storeu_si256((__m256i *)hb, round16(hv));
+				for (int r = 0; r < nr; r++)
+					for (int q = 0; q < mr; q++)
+						h[(int64_t)(m + q) * j->rp + n + r] = hb[r * MAX_MR + q];
+			}
 		}
 	}
 	kern_barrier(p);

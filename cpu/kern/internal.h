@@ -68,6 +68,15 @@ static inline void kern_part(int n, int grain, int threads, int t, int *lo, int 
 	*hi = (int)(h < n ? h : n);
 }
 
+// kern_chunk_rows is how many weight rows of k bf16 columns make a chunk of
+// about KERN_L2_CHUNK bytes, a multiple of grain (at least one grain).
+enum { KERN_L2_CHUNK = 256 << 10 };
+static inline int kern_chunk_rows(int k, int grain)
+{
+	int rows = KERN_L2_CHUNK / (2 * (k > 0 ? k : 1)) / grain * grain;
+	return rows > grain ? rows : grain;
+}
+
 // kern_bf16 rounds a float to the nearest bf16, ties to even (as PyTorch
 // and tensor.F32ToBF16); a NaN stays a quiet NaN.
 static inline uint16_t kern_bf16(float f)
@@ -117,7 +126,7 @@ void kern_avx512_mlp(kern_pool *p, int tid, kern_job *j);
 void kern_amx_gemm(kern_pool *p, int tid, kern_job *j);
 void kern_amx_mlp(kern_pool *p, int tid, kern_job *j);
 
-// Per-worker scratch bytes the AMX path needs for k columns.
+// Per-worker scratch bytes the AMX path needs for kp (padded) columns.
 size_t kern_amx_scratch(int kp);
 
 #endif

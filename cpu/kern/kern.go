@@ -136,7 +136,7 @@ func Supported(p Path) error {
 const (
 	// DefaultAMXMinRows is the M from which Auto uses AMX rather than
 	// AVX-512-BF16 (bench/results/cpu-kernels.md).
-	DefaultAMXMinRows = 8
+	DefaultAMXMinRows = 4
 	// DefaultWorkerSpin is how long an idle worker spins before it sleeps.
 	DefaultWorkerSpin = 100 * time.Microsecond
 	// DefaultCallerSpin is how long the calling thread spins for a job's
