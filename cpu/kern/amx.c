@@ -21,7 +21,7 @@
 enum {
 	TILE_BYTES = 1024,    // one tile: 16 rows × 64 bytes
 	TILE_U32 = 256,       // one tile in 32-bit elements
-	PF_ELEMS = 512,       // software prefetch distance along a weight row (1 KiB)
+	PF_ELEMS = 512,       // software prefetch distance along a weight row (1 KiB), unless op->prefetch says
 	PACK_TILES = 16,      // B tiles one packing unit fills
 };
 
@@ -210,6 +210,7 @@ static void run_unit(const unit_ctx *u, const a_ref *a, int two, const a_ref *ne
 	int64_t s0 = a[0].ld * 2, s1 = two ? a[1].ld * 2 : 0;
 	const uint16_t *p0 = a[0].p + u->k0, *p1 = two ? a[1].p + u->k0 : NULL;
 	int64_t mpad = (int64_t)u->mblocks * 16, span = u->k1 - u->k0;
+	int pfd = op->prefetch == 0 ? PF_ELEMS : op->prefetch;
 
 	for (int mb = 0; mb < u->mblocks; mb += 2) {
 		int twob = mb + 1 < u->mblocks;
@@ -231,9 +232,9 @@ static void run_unit(const unit_ctx *u, const a_ref *a, int two, const a_ref *ne
 					_tile_loadd(3, u->cpart + u->crow[1] * mpad + (mb + 1) * 16, mpad * 4);
 			}
 		}
-		// While the first B pair runs, prefetch each row PF_ELEMS ahead,
+		// While the first B pair runs, prefetch each row pfd columns ahead,
 		// running on into the next unit's rows.
-		int pf = mb == 0;
+		int pf = mb == 0 && pfd > 0;
 		for (int s = 0; s < steps; s++) {
 			_tile_loadd(4, p0 + s * 32, s0);
 			if (two)
@@ -250,7 +251,7 @@ static void run_unit(const unit_ctx *u, const a_ref *a, int two, const a_ref *ne
 					_tile_dpbf16ps(3, 5, 7);
 			}
 			if (pf) {
-				int64_t c = (int64_t)s * 32 + PF_ELEMS;
+				int64_t c = (int64_t)s * 32 + pfd;
 				if (c < span) {
 					prefetch_rows(p0, a[0].ld, c);
 					if (two)

@@ -13,8 +13,10 @@ enum {
 	PACK_SEG = 1024, // x elements one packing unit rounds (a multiple of 32)
 	MAX_NR = 4,      // weight rows of a register tile
 	MAX_MR = 4,      // x rows of a register tile
-	PF_ELEMS = 1024, // software prefetch distance along a weight row (2 KiB)
+	PF_ELEMS = 1024, // software prefetch distance along a weight row (2 KiB), unless op->prefetch says
 };
+
+static int prefetch_distance(const kern_op *op) { return op->prefetch == 0 ? PF_ELEMS : op->prefetch; }
 
 // pack rounds worker tid's share of x to bf16 rows [m][kp], zero-padded.
 static void pack(const float *x, int64_t ldx, int m, int k, int kp, uint16_t *dst, int tid, int threads)
@@ -35,8 +37,8 @@ static void pack(const float *x, int64_t ldx, int m, int k, int kp, uint16_t *ds
 }
 
 // tile computes out[r][m] = Σ_k w[r][k]·x[m][k] for nr weight rows (pitch
-// ldw) and mr packed x rows (pitch ldx). With pf it prefetches each row
-// PF_ELEMS ahead, continuing into the rows at next (the next tile's).
+// ldw) and mr packed x rows (pitch ldx). With pf > 0 it prefetches each row
+// pf columns ahead, continuing into the rows at next (the next tile's).
 static inline __attribute__((always_inline)) void tile(const uint16_t *w, int64_t ldw, const uint16_t *next,
 						       const uint16_t *x, int64_t ldx, int k, int nr, int mr, int pf,
 						       float out[MAX_NR][MAX_MR])
@@ -50,8 +52,8 @@ static inline __attribute__((always_inline)) void tile(const uint16_t *w, int64_
 		__m512i wv[MAX_NR];
 		for (int r = 0; r < nr; r++)
 			wv[r] = _mm512_loadu_si512(w + r * ldw + i);
-		if (pf) {
-			int a = i + PF_ELEMS;
+		if (pf > 0) {
+			int a = i + pf;
 			for (int r = 0; r < nr; r++) {
 				const uint16_t *q = a < k ? w + r * ldw + a : next + r * ldw + (a - k);
 				_mm_prefetch((const char *)q, _MM_HINT_T0);
@@ -109,7 +111,7 @@ static void gemm_rows(const kern_op *op, const kern_mat *w, int n0, int n1, cons
 		      int k)
 {
 	float out[MAX_NR][MAX_MR];
-	int nc = kern_chunk_rows(k, MAX_NR);
+	int nc = kern_chunk_rows(k, MAX_NR), pf = prefetch_distance(op);
 	for (int c0 = n0; c0 < n1; c0 += nc) {
 		int c1 = n1 - c0 < nc ? n1 : c0 + nc;
 		for (int m = 0; m < mrows; m += MAX_MR) {
@@ -117,7 +119,7 @@ static void gemm_rows(const kern_op *op, const kern_mat *w, int n0, int n1, cons
 			for (int n = c0; n < c1; n += MAX_NR) {
 				int nr = c1 - n < MAX_NR ? c1 - n : MAX_NR;
 				const uint16_t *wp = w->p + (int64_t)n * w->ld;
-				tiles[nr - 1][mr - 1](wp, w->ld, wp + nr * w->ld, x + (int64_t)m * ldx, ldx, k, m == 0, out);
+				tiles[nr - 1][mr - 1](wp, w->ld, wp + nr * w->ld, x + (int64_t)m * ldx, ldx, k, m == 0 ? pf : 0, out);
 				for (int r = 0; r < nr; r++)
 					for (int q = 0; q < mr; q++)
 						kern_emit(op, m + q, n + r, out[r][q]);
@@ -152,7 +154,7 @@ void kern_avx512_mlp(kern_pool *p, int tid, kern_job *j)
 	kern_part(j->r, KERN_VGRAIN, T, tid, &lo, &hi);
 	float g[MAX_NR][MAX_MR] = {{0}}, u[MAX_NR][MAX_MR] = {{0}};
 	uint16_t hb[MAX_NR * MAX_MR];
-	int nc = kern_chunk_rows(2 * j->k, MAX_NR); // gate and up rows
+	int nc = kern_chunk_rows(2 * j->k, MAX_NR), pf = prefetch_distance(op); // gate and up rows
 	for (int c0 = lo; c0 < hi; c0 += nc) {
 		int c1 = hi - c0 < nc ? hi : c0 + nc;
 		for (int m = 0; m < j->m; m += MAX_MR) {
@@ -162,8 +164,8 @@ void kern_avx512_mlp(kern_pool *p, int tid, kern_job *j)
 				int nr = c1 - n < MAX_NR ? c1 - n : MAX_NR;
 				const uint16_t *gp = op->gate.p + (int64_t)n * op->gate.ld;
 				const uint16_t *up = op->up.p + (int64_t)n * op->up.ld;
-				tiles[nr - 1][mr - 1](gp, op->gate.ld, gp + nr * op->gate.ld, x, j->kp, j->k, m == 0, g);
-				tiles[nr - 1][mr - 1](up, op->up.ld, up + nr * op->up.ld, x, j->kp, j->k, m == 0, u);
+				tiles[nr - 1][mr - 1](gp, op->gate.ld, gp + nr * op->gate.ld, x, j->kp, j->k, m == 0 ? pf : 0, g);
+				tiles[nr - 1][mr - 1](up, op->up.ld, up + nr * op->up.ld, x, j->kp, j->k, m == 0 ? pf : 0, u);
 				__m512 hv = silu_mul16(_mm512_loadu_ps(&g[0][0]), _mm512_loadu_ps(&u[0][0]));
 				_mm256_storeu_si256((__m256i *)hb, round16(hv));
 				for (int r = 0; r < nr; r++)

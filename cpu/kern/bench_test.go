@@ -18,12 +18,15 @@ import (
 //	go test -run '^$' -bench . -benchtime 20x ./cpu/kern
 //
 // BenchmarkSweep is the GPU host's table (scripts/gpu/cpukern.sh): the
-// 4096 → 12288 projection at every -kern.rows × -kern.threads × -kern.paths.
+// 4096 → 12288 projection at every -kern.rows × -kern.threads × -kern.paths
+// (× -kern.prefetch, when it lists more than the default).
 var (
 	arenaMiB    = flag.Int("kern.arena-mib", 1024, "MiB of bf16 weights the benchmarks rotate through (above the L3 cache)")
 	sweepRows   = flag.String("kern.rows", "1,4,16,32,64,512", "BenchmarkSweep: rows of x")
 	sweepThread = flag.String("kern.threads", "", "BenchmarkSweep: worker counts (default: all of DefaultCPUs)")
 	sweepPaths  = flag.String("kern.paths", "auto", "BenchmarkSweep: paths (auto, scalar, avx2, avx512, amx)")
+	sweepPF     = flag.String("kern.prefetch", "0", "BenchmarkSweep: software prefetch distances in columns (0: the path's own, -1: none)")
+	benchThread = flag.Int("kern.bench-threads", 0, "BenchmarkGEMV, GEMM, MLP: workers (0: all of DefaultCPUs)")
 )
 
 // The Qwen3-8B / Alpamayo VLM MLP: hidden 4096, intermediate 12288.
@@ -138,18 +141,18 @@ func report(b *testing.B, bytes, flops float64) {
 // of a column-split down projection).
 func BenchmarkGEMV(b *testing.B) {
 	b.Run("up-4096x12288", func(b *testing.B) {
-		benchGEMM(b, benchPool(b, Auto, 0), 1, matrices(b, intermediate, hidden))
+		benchGEMM(b, benchPool(b, Auto, *benchThread), 1, matrices(b, intermediate, hidden))
 	})
 	downs := matrices(b, hidden, intermediate)
 	b.Run("down-12288x4096", func(b *testing.B) {
-		benchGEMM(b, benchPool(b, Auto, 0), 1, downs)
+		benchGEMM(b, benchPool(b, Auto, *benchThread), 1, downs)
 	})
 	b.Run("down-cols-6144of12288x4096", func(b *testing.B) {
 		half := make([]Weights, len(downs))
 		for i, w := range downs {
 			half[i], _ = w.ColRange(0, intermediate/2)
 		}
-		benchGEMM(b, benchPool(b, Auto, 0), 1, half)
+		benchGEMM(b, benchPool(b, Auto, *benchThread), 1, half)
 	})
 }
 
@@ -158,10 +161,10 @@ func BenchmarkGEMM(b *testing.B) {
 	ups, downs := matrices(b, intermediate, hidden), matrices(b, hidden, intermediate)
 	for _, m := range []int{4, 16, 32, 64} {
 		b.Run(fmt.Sprintf("up-4096x12288/rows=%d", m), func(b *testing.B) {
-			benchGEMM(b, benchPool(b, Auto, 0), m, ups)
+			benchGEMM(b, benchPool(b, Auto, *benchThread), m, ups)
 		})
 		b.Run(fmt.Sprintf("down-12288x4096/rows=%d", m), func(b *testing.B) {
-			benchGEMM(b, benchPool(b, Auto, 0), m, downs)
+			benchGEMM(b, benchPool(b, Auto, *benchThread), m, downs)
 		})
 	}
 }
@@ -184,7 +187,7 @@ func BenchmarkMLP(b *testing.B) {
 	}
 	for _, m := range []int{1, 4, 16, 32, 64} {
 		b.Run(fmt.Sprintf("shard-6144of12288/rows=%d", m), func(b *testing.B) {
-			pool := benchPool(b, Auto, 0)
+			pool := benchPool(b, Auto, *benchThread)
 			x, y := randX(m, hidden), make([]float32, m*hidden)
 			run := func(i int) {
 				op := shards[i%len(shards)]
@@ -230,19 +233,41 @@ func BenchmarkSweep(b *testing.B) {
 		}
 		paths = append(paths, p)
 	}
+	pfs, err := signedInts(*sweepPF)
+	if err != nil {
+		b.Fatal(err)
+	}
 	ws := matrices(b, intermediate, hidden)
 	for _, p := range paths {
 		for _, t := range threads {
-			for _, m := range rows {
-				name := fmt.Sprintf("path=%v/threads=%d/rows=%d", p, t, m)
-				b.Run(name, func(b *testing.B) {
-					pool := benchPool(b, p, t)
-					b.Logf("ran on path %v", pool.PathFor(m))
-					benchGEMM(b, pool, m, ws)
-				})
+			for _, pf := range pfs {
+				for _, m := range rows {
+					name := fmt.Sprintf("path=%v/threads=%d/rows=%d", p, t, m)
+					if len(pfs) > 1 || pf != 0 {
+						name = fmt.Sprintf("path=%v/threads=%d/prefetch=%d/rows=%d", p, t, pf, m)
+					}
+					b.Run(name, func(b *testing.B) {
+						pool := benchPool(b, p, t)
+						pool.prefetch = pf
+						b.Logf("ran on path %v", pool.PathFor(m))
+						benchGEMM(b, pool, m, ws)
+					})
+				}
 			}
 		}
 	}
+}
+
+func signedInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("kern: %q is not a count", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func ints(s string) ([]int, error) {

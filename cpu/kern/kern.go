@@ -174,7 +174,10 @@ type Pool struct {
 	amx    bool  // Auto may use AMX
 	amxErr error // why not, when the CPU has AMX but Linux refused it
 	amxMin int
-	amxKC  int // the AMX path's K chunk in columns (a multiple of 32), 0 for the default: tests set it
+	// Knobs that tests and benchmarks set: the AMX path's K chunk in
+	// columns (a multiple of 32) and the AVX-512/AMX software prefetch
+	// distance in columns (< 0: none); 0 means the built-in value.
+	amxKC, prefetch int
 }
 
 // ErrClosed is returned by calls on a closed Pool.

@@ -44,6 +44,7 @@ typedef struct {
 	const float *bias; // [n] or NULL (GEMM only)
 	int accumulate;    // add to y instead of overwriting it
 	int amx_kc;        // AMX K chunk in columns, a multiple of 32; 0: sized for the L2 cache
+	int prefetch;      // AVX-512/AMX software prefetch distance in columns; 0: the path's, < 0: none
 	kern_mat w;        // GEMM: [n, k]
 	kern_mat gate, up; // MLP: [r, k]
 	kern_mat down;     // MLP: [h, r]

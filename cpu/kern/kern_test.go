@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -55,7 +56,7 @@ func testPool(t *testing.T, p Path, threads int) *Pool {
 	for len(cpus) < threads { // oversubscribe small machines
 		cpus = append(cpus, cpus[len(cpus)%len(cpus)])
 	}
-	pool, err := NewPool(Options{Path: p, CPUs: cpus[:threads]})
+	pool, err := NewPool(Options{Path: p, CPUs: cpus[:threads], WorkerSpin: 20 * time.Microsecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { pool.Close() })
 	return pool
@@ -190,52 +191,61 @@ var gemmShapes = [][3]int{ // m, n, k
 	{33, 49, 70}, {64, 64, 128}, {65, 23, 257},
 }
 
-func TestMatMulPaths(t *testing.T) {
+// gemmRun is a case with its operands and reference, computed once for
+// every path.
+type gemmRun struct {
+	name      string
+	op        GEMM
+	y0        []float32
+	want, tol []float64
+	kc        int // the AMX K chunk to force, or 0
+}
+
+func newGEMMRun(c gemmCase, seed uint64, kc int) gemmRun {
+	op := c.operands(seed)
+	want, tol := refGEMM(op)
+	return gemmRun{name: c.String(), op: op, y0: append([]float32(nil), op.Y...), want: want, tol: tol, kc: kc}
+}
+
+// runGEMM runs each case on every path the CPU has.
+func runGEMM(t *testing.T, runs []gemmRun) {
 	for _, p := range AllPaths {
 		t.Run(p.String(), func(t *testing.T) {
 			pool := testPool(t, p, 2)
-			seed := uint64(0)
-			for _, s := range gemmShapes {
-				for _, view := range []string{"full", "rows", "cols"} {
-					for v := 0; v < 4; v++ {
-						seed++
-						c := gemmCase{m: s[0], n: s[1], k: s[2], view: view, bias: v&1 != 0, acc: v&2 != 0,
-							padX: int(seed % 3), padY: int(seed % 2)}
-						op := c.operands(seed)
-						want, tol := refGEMM(op)
-						y0 := append([]float32(nil), op.Y...)
-						require.NoError(t, pool.MatMul(op), "%v", c)
-						t.Run(c.String(), func(t *testing.T) { checkGEMM(t, op, y0, want, tol) })
-					}
-				}
+			for _, r := range runs {
+				pool.amxKC = r.kc
+				op := r.op
+				op.Y = append([]float32(nil), r.y0...)
+				require.NoError(t, pool.MatMul(op), r.name)
+				t.Run(r.name, func(t *testing.T) { checkGEMM(t, op, r.y0, r.want, r.tol) })
 			}
 		})
 	}
 }
 
+func TestMatMulPaths(t *testing.T) {
+	var runs []gemmRun
+	seed := uint64(0)
+	for _, s := range gemmShapes {
+		for _, view := range []string{"full", "rows", "cols"} {
+			for v := 0; v < 4; v++ {
+				seed++
+				c := gemmCase{m: s[0], n: s[1], k: s[2], view: view, bias: v&1 != 0, acc: v&2 != 0,
+					padX: int(seed % 3), padY: int(seed % 2)}
+				runs = append(runs, newGEMMRun(c, seed, 0))
+			}
+		}
+	}
+	runGEMM(t, runs)
+}
+
 // TestMatMulLarge covers 512 rows (the AMX path in two K chunks, 1024 +
 // 76 columns) and, with 64-column chunks forced, a column tail in the last.
 func TestMatMulLarge(t *testing.T) {
-	cases := []struct {
-		c  gemmCase
-		kc int
-	}{
-		{gemmCase{m: 512, n: 20, k: 1100, view: "cols", bias: true}, 0},
-		{gemmCase{m: 40, n: 35, k: 300, view: "rows", acc: true}, 64},
-	}
-	for _, p := range AllPaths {
-		t.Run(p.String(), func(t *testing.T) {
-			pool := testPool(t, p, 2)
-			for i, c := range cases {
-				pool.amxKC = c.kc
-				op := c.c.operands(uint64(1000 + i))
-				want, tol := refGEMM(op)
-				y0 := append([]float32(nil), op.Y...)
-				require.NoError(t, pool.MatMul(op))
-				checkGEMM(t, op, y0, want, tol)
-			}
-		})
-	}
+	runGEMM(t, []gemmRun{
+		newGEMMRun(gemmCase{m: 512, n: 20, k: 1100, view: "cols", bias: true}, 1000, 0),
+		newGEMMRun(gemmCase{m: 40, n: 35, k: 300, view: "rows", acc: true}, 1001, 64),
+	})
 }
 
 // mlpCase is one MLP shard: gate and up are row ranges [r0, r0+r) of
@@ -343,55 +353,66 @@ var mlpCases = []mlpCase{
 	{m: 65, k: 50, r: 20, h: 25, r0: 9, acc: true},
 }
 
-func TestMLPPaths(t *testing.T) {
+// mlpRun is an MLP case with its operands and reference, computed once.
+type mlpRun struct {
+	name      string
+	op        MLP
+	y0        []float32
+	want, tol []float64
+	kc        int // the AMX K chunk to force, or 0
+}
+
+func newMLPRun(c mlpCase, seed uint64, kc int) mlpRun {
+	op := c.operands(seed)
+	want, tol := refMLP(op)
+	return mlpRun{name: fmt.Sprintf("%+v", c), op: op, y0: append([]float32(nil), op.Y...), want: want, tol: tol, kc: kc}
+}
+
+func runMLP(t *testing.T, runs []mlpRun) {
 	for _, p := range AllPaths {
 		t.Run(p.String(), func(t *testing.T) {
 			pool := testPool(t, p, 2)
-			for i, c := range mlpCases {
-				op := c.operands(uint64(i))
-				want, tol := refMLP(op)
-				require.NoError(t, pool.MLP(op))
-				t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) { checkMLP(t, op, want, tol) })
+			for _, r := range runs {
+				pool.amxKC = r.kc
+				op := r.op
+				op.Y = append([]float32(nil), r.y0...)
+				require.NoError(t, pool.MLP(op), r.name)
+				t.Run(r.name, func(t *testing.T) { checkMLP(t, op, r.want, r.tol) })
 			}
 		})
 	}
+}
+
+func TestMLPPaths(t *testing.T) {
+	var runs []mlpRun
+	for i, c := range mlpCases {
+		runs = append(runs, newMLPRun(c, uint64(i), 0))
+	}
+	runMLP(t, runs)
 }
 
 // TestMLPLarge covers 512 rows (the AMX path's gate and up in two K
 // chunks, 1024 + 6 columns) and, with 64-column chunks forced, both products
 // chunked with column tails.
 func TestMLPLarge(t *testing.T) {
-	cases := []struct {
-		c  mlpCase
-		kc int
-	}{
-		{mlpCase{m: 512, k: 1030, r: 40, h: 20, r0: 3}, 0},
-		{mlpCase{m: 20, k: 200, r: 150, h: 33, r0: 5, acc: true}, 64},
-	}
-	for _, p := range AllPaths {
-		t.Run(p.String(), func(t *testing.T) {
-			pool := testPool(t, p, 2)
-			for i, c := range cases {
-				pool.amxKC = c.kc
-				op := c.c.operands(uint64(99 + i))
-				want, tol := refMLP(op)
-				require.NoError(t, pool.MLP(op))
-				checkMLP(t, op, want, tol)
-			}
-		})
-	}
+	runMLP(t, []mlpRun{
+		newMLPRun(mlpCase{m: 512, k: 1030, r: 40, h: 20, r0: 3}, 99, 0),
+		newMLPRun(mlpCase{m: 20, k: 200, r: 150, h: 33, r0: 5, acc: true}, 100, 64),
+	})
 }
 
 // TestDeterminism: every path gives the same bits twice and for 1, 2 and 3
-// workers (the partition moves, each output's arithmetic does not).
+// workers (the partition moves, each output's arithmetic does not), and
+// whatever the software prefetch distance.
 func TestDeterminism(t *testing.T) {
 	g := gemmCase{m: 33, n: 101, k: 333, view: "cols", bias: true}.operands(7)
 	mc := mlpCase{m: 17, k: 130, r: 70, h: 45, r0: 1}.operands(8)
 	for _, p := range AllPaths {
 		t.Run(p.String(), func(t *testing.T) {
 			var first, firstMLP []float32
-			for _, threads := range []int{1, 2, 3, 3} {
+			for i, threads := range []int{1, 2, 3, 3, 2, 2} {
 				pool := testPool(t, p, threads)
+				pool.prefetch = []int{0, 0, 0, 0, -1, 64}[i]
 				op := g
 				op.Y = make([]float32, len(g.Y))
 				require.NoError(t, pool.MatMul(op))
@@ -402,8 +423,8 @@ func TestDeterminism(t *testing.T) {
 					first, firstMLP = op.Y, m.Y
 					continue
 				}
-				require.Equal(t, bits(first), bits(op.Y), "matmul with %d threads", threads)
-				require.Equal(t, bits(firstMLP), bits(m.Y), "mlp with %d threads", threads)
+				require.Equal(t, bits(first), bits(op.Y), "matmul with %d threads, prefetch %d", threads, pool.prefetch)
+				require.Equal(t, bits(firstMLP), bits(m.Y), "mlp with %d threads, prefetch %d", threads, pool.prefetch)
 			}
 		})
 	}

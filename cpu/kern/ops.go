@@ -145,13 +145,14 @@ func (p *Pool) cOp(pin *runtime.Pinner, m int, x []float32, ldx int, y []float32
 	pin.Pin(&x[0])
 	pin.Pin(&y[0])
 	c := C.kern_op{
-		path:   C.int(p.PathFor(m)),
-		m:      C.int(m),
-		x:      (*C.float)(unsafe.Pointer(&x[0])),
-		ldx:    C.int64_t(ldx),
-		y:      (*C.float)(unsafe.Pointer(&y[0])),
-		ldy:    C.int64_t(ldy),
-		amx_kc: C.int(p.amxKC),
+		path:     C.int(p.PathFor(m)),
+		m:        C.int(m),
+		x:        (*C.float)(unsafe.Pointer(&x[0])),
+		ldx:      C.int64_t(ldx),
+		y:        (*C.float)(unsafe.Pointer(&y[0])),
+		ldy:      C.int64_t(ldy),
+		amx_kc:   C.int(p.amxKC),
+		prefetch: C.int(p.prefetch),
 	}
 	if acc {
 		c.accumulate = 1
