@@ -360,20 +360,6 @@ static void product(const kern_job *j, const kern_mat *w, int k, int kc, const u
 	}
 }
 
-void kern_amx_gemm(kern_pool *p, int tid, kern_job *j)
-{
-	const kern_op *op = j->op;
-	int T = kern_threads(p), lo, hi;
-	pack_x(op->x, op->ldx, j->m, j->k, j->mpad, j->kp, j->xpk, tid, T);
-	kern_barrier(p);
-	kern_part(j->n, KERN_NBLOCK, T, tid, &lo, &hi);
-	if (lo < hi) {
-		tiles_begin();
-		product(j, &op->w, j->k, j->kc, j->xpk, lo / 16, (hi + 15) / 16, scratch_of(j, tid));
-		tiles_end();
-	}
-}
-
 // gate_up runs blocks [b0, b1) of gate and up as units (gate block, up
 // block) and leaves h in the B tiles of the down product.
 static void gate_up(const kern_job *j, int b0, int b1, scratch sc)
@@ -405,6 +391,47 @@ static void gate_up(const kern_job *j, int b0, int b1, scratch sc)
 	}
 }
 
+// phase_rows runs a phase over rows [0, n): blocks of w (k columns, B tiles
+// bt, K chunks of kc) or, with gate_up, blocks of gate and up. With one K
+// chunk the workers take tasks of rows in turn; with several, a block's
+// chunks run one after another and must stay on one worker, so each takes
+// a static share.
+static void phase_rows(kern_pool *p, int tid, const kern_job *j, _Atomic int *counter, int gate_up_phase,
+		       const kern_mat *w, int k, int kc, const uint32_t *bt, int n)
+{
+	int T = kern_threads(p), lo, hi, configured = 0;
+	scratch sc = scratch_of(j, tid);
+	kern_tasks tasks = kern_tasks_of(n, KERN_NBLOCK, T);
+	if (kc < k) {
+		kern_part(n, KERN_NBLOCK, T, tid, &lo, &hi);
+		tasks.count = 0;
+	} else if (!kern_next_task(counter, tasks, &lo, &hi)) {
+		return;
+	}
+	do {
+		if (lo >= hi)
+			continue;
+		if (!configured) {
+			tiles_begin();
+			configured = 1;
+		}
+		if (gate_up_phase)
+			gate_up(j, lo / 16, (hi + 15) / 16, sc);
+		else
+			product(j, w, k, kc, bt, lo / 16, (hi + 15) / 16, sc);
+	} while (tasks.count && kern_next_task(counter, tasks, &lo, &hi));
+	if (configured)
+		tiles_end();
+}
+
+void kern_amx_gemm(kern_pool *p, int tid, kern_job *j)
+{
+	const kern_op *op = j->op;
+	pack_x(op->x, op->ldx, j->m, j->k, j->mpad, j->kp, j->xpk, tid, kern_threads(p));
+	kern_barrier(p);
+	phase_rows(p, tid, j, &j->task[0], 0, &op->w, j->k, j->kc, j->xpk, j->n);
+}
+
 void kern_amx_mlp(kern_pool *p, int tid, kern_job *j)
 {
 	const kern_op *op = j->op;
@@ -417,22 +444,9 @@ void kern_amx_mlp(kern_pool *p, int tid, kern_job *j)
 	for (int mb = lo; mb < hi; mb++)
 		memset((uint32_t *)j->hpk + ((size_t)mb * kbs + kbs - 1) * TILE_U32, 0, TILE_BYTES);
 	kern_barrier(p);
-
-	scratch sc = scratch_of(j, tid);
-	kern_part(j->r, KERN_NBLOCK, T, tid, &lo, &hi);
-	if (lo < hi) {
-		tiles_begin();
-		gate_up(j, lo / 16, (hi + 15) / 16, sc);
-		tiles_end();
-	}
+	phase_rows(p, tid, j, &j->task[0], 1, NULL, j->k, j->kc, NULL, j->r);
 	kern_barrier(p);
-
-	kern_part(j->n, KERN_NBLOCK, T, tid, &lo, &hi);
-	if (lo < hi) {
-		tiles_begin();
-		product(j, &op->down, j->r, j->kc2, j->hpk, lo / 16, (hi + 15) / 16, sc);
-		tiles_end();
-	}
+	phase_rows(p, tid, j, &j->task[1], 0, &op->down, j->r, j->kc2, j->hpk, j->n);
 }
 
 #pragma GCC pop_options

@@ -149,8 +149,9 @@ void kern_avx2_gemm(kern_pool *p, int tid, kern_job *j)
 	float *xf = j->xpk; // [m][k]
 	pack(op->x, op->ldx, j->m, j->k, xf, j->k, tid, T);
 	kern_barrier(p);
-	kern_part(j->n, KERN_VGRAIN, T, tid, &lo, &hi);
-	gemm_rows(op, &op->w, lo, hi, xf, j->k, j->m, j->k);
+	kern_tasks tasks = kern_tasks_of(j->n, KERN_VGRAIN, T);
+	while (kern_next_task(&j->task[0], tasks, &lo, &hi))
+		gemm_rows(op, &op->w, lo, hi, xf, j->k, j->m, j->k);
 }
 
 void kern_avx2_mlp(kern_pool *p, int tid, kern_job *j)
@@ -163,9 +164,10 @@ void kern_avx2_mlp(kern_pool *p, int tid, kern_job *j)
 	kern_barrier(p);
 
 	block(j->m, &NR, &MR);
-	kern_part(j->r, KERN_VGRAIN, T, tid, &lo, &hi);
+	kern_tasks tasks = kern_tasks_of(j->r, KERN_VGRAIN, T);
 	float g[MAX_NR][MAX_MR], u[MAX_NR][MAX_MR];
 	int nc = kern_chunk_rows(2 * j->k, NR); // gate and up rows
+	while (kern_next_task(&j->task[0], tasks, &lo, &hi))
 	for (int c0 = lo; c0 < hi; c0 += nc) {
 		int c1 = hi - c0 < nc ? hi : c0 + nc;
 		for (int m = 0; m < j->m; m += MR) {
@@ -184,8 +186,9 @@ void kern_avx2_mlp(kern_pool *p, int tid, kern_job *j)
 	}
 	kern_barrier(p);
 
-	kern_part(j->n, KERN_VGRAIN, T, tid, &lo, &hi);
-	gemm_rows(op, &op->down, lo, hi, h, j->r, j->m, j->r);
+	tasks = kern_tasks_of(j->n, KERN_VGRAIN, T);
+	while (kern_next_task(&j->task[1], tasks, &lo, &hi))
+		gemm_rows(op, &op->down, lo, hi, h, j->r, j->m, j->r);
 }
 
 #pragma GCC pop_options

@@ -135,8 +135,9 @@ void kern_avx512_gemm(kern_pool *p, int tid, kern_job *j)
 	uint16_t *xb = j->xpk; // [m][kp]
 	pack(op->x, op->ldx, j->m, j->k, j->kp, xb, tid, T);
 	kern_barrier(p);
-	kern_part(j->n, KERN_VGRAIN, T, tid, &lo, &hi);
-	gemm_rows(op, &op->w, lo, hi, xb, j->kp, j->m, j->k);
+	kern_tasks tasks = kern_tasks_of(j->n, KERN_VGRAIN, T);
+	while (kern_next_task(&j->task[0], tasks, &lo, &hi))
+		gemm_rows(op, &op->w, lo, hi, xb, j->kp, j->m, j->k);
 }
 
 void kern_avx512_mlp(kern_pool *p, int tid, kern_job *j)
@@ -151,10 +152,11 @@ void kern_avx512_mlp(kern_pool *p, int tid, kern_job *j)
 		memset(h + (int64_t)m * j->rp + j->r, 0, (size_t)(j->rp - j->r) * 2);
 	kern_barrier(p);
 
-	kern_part(j->r, KERN_VGRAIN, T, tid, &lo, &hi);
+	kern_tasks tasks = kern_tasks_of(j->r, KERN_VGRAIN, T);
 	float g[MAX_NR][MAX_MR] = {{0}}, u[MAX_NR][MAX_MR] = {{0}};
 	uint16_t hb[MAX_NR * MAX_MR];
 	int nc = kern_chunk_rows(2 * j->k, MAX_NR), pf = prefetch_distance(op); // gate and up rows
+	while (kern_next_task(&j->task[0], tasks, &lo, &hi))
 	for (int c0 = lo; c0 < hi; c0 += nc) {
 		int c1 = hi - c0 < nc ? hi : c0 + nc;
 		for (int m = 0; m < j->m; m += MAX_MR) {
@@ -176,8 +178,9 @@ void kern_avx512_mlp(kern_pool *p, int tid, kern_job *j)
 	}
 	kern_barrier(p);
 
-	kern_part(j->n, KERN_VGRAIN, T, tid, &lo, &hi);
-	gemm_rows(op, &op->down, lo, hi, h, j->rp, j->m, j->r);
+	tasks = kern_tasks_of(j->n, KERN_VGRAIN, T);
+	while (kern_next_task(&j->task[1], tasks, &lo, &hi))
+		gemm_rows(op, &op->down, lo, hi, h, j->rp, j->m, j->r);
 }
 
 #pragma GCC pop_options

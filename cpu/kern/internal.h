@@ -35,6 +35,7 @@ typedef struct kern_job {
 	float *cpart; // AMX: partial sums kept across K chunks, [rows][mpad]
 	char *tscr;   // per-worker scratch, tscr_stride bytes each
 	size_t tscr_stride;
+	_Atomic int task[2]; // the next task of each compute phase (kern_next_task)
 } kern_job;
 
 typedef void (*kern_fn)(kern_pool *p, int tid, kern_job *j);
@@ -66,6 +67,38 @@ static inline void kern_part(int n, int grain, int threads, int t, int *lo, int 
 	int64_t l = b0 * grain, h = b1 * grain;
 	*lo = (int)(l < n ? l : n);
 	*hi = (int)(h < n ? h : n);
+}
+
+// kern_tasks cuts n rows into tasks of a multiple of grain rows, about
+// KERN_TASKS_PER_THREAD per worker, that workers take in order as they
+// finish: a worker slowed by another thread on its core costs the call
+// little. Each task is contiguous rows.
+enum { KERN_TASKS_PER_THREAD = 8 };
+typedef struct {
+	int n, rows, count;
+} kern_tasks;
+
+static inline kern_tasks kern_tasks_of(int n, int grain, int threads)
+{
+	int parts = threads * KERN_TASKS_PER_THREAD;
+	int rows = (n + parts - 1) / parts;
+	rows = (rows + grain - 1) / grain * grain;
+	if (rows < grain)
+		rows = grain;
+	kern_tasks t = {n, rows, (n + rows - 1) / rows};
+	return t;
+}
+
+// kern_next_task takes the next task from counter: rows [*lo, *hi). It
+// returns 0 when none is left.
+static inline int kern_next_task(_Atomic int *counter, kern_tasks t, int *lo, int *hi)
+{
+	int i = atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
+	if (i >= t.count)
+		return 0;
+	*lo = i * t.rows;
+	*hi = *lo + t.rows < t.n ? *lo + t.rows : t.n;
+	return 1;
 }
 
 // kern_chunk_rows is how many weight rows of k bf16 columns make a chunk of

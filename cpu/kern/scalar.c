@@ -36,12 +36,13 @@ void kern_scalar_gemm(kern_pool *p, int tid, kern_job *j)
 	float *xf = j->xpk; // [m][k]
 	pack_f32(op->x, op->ldx, j->m, j->k, xf, j->k, tid, T);
 	kern_barrier(p);
-	kern_part(j->n, KERN_VGRAIN, T, tid, &lo, &hi);
-	for (int n = lo; n < hi; n++) {
-		const uint16_t *w = op->w.p + (int64_t)n * op->w.ld;
-		for (int m = 0; m < j->m; m++)
-			kern_emit(op, m, n, dot(w, xf + (int64_t)m * j->k, j->k));
-	}
+	kern_tasks tasks = kern_tasks_of(j->n, KERN_VGRAIN, T);
+	while (kern_next_task(&j->task[0], tasks, &lo, &hi))
+		for (int n = lo; n < hi; n++) {
+			const uint16_t *w = op->w.p + (int64_t)n * op->w.ld;
+			for (int m = 0; m < j->m; m++)
+				kern_emit(op, m, n, dot(w, xf + (int64_t)m * j->k, j->k));
+		}
 }
 
 void kern_scalar_mlp(kern_pool *p, int tid, kern_job *j)
@@ -53,22 +54,24 @@ void kern_scalar_mlp(kern_pool *p, int tid, kern_job *j)
 	pack_f32(op->x, op->ldx, j->m, j->k, xf, j->k, tid, T);
 	kern_barrier(p);
 
-	kern_part(j->r, KERN_VGRAIN, T, tid, &lo, &hi);
-	for (int r = lo; r < hi; r++) {
-		const uint16_t *g = op->gate.p + (int64_t)r * op->gate.ld;
-		const uint16_t *u = op->up.p + (int64_t)r * op->up.ld;
-		for (int m = 0; m < j->m; m++) {
-			const float *x = xf + (int64_t)m * j->k;
-			float v = kern_silu_mul(dot(g, x, j->k), dot(u, x, j->k));
-			h[(int64_t)m * j->r + r] = kern_f32(kern_bf16(v));
+	kern_tasks tasks = kern_tasks_of(j->r, KERN_VGRAIN, T);
+	while (kern_next_task(&j->task[0], tasks, &lo, &hi))
+		for (int r = lo; r < hi; r++) {
+			const uint16_t *g = op->gate.p + (int64_t)r * op->gate.ld;
+			const uint16_t *u = op->up.p + (int64_t)r * op->up.ld;
+			for (int m = 0; m < j->m; m++) {
+				const float *x = xf + (int64_t)m * j->k;
+				float v = kern_silu_mul(dot(g, x, j->k), dot(u, x, j->k));
+				h[(int64_t)m * j->r + r] = kern_f32(kern_bf16(v));
+			}
 		}
-	}
 	kern_barrier(p);
 
-	kern_part(j->n, KERN_VGRAIN, T, tid, &lo, &hi);
-	for (int n = lo; n < hi; n++) {
-		const uint16_t *d = op->down.p + (int64_t)n * op->down.ld;
-		for (int m = 0; m < j->m; m++)
-			kern_emit(op, m, n, dot(d, h + (int64_t)m * j->r, j->r));
-	}
+	tasks = kern_tasks_of(j->n, KERN_VGRAIN, T);
+	while (kern_next_task(&j->task[1], tasks, &lo, &hi))
+		for (int n = lo; n < hi; n++) {
+			const uint16_t *d = op->down.p + (int64_t)n * op->down.ld;
+			for (int m = 0; m < j->m; m++)
+				kern_emit(op, m, n, dot(d, h + (int64_t)m * j->r, j->r));
+		}
 }
