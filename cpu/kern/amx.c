@@ -392,25 +392,16 @@ static void gate_up(const kern_job *j, int b0, int b1, scratch sc)
 }
 
 // phase_rows runs a phase over rows [0, n): blocks of w (k columns, B tiles
-// bt, K chunks of kc) or, with gate_up, blocks of gate and up. With one K
-// chunk the workers take tasks of rows in turn; with several, a block's
-// chunks run one after another and must stay on one worker, so each takes
-// a static share.
+// bt, K chunks of kc) or, with gate_up_phase, blocks of gate and up. The
+// workers take tasks of rows in turn; a task runs all K chunks of its
+// blocks, so their partial sums never leave the worker.
 static void phase_rows(kern_pool *p, int tid, const kern_job *j, _Atomic int *counter, int gate_up_phase,
 		       const kern_mat *w, int k, int kc, const uint32_t *bt, int n)
 {
-	int T = kern_threads(p), lo, hi, configured = 0;
+	int lo, hi, configured = 0;
 	scratch sc = scratch_of(j, tid);
-	kern_tasks tasks = kern_tasks_of(n, KERN_NBLOCK, T);
-	if (kc < k) {
-		kern_part(n, KERN_NBLOCK, T, tid, &lo, &hi);
-		tasks.count = 0;
-	} else if (!kern_next_task(counter, tasks, &lo, &hi)) {
-		return;
-	}
-	do {
-		if (lo >= hi)
-			continue;
+	kern_tasks tasks = kern_tasks_of(n, KERN_NBLOCK, kern_threads(p));
+	while (kern_next_task(counter, tasks, &lo, &hi)) {
 		if (!configured) {
 			tiles_begin();
 			configured = 1;
@@ -419,7 +410,7 @@ static void phase_rows(kern_pool *p, int tid, const kern_job *j, _Atomic int *co
 			gate_up(j, lo / 16, (hi + 15) / 16, sc);
 		else
 			product(j, w, k, kc, bt, lo / 16, (hi + 15) / 16, sc);
-	} while (tasks.count && kern_next_task(counter, tasks, &lo, &hi));
+	}
 	if (configured)
 		tiles_end();
 }
