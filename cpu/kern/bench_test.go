@@ -23,10 +23,10 @@ import (
 var (
 	arenaMiB    = flag.Int("kern.arena-mib", 1024, "MiB of bf16 weights the benchmarks rotate through (above the L3 cache)")
 	sweepRows   = flag.String("kern.rows", "1,4,16,32,64,512", "BenchmarkSweep: rows of x")
-	sweepThread = flag.String("kern.threads", "", "BenchmarkSweep: worker counts (default: all of DefaultCPUs)")
+	sweepThread = flag.String("kern.threads", "", "BenchmarkSweep: worker counts (default: one per physical core)")
 	sweepPaths  = flag.String("kern.paths", "auto", "BenchmarkSweep: paths (auto, scalar, avx2, avx512, amx)")
 	sweepPF     = flag.String("kern.prefetch", "0", "BenchmarkSweep: software prefetch distances in columns (0: the path's own, -1: none)")
-	benchThread = flag.Int("kern.bench-threads", 0, "BenchmarkGEMV, GEMM, MLP: workers (0: all of DefaultCPUs)")
+	benchThread = flag.Int("kern.bench-threads", 0, "BenchmarkGEMV, GEMM, MLP: workers (0: one per physical core)")
 )
 
 // The Qwen3-8B / Alpamayo VLM MLP: hidden 4096, intermediate 12288.
@@ -83,17 +83,14 @@ func benchPool(b *testing.B, path Path, threads int) *Pool {
 			b.Skipf("SKIPPED: %v", err)
 		}
 	}
-	cpus, err := DefaultCPUs()
+	cpus, _, err := CPUOrder()
 	if err != nil {
 		b.Fatal(err)
 	}
 	if threads > len(cpus) {
-		b.Skipf("SKIPPED: %d threads asked for, this machine has %d cores", threads, len(cpus))
+		b.Skipf("SKIPPED: %d threads asked for, this machine has %d CPUs", threads, len(cpus))
 	}
-	if threads == 0 {
-		threads = len(cpus)
-	}
-	p, err := NewPool(Options{Path: path, CPUs: cpus[:threads]})
+	p, err := NewPool(Options{Path: path, Threads: threads})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -219,11 +216,11 @@ func BenchmarkSweep(b *testing.B) {
 		b.Fatal(err)
 	}
 	if len(threads) == 0 {
-		cpus, err := DefaultCPUs()
+		_, cores, err := CPUOrder()
 		if err != nil {
 			b.Fatal(err)
 		}
-		threads = []int{len(cpus)}
+		threads = []int{cores}
 	}
 	var paths []Path
 	for _, s := range strings.Split(*sweepPaths, ",") {

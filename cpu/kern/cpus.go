@@ -11,14 +11,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// DefaultCPUs lists the CPUs a pool uses when Options.CPUs is nil: of the
-// CPUs this process may run on, one per physical core (the lowest-numbered
-// hyperthread), ordered by NUMA node, then CPU number — so the first n share
-// a node's memory controller and none shares a core's caches.
-func DefaultCPUs() ([]int, error) {
+// CPUOrder lists the CPUs this process may run on in the order a pool takes
+// them: one per physical core (its lowest-numbered hyperthread) ordered by
+// NUMA node, then CPU number — so the first n share a node's memory
+// controller and no two share a core's caches — then the cores' other
+// hyperthreads in the same order. cores is the number of physical cores.
+func CPUOrder() (cpus []int, cores int, err error) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return nil, fmt.Errorf("kern: reading the process's CPU affinity: %w", err)
+		return nil, 0, fmt.Errorf("kern: reading the process's CPU affinity: %w", err)
 	}
 	var allowed []int
 	for c := 0; c < len(set)*64; c++ {
@@ -26,41 +27,60 @@ func DefaultCPUs() ([]int, error) {
 			allowed = append(allowed, c)
 		}
 	}
-	return physicalCores("/sys/devices/system/cpu", allowed), nil
+	cpus, cores = orderCPUs("/sys/devices/system/cpu", allowed)
+	return cpus, cores, nil
 }
 
-// physicalCores keeps one CPU per (package, core) of allowed, read under
-// sysfs, ordered by node and CPU. A CPU whose topology cannot be read counts
-// as its own core on node 0.
-func physicalCores(sysfs string, allowed []int) []int {
+// DefaultCPUs is what a pool runs on when Options sets neither CPUs nor
+// Threads: the first CPU of each physical core, in CPUOrder's order.
+func DefaultCPUs() ([]int, error) {
+	cpus, cores, err := CPUOrder()
+	if err != nil {
+		return nil, err
+	}
+	return cpus[:cores], nil
+}
+
+// orderCPUs orders allowed as CPUOrder does, reading the topology under
+// sysfs. A CPU whose topology cannot be read counts as its own core on
+// node 0.
+func orderCPUs(sysfs string, allowed []int) (cpus []int, cores int) {
 	type core struct{ pkg, id int }
-	type cpu struct{ n, node int }
+	type cpu struct{ n, node, rank int } // rank: 0 for a core's first CPU, 1 for its other hyperthreads
 	seen := map[core]bool{}
-	var out []cpu
+	var all []cpu
 	for _, c := range allowed {
 		dir := filepath.Join(sysfs, fmt.Sprintf("cpu%d", c))
 		pkg, err1 := readInt(filepath.Join(dir, "topology", "physical_package_id"))
 		id, err2 := readInt(filepath.Join(dir, "topology", "core_id"))
+		rank := 0
 		if err1 == nil && err2 == nil {
 			k := core{pkg, id}
 			if seen[k] {
-				continue
+				rank = 1
 			}
 			seen[k] = true
 		}
-		out = append(out, cpu{c, nodeOf(dir)})
-	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].node != out[j].node {
-			return out[i].node < out[j].node
+		if rank == 0 {
+			cores++
 		}
-		return out[i].n < out[j].n
+		all = append(all, cpu{c, nodeOf(dir), rank})
+	}
+	sort.SliceStable(all, func(i, j int) bool {
+		a, b := all[i], all[j]
+		if a.rank != b.rank {
+			return a.rank < b.rank
+		}
+		if a.node != b.node {
+			return a.node < b.node
+		}
+		return a.n < b.n
 	})
-	cpus := make([]int, len(out))
-	for i, c := range out {
+	cpus = make([]int, len(all))
+	for i, c := range all {
 		cpus[i] = c.n
 	}
-	return cpus
+	return cpus, cores
 }
 
 // nodeOf is the NUMA node of a CPU's sysfs directory (its nodeN link), or 0.

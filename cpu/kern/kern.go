@@ -148,10 +148,12 @@ const (
 
 // Options configure a Pool.
 type Options struct {
-	// Threads is the number of workers; 0 means one per CPU of CPUs.
+	// Threads is the number of workers: the first Threads of CPUs, or of
+	// CPUOrder when CPUs is nil. 0 means all of CPUs, or one per physical
+	// core (DefaultCPUs).
 	Threads int
-	// CPUs are the CPUs the workers are pinned to, worker i to CPUs[i]; nil
-	// means DefaultCPUs. A CPU may repeat (oversubscribing it: tests only).
+	// CPUs are the CPUs the workers are pinned to, worker i to CPUs[i].
+	// A CPU may repeat (oversubscribing it: tests only).
 	CPUs []int
 	// Path forces one path for every call; Auto picks per call.
 	Path Path
@@ -191,14 +193,16 @@ func NewPool(o Options) (*Pool, error) {
 	if o.Threads < 0 || o.AMXMinRows < 0 || o.WorkerSpin < 0 || o.CallerSpin < 0 {
 		return nil, fmt.Errorf("kern: negative option in %+v", o)
 	}
-	cpus := o.CPUs
+	cpus, n := o.CPUs, o.Threads
 	if cpus == nil {
-		var err error
-		if cpus, err = DefaultCPUs(); err != nil {
+		order, cores, err := CPUOrder()
+		if err != nil {
 			return nil, err
 		}
+		if cpus = order; n == 0 {
+			n = cores
+		}
 	}
-	n := o.Threads
 	if n == 0 {
 		n = len(cpus)
 	}

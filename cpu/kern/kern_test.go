@@ -495,9 +495,9 @@ func TestErrors(t *testing.T) {
 	assert.ErrorIs(t, pool.Close(), ErrClosed)
 }
 
-// TestPhysicalCores reads a fake sysfs: CPUs 0-3 on cores 0, 1, 0, 1 of one
+// TestCPUOrder reads a fake sysfs: CPUs 0-3 on cores 0, 1, 0, 1 of one
 // package, CPUs 4-5 on node 1, CPU 6 without topology files.
-func TestPhysicalCores(t *testing.T) {
+func TestCPUOrder(t *testing.T) {
 	dir := t.TempDir()
 	write := func(cpu int, file, value string) {
 		p := filepath.Join(dir, fmt.Sprintf("cpu%d", cpu), file)
@@ -514,6 +514,17 @@ func TestPhysicalCores(t *testing.T) {
 		require.NoError(t, os.MkdirAll(filepath.Join(dir, fmt.Sprintf("cpu%d", cpu), fmt.Sprintf("node%d", node)), 0o755))
 	}
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "cpu6"), 0o755))
-	assert.Equal(t, []int{0, 1, 6, 4, 5}, physicalCores(dir, []int{0, 1, 2, 3, 4, 5, 6}))
-	assert.Equal(t, []int{2, 3, 5}, physicalCores(dir, []int{2, 3, 5}))
+	cpus, cores := orderCPUs(dir, []int{0, 1, 2, 3, 4, 5, 6})
+	assert.Equal(t, []int{0, 1, 6, 4, 5, 2, 3}, cpus)
+	assert.Equal(t, 5, cores)
+	cpus, cores = orderCPUs(dir, []int{2, 3, 5})
+	assert.Equal(t, []int{2, 3, 5}, cpus)
+	assert.Equal(t, 3, cores)
+
+	order, cores, err := CPUOrder()
+	require.NoError(t, err)
+	def, err := DefaultCPUs()
+	require.NoError(t, err)
+	assert.Equal(t, order[:cores], def)
+	t.Logf("this machine: CPU order %v, %d physical cores", order, cores)
 }
