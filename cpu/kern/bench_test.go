@@ -204,6 +204,37 @@ func BenchmarkMLP(b *testing.B) {
 	}
 }
 
+// BenchmarkCall: the fixed cost of a call — waking the workers, packing x,
+// a barrier, finishing — on a product too small to matter (1 × 64 × 64).
+func BenchmarkCall(b *testing.B) {
+	w, err := NewWeights(weightArena()[:64*64], 64, 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchGEMM(b, benchPool(b, Auto, *benchThread), 1, []Weights{w})
+}
+
+// BenchmarkCore: one worker on each path with weights that stay in its L2
+// cache (256 × 2048, 1 MiB): the compute-bound rate of a core per rows of
+// x, the ceiling below which memory bandwidth decides.
+func BenchmarkCore(b *testing.B) {
+	a := weightArena()
+	w, err := NewWeights(a[:256*2048], 256, 2048)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range AllPaths() {
+		for _, m := range []int{1, 4, 16, 64, 512} {
+			if p == Scalar && m > 16 {
+				continue // seconds a call
+			}
+			b.Run(fmt.Sprintf("path=%v/rows=%d", p, m), func(b *testing.B) {
+				benchGEMM(b, benchPool(b, p, 1), m, []Weights{w})
+			})
+		}
+	}
+}
+
 // BenchmarkSweep: the 4096 → 12288 projection (cpu_coexec_probe.py's
 // shape) at every rows × threads × paths of the flags.
 func BenchmarkSweep(b *testing.B) {

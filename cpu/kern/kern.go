@@ -46,7 +46,7 @@ const (
 )
 
 // AllPaths lists every concrete path, slowest first.
-var AllPaths = []Path{Scalar, AVX2, AVX512, AMX}
+func AllPaths() []Path { return []Path{Scalar, AVX2, AVX512, AMX} }
 
 var pathNames = map[Path]string{Auto: "auto", Scalar: "scalar", AVX2: "avx2", AVX512: "avx512", AMX: "amx"}
 

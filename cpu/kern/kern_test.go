@@ -65,7 +65,7 @@ func testPool(t *testing.T, p Path, threads int) *Pool {
 func TestFeatures(t *testing.T) {
 	f := Detect()
 	t.Logf("CPU features: %v", f)
-	for _, p := range AllPaths {
+	for _, p := range AllPaths() {
 		if err := Supported(p); err != nil {
 			t.Logf("path %-6v SKIPPED here: %v", p, err)
 		} else {
@@ -209,7 +209,7 @@ func newGEMMRun(c gemmCase, seed uint64, kc int) gemmRun {
 
 // runGEMM runs each case on every path the CPU has.
 func runGEMM(t *testing.T, runs []gemmRun) {
-	for _, p := range AllPaths {
+	for _, p := range AllPaths() {
 		t.Run(p.String(), func(t *testing.T) {
 			pool := testPool(t, p, 2)
 			for _, r := range runs {
@@ -369,7 +369,7 @@ func newMLPRun(c mlpCase, seed uint64, kc int) mlpRun {
 }
 
 func runMLP(t *testing.T, runs []mlpRun) {
-	for _, p := range AllPaths {
+	for _, p := range AllPaths() {
 		t.Run(p.String(), func(t *testing.T) {
 			pool := testPool(t, p, 2)
 			for _, r := range runs {
@@ -407,7 +407,7 @@ func TestMLPLarge(t *testing.T) {
 func TestDeterminism(t *testing.T) {
 	g := gemmCase{m: 33, n: 101, k: 333, view: "cols", bias: true}.operands(7)
 	mc := mlpCase{m: 17, k: 130, r: 70, h: 45, r0: 1}.operands(8)
-	for _, p := range AllPaths {
+	for _, p := range AllPaths() {
 		t.Run(p.String(), func(t *testing.T) {
 			var first, firstMLP []float32
 			for i, threads := range []int{1, 2, 3, 3, 2, 2} {

@@ -13,7 +13,7 @@ Steps: (1) the package's tests (every path the CPU has, against a float64 refere
 sweep of the 4096 -> 12288 projection at rows x threads and torch's on the same shapes, alone;
 (3) both again with copies in flight, and the copy rate during each; (4) the AVX-512/AMX row
 threshold and the software prefetch distance (alone); (5) the package benchmarks (GEMV, GEMM,
-fused MLP shard) at 14 threads. Writes cpukern.md (tables), cpukern.json and the logs to $OUT
+fused MLP shard, and a call's fixed cost) at 14 threads, and one core on each path with its weights in cache. Writes cpukern.md (tables), cpukern.json and the logs to $OUT
 (default /tmp/cpukern). Exit status 1 if a test failed or a step broke.
 """
 import argparse
@@ -218,8 +218,10 @@ def main():
     pf, good = sweep(binary, golog, [1, 64], [14, 16], paths="avx512,amx", prefetch="0,-1,256,1024,2048")
     ok &= good
 
-    log("== 5. package benchmarks at 14 threads")
-    pkg, good = go_bench(binary, ["-test.bench", "^Benchmark(GEMV|GEMM|MLP)$", "-kern.bench-threads=14"], golog)
+    log("== 5. package benchmarks at 14 threads; one core with its weights in cache")
+    pkg, good = go_bench(binary, ["-test.bench", "^Benchmark(Call|GEMV|GEMM|MLP)$", "-kern.bench-threads=14"], golog)
+    ok &= good
+    core, good = go_bench(binary, ["-test.bench", "^BenchmarkCore$"], golog)
     ok &= good
 
     # Tables.
@@ -269,6 +271,10 @@ def main():
     for name, r in sorted(pkg.items()):
         if "GBps" in r:
             md.append(f"| {name} | {r['ms']:.3f} | {r['GBps']:.1f} | {r['TFLOPs']:.3f} |")
+    md += ["", "## One core, weights in its L2 cache (256 × 2048)", "", "| benchmark | GB/s | TFLOP/s |", "| --- | ---: | ---: |"]
+    for name, r in sorted(core.items()):
+        if "GBps" in r:
+            md.append(f"| {name} | {r['GBps']:.1f} | {r['TFLOPs']:.3f} |")
     text = "\n".join(md) + "\n"
     with open(os.path.join(a.out, "cpukern.md"), "w") as f:
         f.write(text)
@@ -277,7 +283,7 @@ def main():
         json.dump({"ours": key(ours), "torch": key(theirs), "ours_h2d": key(ours_h2d), "torch_h2d": key(theirs_h2d),
                    "copy_GBps": {"during_ours": copy_ours, "during_torch": copy_torch,
                                  "idle_after": Copier.rate(m2, m3)},
-                   "threshold": key(thresh), "prefetch": key(pf), "package": pkg}, f, indent=1)
+                   "threshold": key(thresh), "prefetch": key(pf), "package": pkg, "core": core}, f, indent=1)
     log(text)
     if not ok:
         log("!!!!!!!! SOMETHING FAILED: see above and cpukern-tests.log / cpukern-bench.log !!!!!!!!")
