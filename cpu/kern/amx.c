@@ -7,7 +7,7 @@
 //
 // Each output is one C-tile element accumulated over k in steps of 32, in
 // order; a K chunk boundary stores and reloads it exactly. Partial blocks are
-// zero-padded copies: the last ≤15 rows of a matrix (16 × kp, per call) and
+// zero-padded copies: the last ≤15 rows of a matrix (16 × kp) and
 // the last <32 columns of each block (16 × 32). So no tile load reads outside
 // a view, and the arithmetic of an output never depends on the thread count.
 //

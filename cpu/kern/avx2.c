@@ -167,20 +167,21 @@ void kern_avx2_mlp(kern_pool *p, int tid, kern_job *j)
 	kern_tasks tasks = kern_tasks_of(j->r, KERN_VGRAIN, T);
 	float g[MAX_NR][MAX_MR], u[MAX_NR][MAX_MR];
 	int nc = kern_chunk_rows(2 * j->k, NR); // gate and up rows
-	while (kern_next_task(&j->task[0], tasks, &lo, &hi))
-	for (int c0 = lo; c0 < hi; c0 += nc) {
-		int c1 = hi - c0 < nc ? hi : c0 + nc;
-		for (int m = 0; m < j->m; m += MR) {
-			int mr = j->m - m < MR ? j->m - m : MR;
-			const float *x = xf + (int64_t)m * j->k;
-			for (int n = c0; n < c1; n += NR) {
-				int nr = c1 - n < NR ? c1 - n : NR;
-				tiles[nr - 1][mr - 1](op->gate.p + (int64_t)n * op->gate.ld, op->gate.ld, x, j->k, j->k, g);
-				tiles[nr - 1][mr - 1](op->up.p + (int64_t)n * op->up.ld, op->up.ld, x, j->k, j->k, u);
-				for (int r = 0; r < nr; r++)
-					for (int q = 0; q < mr; q++)
-						h[(int64_t)(m + q) * j->r + n + r] =
-						    kern_f32(kern_bf16(kern_silu_mul(g[r][q], u[r][q])));
+	while (kern_next_task(&j->task[0], tasks, &lo, &hi)) {
+		for (int c0 = lo; c0 < hi; c0 += nc) {
+			int c1 = hi - c0 < nc ? hi : c0 + nc;
+			for (int m = 0; m < j->m; m += MR) {
+				int mr = j->m - m < MR ? j->m - m : MR;
+				const float *x = xf + (int64_t)m * j->k;
+				for (int n = c0; n < c1; n += NR) {
+					int nr = c1 - n < NR ? c1 - n : NR;
+					tiles[nr - 1][mr - 1](op->gate.p + (int64_t)n * op->gate.ld, op->gate.ld, x, j->k, j->k, g);
+					tiles[nr - 1][mr - 1](op->up.p + (int64_t)n * op->up.ld, op->up.ld, x, j->k, j->k, u);
+					for (int r = 0; r < nr; r++)
+						for (int q = 0; q < mr; q++)
+							h[(int64_t)(m + q) * j->r + n + r] =
+							    kern_f32(kern_bf16(kern_silu_mul(g[r][q], u[r][q])));
+				}
 			}
 		}
 	}

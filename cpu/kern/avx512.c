@@ -156,23 +156,24 @@ void kern_avx512_mlp(kern_pool *p, int tid, kern_job *j)
 	float g[MAX_NR][MAX_MR] = {{0}}, u[MAX_NR][MAX_MR] = {{0}};
 	uint16_t hb[MAX_NR * MAX_MR];
 	int nc = kern_chunk_rows(2 * j->k, MAX_NR), pf = prefetch_distance(op); // gate and up rows
-	while (kern_next_task(&j->task[0], tasks, &lo, &hi))
-	for (int c0 = lo; c0 < hi; c0 += nc) {
-		int c1 = hi - c0 < nc ? hi : c0 + nc;
-		for (int m = 0; m < j->m; m += MAX_MR) {
-			int mr = j->m - m < MAX_MR ? j->m - m : MAX_MR;
-			const uint16_t *x = xb + (int64_t)m * j->kp;
-			for (int n = c0; n < c1; n += MAX_NR) {
-				int nr = c1 - n < MAX_NR ? c1 - n : MAX_NR;
-				const uint16_t *gp = op->gate.p + (int64_t)n * op->gate.ld;
-				const uint16_t *up = op->up.p + (int64_t)n * op->up.ld;
-				tiles[nr - 1][mr - 1](gp, op->gate.ld, gp + nr * op->gate.ld, x, j->kp, j->k, m == 0 ? pf : 0, g);
-				tiles[nr - 1][mr - 1](up, op->up.ld, up + nr * op->up.ld, x, j->kp, j->k, m == 0 ? pf : 0, u);
-				__m512 hv = silu_mul16(_mm512_loadu_ps(&g[0][0]), _mm512_loadu_ps(&u[0][0]));
-				_mm256_storeu_si256((__m256i *)hb, round16(hv));
-				for (int r = 0; r < nr; r++)
-					for (int q = 0; q < mr; q++)
-						h[(int64_t)(m + q) * j->rp + n + r] = hb[r * MAX_MR + q];
+	while (kern_next_task(&j->task[0], tasks, &lo, &hi)) {
+		for (int c0 = lo; c0 < hi; c0 += nc) {
+			int c1 = hi - c0 < nc ? hi : c0 + nc;
+			for (int m = 0; m < j->m; m += MAX_MR) {
+				int mr = j->m - m < MAX_MR ? j->m - m : MAX_MR;
+				const uint16_t *x = xb + (int64_t)m * j->kp;
+				for (int n = c0; n < c1; n += MAX_NR) {
+					int nr = c1 - n < MAX_NR ? c1 - n : MAX_NR;
+					const uint16_t *gp = op->gate.p + (int64_t)n * op->gate.ld;
+					const uint16_t *up = op->up.p + (int64_t)n * op->up.ld;
+					tiles[nr - 1][mr - 1](gp, op->gate.ld, gp + nr * op->gate.ld, x, j->kp, j->k, m == 0 ? pf : 0, g);
+					tiles[nr - 1][mr - 1](up, op->up.ld, up + nr * op->up.ld, x, j->kp, j->k, m == 0 ? pf : 0, u);
+					__m512 hv = silu_mul16(_mm512_loadu_ps(&g[0][0]), _mm512_loadu_ps(&u[0][0]));
+					_mm256_storeu_si256((__m256i *)hb, round16(hv));
+					for (int r = 0; r < nr; r++)
+						for (int q = 0; q < mr; q++)
+							h[(int64_t)(m + q) * j->rp + n + r] = hb[r * MAX_MR + q];
+				}
 			}
 		}
 	}
