@@ -178,3 +178,67 @@ func tinyMinBudget(t *testing.T, model string) int64 {
 	require.NoError(t, json.Unmarshal([]byte(stdout), &p))
 	return p.Min
 }
+
+// TestInferTargetSpellings runs infer on the tiny checkpoint with its
+// config.json's _target_ values written as NVIDIA's code writes them in
+// other places: the full module paths of training and converted configs,
+// and Alpamayo 1.5's alpamayo1_5.* names. Each loads, and the plan is the
+// one of the published spellings.
+func TestInferTargetSpellings(t *testing.T) {
+	model := tinyAlpamayo(t)
+	images := pngImages(t, 16)
+	args := append([]string{"infer", "--model", model, "--device", "cpu", "--greedy", "--max-reasoning-tokens", "2", "--seed", "5", "--json", "--images"}, images...)
+	plan := func() map[string]any {
+		t.Helper()
+		code, stdout, stderr := runCLI(args...)
+		require.Equal(t, 0, code, stderr)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(stdout), &m))
+		delete(m, "timing_ms")
+		return m
+	}
+	want := plan()
+	path := filepath.Join(model, "config.json")
+	orig, err := os.ReadFile(path)
+	require.NoError(t, err)
+	for _, spelling := range []map[string]string{
+		{
+			"action_space_cfg":        "alpamayo_r1.action_space.unicycle_accel_curvature.UnicycleAccelCurvatureActionSpace",
+			"action_in_proj_cfg":      "alpamayo_r1.models.action_in_proj.PerWaypointActionInProjV2",
+			"action_out_proj_cfg":     "torch.nn.modules.linear.Linear",
+			"diffusion_cfg":           "alpamayo_r1.diffusion.flow_matching.FlowMatching",
+			"traj_tokenizer_cfg":      "alpamayo_r1.action_space.DiscreteTrajectoryTokenizer",
+			"hist_traj_tokenizer_cfg": "alpamayo_r1.models.delta_tokenizer.DeltaTrajectoryTokenizer",
+		},
+		{
+			"action_space_cfg":        "alpamayo1_5.action_space.UnicycleAccelCurvatureActionSpace",
+			"action_in_proj_cfg":      "alpamayo1_5.models.action_in_proj.PerWaypointActionInProjV2",
+			"action_out_proj_cfg":     "torch.nn.Linear",
+			"diffusion_cfg":           "alpamayo1_5.diffusion.flow_matching.FlowMatching",
+			"traj_tokenizer_cfg":      "alpamayo1_5.action_space.discrete_action_space.DiscreteTrajectoryTokenizer",
+			"hist_traj_tokenizer_cfg": "alpamayo1_5.models.delta_tokenizer.DeltaTrajectoryTokenizer",
+		},
+	} {
+		var cfg map[string]any
+		require.NoError(t, json.Unmarshal(orig, &cfg))
+		for key, target := range spelling {
+			cfg[key].(map[string]any)["_target_"] = target
+		}
+		b, err := json.Marshal(cfg)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(path, b, 0o644))
+		assert.Equal(t, want, plan(), "%v", spelling)
+	}
+
+	// another class is refused, naming the key, the value and the names
+	var cfg map[string]any
+	require.NoError(t, json.Unmarshal(orig, &cfg))
+	cfg["action_space_cfg"].(map[string]any)["_target_"] = "alpamayo_r1.action_space.BicycleActionSpace"
+	b, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, b, 0o644))
+	code, _, stderr := runCLI(args...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, `action_space_cfg._target_ "alpamayo_r1.action_space.BicycleActionSpace" is not supported`)
+	assert.Contains(t, stderr, "alpamayo_r1.action_space.unicycle_accel_curvature.UnicycleAccelCurvatureActionSpace")
+}
