@@ -11,10 +11,22 @@ import (
 // (AlpamayoR1Config in NVlabs/alpamayo src/alpamayo_r1/config.py).
 const AlpamayoR1ModelType = "alpamayo_r1"
 
+// Alpamayo15ModelType is the model_type of Alpamayo 1.5 checkpoints
+// (Alpamayo1_5Config in NVlabs/alpamayo1.5 src/alpamayo1_5/config.py).
+const Alpamayo15ModelType = "alpamayo1_5"
+
+// IsAlpamayo reports whether modelType is one of the Alpamayo model types
+// (R1 or 1.5), whose config.json AlpamayoR1 reads.
+func IsAlpamayo(modelType string) bool {
+	return modelType == AlpamayoR1ModelType || modelType == Alpamayo15ModelType
+}
+
 // DefaultVLMNameOrPath is ReasoningVLAConfig's default vlm_name_or_path.
 const DefaultVLMNameOrPath = "Qwen/Qwen3-VL-8B-Instruct"
 
-// AlpamayoR1 is the config.json of an Alpamayo-R1 checkpoint. It does not
+// AlpamayoR1 is the config.json of an Alpamayo-R1 or Alpamayo 1.5
+// checkpoint (ModelType says which; 1.5's config class adds two keys to
+// R1's, IncludeCameraIDs and IncludeFrameNums). It does not
 // hold the VLM's architecture: VLMNameOrPath names a Qwen3-VL config (see
 // VLMLocator), whose vocabulary is replaced by VocabSize and whose
 // text_config, with ExpertCfg applied, is the action expert's.
@@ -59,6 +71,13 @@ type AlpamayoR1 struct {
 
 	KeepSameDType            bool `json:"keep_same_dtype"`
 	ExpertNonCausalAttention bool `json:"expert_non_causal_attention"`
+
+	// IncludeCameraIDs and IncludeFrameNums are Alpamayo 1.5's config
+	// keys (default false). NVIDIA's inference code does not read them:
+	// its prompt names the cameras and frames whenever the caller gives
+	// camera indices (see models/alpamayo).
+	IncludeCameraIDs bool `json:"include_camera_ids,omitempty"`
+	IncludeFrameNums bool `json:"include_frame_nums,omitempty"`
 
 	TransformersVersion string `json:"transformers_version,omitempty"`
 }
@@ -175,6 +194,10 @@ type DiffusionConfig struct {
 	NumInferenceSteps       int     `json:"num_inference_steps"`
 	TrainIgnoreGuidanceRate float64 `json:"train_ignore_guidance_rate"`
 	InferenceGuidanceWeight float64 `json:"inference_guidance_weight"`
+	// UseClassifierFreeGuidance is BaseDiffusion's default for sample()
+	// (false): Alpamayo 1.5's navigation rollout then mixes the velocity
+	// with and without the navigation text by InferenceGuidanceWeight.
+	UseClassifierFreeGuidance bool `json:"use_classifier_free_guidance,omitempty"`
 }
 
 // UnmarshalJSON fills the class defaults, then the keys present.
@@ -278,8 +301,8 @@ func LoadAlpamayoR1(dir string) (*AlpamayoR1, error) {
 	if err != nil {
 		return nil, err
 	}
-	if mt != AlpamayoR1ModelType {
-		return nil, fmt.Errorf("%w; this command needs %s", UnknownArchitecture(dir, mt), AlpamayoR1ModelType)
+	if !IsAlpamayo(mt) {
+		return nil, fmt.Errorf("%w; this command needs %s or %s", UnknownArchitecture(dir, mt), AlpamayoR1ModelType, Alpamayo15ModelType)
 	}
 	raw, err := readConfig(dir)
 	if err != nil {
@@ -291,6 +314,9 @@ func LoadAlpamayoR1(dir string) (*AlpamayoR1, error) {
 	}
 	return c, nil
 }
+
+// Is15 reports whether the config is Alpamayo 1.5's.
+func (c *AlpamayoR1) Is15() bool { return c.ModelType == Alpamayo15ModelType }
 
 // HistTokenStartIdx is the id of history bin 0: the trajectory tokens
 // start with the future tokenizer's bins, then the history tokenizer's when

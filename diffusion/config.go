@@ -27,6 +27,12 @@ type Config struct {
 	// or SDPA with a mask) attends bidirectionally either way; vlanode
 	// always does.
 	NonCausal bool
+	// BuffersFromConfig computes the action space's statistics and the
+	// Fourier frequencies from the config even where the checkpoint has
+	// tensors of their names: Alpamayo 1.5 registers them non-persistent,
+	// so NVIDIA's loader builds them from the config and never reads the
+	// file's. (Alpamayo-R1 saves them; Load takes the checkpoint's.)
+	BuffersFromConfig bool
 }
 
 // ExpertConfig is the expert's architecture: the VLM's text_config with the
@@ -120,6 +126,8 @@ func NewConfig(alp *configs.AlpamayoR1, vlm []byte) (*Config, error) {
 		Steps:     d.NumInferenceSteps,
 		History:   actionspace.DefaultDeltaTokenizer(),
 		NonCausal: alp.ExpertNonCausalAttention,
+
+		BuffersFromConfig: alp.Is15(),
 	}
 	if h := alp.HistTrajTokenizerCfg; h != nil {
 		c.History = actionspace.DeltaTokenizer{

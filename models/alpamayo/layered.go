@@ -265,10 +265,22 @@ func (l *layered) Do(u *models.Unit, run func() error) error {
 	})
 }
 
-// schedule is one inference's passes: the vision pass, the prefill,
-// decodes decode steps (the ones a stop token makes unnecessary are
-// skipped) and steps Euler steps.
-func (m *Model) schedule(decodes, steps int) []layering.Pass {
+// scheduleSpec is what one inference runs.
+type scheduleSpec struct {
+	decodes, steps int
+	// answer: a question's answer, no diffusion.
+	answer bool
+	// guided: classifier-free guidance, a second prefill (the prompt
+	// without the navigation text), the generated tokens fed to it in one
+	// pass, and two expert passes per Euler step.
+	guided bool
+}
+
+// schedule is one inference's passes: the vision pass, the prefill (and
+// the unguided one), decodes decode steps (the ones a stop token makes
+// unnecessary are skipped), the generated tokens fed to the unguided cache
+// and steps Euler steps (two expert passes each with guidance).
+func (m *Model) schedule(sp scheduleSpec) []layering.Pass {
 	lay := m.layered
 	pick := func(units []*models.Unit) []*layering.Unit {
 		var out []*layering.Unit
@@ -281,11 +293,23 @@ func (m *Model) schedule(decodes, steps int) []layering.Pass {
 	}
 	text := m.VLM.Text
 	lm := append(append([]*models.Unit(nil), text.LayerUnits...), headUnits(text.Head)...)
+	prefill := string(residency.StagePrefill)
 	passes := []layering.Pass{
 		{Name: "vision", Stage: string(residency.StageVision), Units: pick(m.VLM.Vision.Units)},
-		{Name: "prefill", Stage: string(residency.StagePrefill), Units: pick(lm)},
+		{Name: "prefill", Stage: prefill, Units: pick(lm)},
 	}
-	passes = append(passes, layering.Repeat(string(residency.StageDecode), pick(lm), decodes)...)
+	if sp.guided {
+		passes = append(passes, layering.Pass{Name: "prefill.unguided", Stage: prefill, Units: pick(lm)})
+	}
+	passes = append(passes, layering.Repeat(string(residency.StageDecode), pick(lm), sp.decodes)...)
+	if sp.answer {
+		return passes
+	}
+	steps := sp.steps
+	if sp.guided {
+		passes = append(passes, layering.Pass{Name: "feed.unguided", Stage: prefill, Units: pick(lm)})
+		steps *= 2
+	}
 	return append(passes, layering.Repeat(string(residency.StageDiffusion), pick(m.Expert.Units), steps)...)
 }
 

@@ -18,8 +18,9 @@ import (
 	"vlanode/tokenizer"
 )
 
-// ModelType is the model_type of an Alpamayo-R1 config.json.
-const ModelType = "alpamayo_r1"
+// ModelType is the model_type of an Alpamayo-R1 config.json; Alpamayo
+// 1.5's is configs.Alpamayo15ModelType (configs.IsAlpamayo accepts both).
+const ModelType = configs.AlpamayoR1ModelType
 
 // Model is a loaded Alpamayo-R1 checkpoint.
 type Model struct {
@@ -155,8 +156,8 @@ func LoadActionSide(be backend.Backend, dir, vlm string) (*ActionSide, error) {
 	if err != nil {
 		return nil, err
 	}
-	if mt != ModelType {
-		return nil, fmt.Errorf("%w; the action side is %s's", configs.UnknownArchitecture(dir, mt), ModelType)
+	if !configs.IsAlpamayo(mt) {
+		return nil, fmt.Errorf("%w; the action side is %s's or %s's", configs.UnknownArchitecture(dir, mt), ModelType, configs.Alpamayo15ModelType)
 	}
 	raw, err := readFile(filepath.Join(dir, "config.json"))
 	if err != nil {
