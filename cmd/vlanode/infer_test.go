@@ -242,3 +242,58 @@ func TestInferTargetSpellings(t *testing.T) {
 	assert.Contains(t, stderr, `action_space_cfg._target_ "alpamayo_r1.action_space.BicycleActionSpace" is not supported`)
 	assert.Contains(t, stderr, "alpamayo_r1.action_space.unicycle_accel_curvature.UnicycleAccelCurvatureActionSpace")
 }
+
+// tinyAlpamayo15 writes the alpamayo-1.5-tiny checkpoint into a test folder.
+func tinyAlpamayo15(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	l, err := synth.NewLayout(synth.Alpamayo15Tiny)
+	require.NoError(t, err)
+	_, err = synth.Write(context.Background(), dir, l, synth.Options{Seed: 3})
+	require.NoError(t, err)
+	return dir
+}
+
+// TestInfer15 runs infer's Alpamayo 1.5 flags on the tiny 1.5 checkpoint:
+// two cameras with navigation text plan, a question answers, and a wrong
+// number of images is refused with what was expected.
+func TestInfer15(t *testing.T) {
+	model := tinyAlpamayo15(t)
+	images := pngImages(t, 16)
+	base := []string{"infer", "--model", model, "--device", "cpu", "--greedy", "--max-reasoning-tokens", "3", "--json"}
+	run := func(extra ...string) map[string]any {
+		t.Helper()
+		code, stdout, stderr := runCLI(append(append([]string{}, base...), extra...)...)
+		require.Equal(t, 0, code, stderr)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(stdout), &m), stdout)
+		return m
+	}
+	nav := run(append([]string{"--camera-order", "front_tele_30fov,front_wide_120fov", "--nav-text", "Turn right in 30m", "--guidance", "1.5", "--images"}, images[:8]...)...)
+	assert.Len(t, nav["actions"], 64)
+	assert.Equal(t, 1.5, nav["guidance_weight"])
+	assert.Equal(t, 0.0, nav["vram_peak_bytes"], "the cpu backend has no device memory")
+
+	vqa := run(append([]string{"--question", "What is ahead?", "--images"}, images...)...)
+	assert.NotEmpty(t, vqa["answer_ids"])
+	assert.Contains(t, vqa, "answer")
+	assert.Empty(t, vqa["actions"])
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{append([]string{"--images"}, images[:3]...), "got 3 images, want 16: 4 frames of each of the cameras cross_left_120fov, front_wide_120fov, cross_right_120fov, front_tele_30fov"},
+		{append([]string{"--camera-order", "front_wide_120fov,front_tele_30fov", "--images"}, images[:4]...), "got 4 images for --camera-order front_wide_120fov,front_tele_30fov, want 8"},
+		{append([]string{"--camera-order", "front_wide_120fov,roof", "--images"}, images[:8]...), `--camera-order: alpamayo: bad model input: unknown camera "roof"`},
+	} {
+		code, _, stderr := runCLI(append(append([]string{}, base...), c.args...)...)
+		assert.Equal(t, 2, code, stderr)
+		assert.Contains(t, stderr, c.want)
+	}
+
+	// Alpamayo-R1 has no navigation input
+	code, _, stderr := runCLI(append([]string{"infer", "--model", tinyAlpamayo(t), "--device", "cpu", "--nav-text", "Turn left", "--images"}, images...)...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "navigation text is Alpamayo 1.5's input")
+}

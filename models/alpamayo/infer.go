@@ -121,6 +121,11 @@ type Result struct {
 	// PromoteError says why none were, when the budget refused them.
 	Promoted     int
 	PromoteError string
+	// VRAMPeakBytes is the most device memory in use at once during the
+	// inference (weights, caches, activations and workspaces, as the
+	// backend counts them: backend.MemoryPeak); 0 on a backend without
+	// device memory (cpu).
+	VRAMPeakBytes int64
 }
 
 // Infer runs the whole pipeline for one request: vision, prompt, prefill,
@@ -133,6 +138,10 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 	}
 	weight := m.guidance(req)
 	res := &Result{GuidanceWeight: weight}
+	if mp, ok := m.be.(backend.MemoryPeak); ok {
+		mp.ResetPeak()
+		defer func() { res.VRAMPeakBytes = mp.PeakBytes() }()
+	}
 	maxNew := req.MaxReasoningTokens
 	if maxNew <= 0 {
 		maxNew = m.Config.TokensPerFutureTraj
