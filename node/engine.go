@@ -35,17 +35,17 @@ type Engine interface {
 // once at start for cameras, frames and poses (they must not change), and
 // again for each status message for the budget and plan summary.
 type EngineInfo struct {
-	Model           string        // model name, e.g. "alpamayo-r1-10b"
-	Cameras         []string      // camera names in the model's order: the camera-major order of Observation.Frames without camera_order, and the cameras use_latest draws from
+	Model   string   // model name, e.g. "alpamayo-r1-10b"
+	Cameras []string // camera names in the model's order: the camera-major order of Observation.Frames without camera_order, and the cameras use_latest draws from
 	// SupportedCameras are every camera a request's camera_order may
 	// name (a request sends any of them, in any order); empty: Cameras.
 	SupportedCameras []string
-	FramesPerCamera int           // frames of each camera in one observation
-	FramePeriod     time.Duration // time between a camera's frames in an observation (100 ms for Alpamayo-R1)
-	EgoPoses        int           // poses InferRequest.ego_history must hold; 0: any number
-	EgoPeriod       time.Duration // time between ego poses, for clients (replay); 0: FramePeriod
-	BudgetBytes     uint64        // VRAM budget in bytes; 0 means unlimited
-	Plan            *msgs.PlanSummary
+	FramesPerCamera  int           // frames of each camera in one observation
+	FramePeriod      time.Duration // time between a camera's frames in an observation (100 ms for Alpamayo-R1)
+	EgoPoses         int           // poses InferRequest.ego_history must hold; 0: any number
+	EgoPeriod        time.Duration // time between ego poses, for clients (replay); 0: FramePeriod
+	BudgetBytes      uint64        // VRAM budget in bytes; 0 means unlimited
+	Plan             *msgs.PlanSummary
 }
 
 // validate checks the fields the node relies on.
