@@ -234,7 +234,10 @@ func TestCameraOrder(t *testing.T) {
 	}{
 		{"unknown camera", func(r *msgs.InferRequest) { r.CameraOrder = []string{"left", "roof"} }, `camera_order[1]: unknown camera "roof"; the model takes left, right`},
 		{"frames of the other order", func(r *msgs.InferRequest) { r.CameraOrder = []string{"right", "left"} }, `frames[0].camera: got "left", want "right"`},
-		{"too few frames", func(r *msgs.InferRequest) { r.CameraOrder = []string{"left", "right"}; r.Frames = r.Frames[:testFrames] }, "frames: got 2 frames, want 4"},
+		{"too few frames", func(r *msgs.InferRequest) {
+			r.CameraOrder = []string{"left", "right"}
+			r.Frames = r.Frames[:testFrames]
+		}, "frames: got 2 frames, want 4"},
 		{"a camera not named", func(r *msgs.InferRequest) { r.CameraOrder = []string{"left"}; r.Frames = r.Frames[testFrames:] }, `frames[0].camera: camera "right" is not in camera_order (left)`},
 	} {
 		r := goodRequest(c.name, t0)
