@@ -111,7 +111,7 @@ func (e *Alpamayo) Info() node.EngineInfo {
 // an answer). Without temperature it samples at the model's defaults;
 // temperature 0 decodes greedily. The seed is the request's, or t0.
 func (e *Alpamayo) Infer(ctx context.Context, obs *node.Observation) (*msgs.Plan, error) {
-	opt, err := ObservationOptions(obs)
+	opt, err := observationOptions(obs)
 	if err != nil {
 		return nil, err
 	}
@@ -122,9 +122,9 @@ func (e *Alpamayo) Infer(ctx context.Context, obs *node.Observation) (*msgs.Plan
 	return PlanOf(res, pre), nil
 }
 
-// ObservationOptions are the inference options of an observation's
+// observationOptions are the inference options of an observation's
 // request keys.
-func ObservationOptions(obs *node.Observation) (Options, error) {
+func observationOptions(obs *node.Observation) (Options, error) {
 	if obs.Prompt != "" {
 		return Options{}, fmt.Errorf("%w: prompt: Alpamayo models take no free-form prompt; send nav_text (a navigation instruction) or question (VQA) to Alpamayo 1.5", node.ErrUnsupported)
 	}
