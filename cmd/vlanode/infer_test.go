@@ -297,3 +297,32 @@ func TestInfer15(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "navigation text is Alpamayo 1.5's input")
 }
+
+// TestInfer15Budget runs guidance (a second prefill, the generation fed to
+// it, two expert passes per Euler step) and a question (no diffusion)
+// through the executor with every unit streamed: the schedule has their
+// passes, and the results are the unlimited run's bit for bit.
+func TestInfer15Budget(t *testing.T) {
+	model := tinyAlpamayo15(t)
+	images := pngImages(t, 16)
+	min := fmt.Sprint(tinyMinBudget(t, model))
+	for _, extra := range [][]string{
+		{"--nav-text", "Turn left in 30m", "--guidance", "1.5"},
+		{"--question", "Is the road clear?"},
+	} {
+		base := append(append([]string{"infer", "--model", model, "--device", "cpu", "--max-reasoning-tokens", "3", "--seed", "4", "--json"}, extra...), "--images")
+		base = append(base, images...)
+		plan := func(more ...string) map[string]any {
+			t.Helper()
+			code, stdout, stderr := runCLI(append(append([]string{}, base...), more...)...)
+			require.Equal(t, 0, code, stderr)
+			var m map[string]any
+			require.NoError(t, json.Unmarshal([]byte(stdout), &m))
+			delete(m, "timing_ms")
+			return m
+		}
+		want := plan()
+		assert.Equal(t, want, plan("--budget", min), "%v: pipelined, every unit streamed", extra)
+		assert.Equal(t, want, plan("--budget", min, "--mode", "sequential"), "%v: sequential", extra)
+	}
+}
