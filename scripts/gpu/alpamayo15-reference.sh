@@ -13,7 +13,8 @@
 #    (carried in .gpu/), runs the Alpamayo 1.5 reference tests on the cpu
 #    and cuda backends.
 # Logs: $OUT/alpamayo15-reference.log, $OUT/alpamayo15-go-tests.log. Exit
-# status: the script's, then the tests'.
+# status: the script's where it failed (the cases it wrote are still
+# tested), else the tests'.
 set -uo pipefail
 out=${OUT:?set OUT to the folder whose files come back}
 bin=${1:-.gpu/models-alpamayo.test}
@@ -22,10 +23,11 @@ cd "$root"
 
 python3 scripts/reference/alpamayo15_reference.py --nv .nv/alpamayo1_5 --out "$out" 2>&1 | tee "$out/alpamayo15-reference.log"
 rc=${PIPESTATUS[0]}
-if [ "$rc" -ne 0 ]; then
-	echo "alpamayo15-reference: the reference script failed (exit $rc); see $out/alpamayo15-reference.log" >&2
+if [ ! -d "$out/alpamayo15-tiny" ]; then
+	echo "alpamayo15-reference: the reference script wrote nothing (exit $rc); see $out/alpamayo15-reference.log" >&2
 	exit "$rc"
 fi
+[ "$rc" -eq 0 ] || echo "alpamayo15-reference: the reference script failed on some cases (exit $rc); testing the others" >&2
 rm -rf testdata/reference/alpamayo15-tiny
 cp -r "$out/alpamayo15-tiny" testdata/reference/alpamayo15-tiny
 
@@ -35,4 +37,6 @@ if [ ! -x "$bin" ]; then
 fi
 bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 (cd models/alpamayo && "$bin" -test.run 'Alpamayo15MatchesNVIDIA' -test.v -test.count=1 -test.timeout 600s) 2>&1 | tee "$out/alpamayo15-go-tests.log"
-exit "${PIPESTATUS[0]}"
+trc=${PIPESTATUS[0]}
+[ "$rc" -ne 0 ] && exit "$rc"
+exit "$trc"
