@@ -612,8 +612,10 @@ class Recorder(contextlib.AbstractContextManager):
 
             def randn(*shape: Any, **rkw: Any) -> torch.Tensor:
                 dims = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)) else tuple(shape)
-                if dims == tuple(rec.noise.shape):
-                    return rec.noise.clone().to(device=rkw.get("device"), dtype=rkw.get("dtype") or torch.float32)
+                if len(dims) == rec.noise.ndim and dims[1:] == tuple(rec.noise.shape[1:]):
+                    # every sample of the batch starts from the case's noise
+                    x = rec.noise[:1].expand(dims[0], *dims[1:]).clone()
+                    return x.to(device=rkw.get("device"), dtype=rkw.get("dtype") or torch.float32)
                 return real_randn(*shape, **rkw)
 
             torch.randn = randn
@@ -735,6 +737,51 @@ def run_case(nvm: dict[str, Any], model: Any, case: dict[str, Any], pixels: torc
     return out
 
 
+def batch_check(nvm: dict[str, Any], model: Any, singles: dict[str, dict[str, Any]], pixels: torch.Tensor,
+                args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """Diagnostic of the left-padding mask: the plain and nav prompts (different lengths) as one
+    left-padded batch through NVIDIA's rollout give each row the ids and first velocity of its own
+    single run, the padding hidden from the VLM and, by the prefix mask 1.5 added, from the expert.
+    vlanode runs one request per cache and never pads: this is what it relies on."""
+    names = ["plain", "nav"]
+    if any(n not in singles for n in names):
+        return {"skipped": "a case of the batch did not run"}
+    image_pad = model.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    pad = model.tokenizer.pad_token_id
+    rows = [singles[n]["prompt"] for n in names]  # the fused prompts of the single runs
+    width = max(int(r.numel()) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.int64)
+    mask = torch.zeros((len(rows), width), dtype=torch.int64)
+    for i, r in enumerate(rows):
+        ids[i, width - r.numel():] = r
+        mask[i, width - r.numel():] = 1
+    n_img = IMAGES
+    per = GRID[0] * GRID[1] * GRID[2]
+    td = {
+        "input_ids": ids.to(device), "attention_mask": mask.to(device),
+        "pixel_values": torch.cat([pixels[: n_img * per]] * len(rows)).to(device),
+        "image_grid_thw": torch.tensor([list(GRID)] * (n_img * len(rows)), dtype=torch.int64).to(device),
+        "mm_token_type_ids": (ids == image_pad).to(torch.int64).to(device),
+    }
+    hx, hr = singles["plain"]["history"]
+    data = {"tokenized_data": td, "ego_history_xyz": hx[None, None].expand(len(rows), 1, -1, -1).contiguous().to(device),
+            "ego_history_rot": hr[None, None].expand(len(rows), 1, -1, -1, -1).contiguous().to(device)}
+    rec = Recorder(nvm, model, singles["plain"]["noise"][None], image_pad)
+    # the histories are already fused into the prompts: no placeholders are left to replace
+    with torch.inference_mode(), rec:
+        model.sample_trajectories_from_data_with_vlm_rollout(data, top_k=1, num_traj_samples=1,
+                                                             max_generation_length=args.new_tokens)
+    seq = rec.generated[0]["sequences"]
+    out: dict[str, Any] = {"rows": names, "pad": [width - int(r.numel()) for r in rows]}
+    for i, n in enumerate(names):
+        gen = seq[i, width:].tolist()
+        want = singles[n]["reasoning_ids"]
+        out[f"{n}_ids_equal"] = gen[: len(want)] == want
+        v0 = rec.calls[0]["v"][i]
+        out[f"{n}_step0_velocity_max_diff"] = float((v0 - singles[n]["v_steps"][0]).abs().max())
+    return out
+
+
 def save_case(out_dir: str, r: dict[str, Any]) -> dict[str, Any]:
     case = r["case"]
     name = case["name"]
@@ -840,6 +887,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"FAILED: no weight seed in {args.seed}..{seed} gave gaps >= {args.min_gap} in every case", file=sys.stderr)
             return 1
+        singles = {r["case"]["name"]: r for r in results}
+        try:
+            batch = batch_check(nvm, model, singles, pixels, args, device)
+        except Exception as exc:  # noqa: BLE001 - a diagnostic only
+            traceback.print_exc()
+            batch = {"failed": repr(exc)}
+        print(f"left-padded batch vs single runs: {batch}", flush=True)
         ck = save_checkpoint(model, work, partial)
         reload_note = check_reload(nvm, partial, model)
     common.save_tensors(os.path.join(partial, "pixels.safetensors"), {"pixel_values": pixels.to(torch.bfloat16)},
@@ -853,6 +907,7 @@ def main(argv: list[str] | None = None) -> int:
         "checkpoint": ck, "special_ids": ids, "build": build_info, "reload": reload_note, "device": str(device),
         "precision": precision, "min_gap": args.min_gap, "new_tokens": args.new_tokens,
         "text": TEXT, "vision": VISION, "expert_cfg": EXPERT_CFG, "grid": list(GRID), "cases": entries, "failed": failed,
+        "left_padded_batch": batch,
         "versions": v, "seconds": round(time.time() - start, 1),
     })
     shutil.rmtree(final, ignore_errors=True)
