@@ -85,6 +85,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
 import json
 import math
@@ -561,6 +562,8 @@ class Recorder(contextlib.AbstractContextManager):
                          (m.diffusion, "sample", None)]
         self._guided = (flow_cls, orig_guided)
 
+        # functools.wraps keeps the signatures: transformers inspects forward's to check model kwargs
+        @functools.wraps(orig_generate)
         def generate(*a: Any, **kw: Any) -> Any:
             out = orig_generate(*a, **kw)
             logits = getattr(out, "logits", None)
@@ -570,6 +573,7 @@ class Recorder(contextlib.AbstractContextManager):
                                   "logits": None if logits is None else [x.detach().float().cpu() for x in logits]})
             return out
 
+        @functools.wraps(orig_forward)
         def forward(*a: Any, **kw: Any) -> Any:
             ids = kw.get("input_ids")
             if ids is not None and kw.get("pixel_values") is not None and kw.get("mm_token_type_ids") is None:
@@ -586,6 +590,7 @@ class Recorder(contextlib.AbstractContextManager):
                 rec.patched_forward += 1
             return orig_forward(*a, **kw)
 
+        @functools.wraps(orig_build)
         def build(*a: Any, **kw: Any) -> Any:
             pos, mask = orig_build(*a, **kw)
             rec.prefixes.append({"offset": kw["offset"].detach().cpu().clone(),
@@ -594,6 +599,7 @@ class Recorder(contextlib.AbstractContextManager):
                                  "position_ids": pos.detach().cpu().clone()})
             return pos, mask
 
+        @functools.wraps(orig_sample)
         def sample(*a: Any, **kw: Any) -> Any:
             for key, tag in (("step_fn", "guided"), ("unguided_step_fn", "unguided")):
                 fn = kw.get(key)
