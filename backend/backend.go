@@ -282,6 +282,19 @@ type Stopwatch interface {
 	ReleaseMark(m Mark) error
 }
 
+// MemoryPeak is a backend that counts its device memory (cuda): the most
+// bytes in use at once since the peak was last reset. A host backend has
+// no device memory and does not implement it.
+type MemoryPeak interface {
+	// ResetPeak starts a new peak at the bytes in use now.
+	ResetPeak()
+	// PeakBytes is the most device memory, in bytes, in use at once since
+	// ResetPeak (or since the backend started): weights, caches,
+	// activations, workspaces and the allocator's cached free blocks, as
+	// the budget counts them.
+	PeakBytes() int64
+}
+
 // Mark is a point in a Stopwatch's queue; the zero Mark is none.
 type Mark uint64
 

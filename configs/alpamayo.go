@@ -11,10 +11,22 @@ import (
 // (AlpamayoR1Config in NVlabs/alpamayo src/alpamayo_r1/config.py).
 const AlpamayoR1ModelType = "alpamayo_r1"
 
+// Alpamayo15ModelType is the model_type of Alpamayo 1.5 checkpoints
+// (Alpamayo1_5Config in NVlabs/alpamayo1.5 src/alpamayo1_5/config.py).
+const Alpamayo15ModelType = "alpamayo1_5"
+
+// IsAlpamayo reports whether modelType is one of the Alpamayo model types
+// (R1 or 1.5), whose config.json AlpamayoR1 reads.
+func IsAlpamayo(modelType string) bool {
+	return modelType == AlpamayoR1ModelType || modelType == Alpamayo15ModelType
+}
+
 // DefaultVLMNameOrPath is ReasoningVLAConfig's default vlm_name_or_path.
 const DefaultVLMNameOrPath = "Qwen/Qwen3-VL-8B-Instruct"
 
-// AlpamayoR1 is the config.json of an Alpamayo-R1 checkpoint. It does not
+// AlpamayoR1 is the config.json of an Alpamayo-R1 or Alpamayo 1.5
+// checkpoint (ModelType says which; 1.5's config class adds two keys to
+// R1's, IncludeCameraIDs and IncludeFrameNums). It does not
 // hold the VLM's architecture: VLMNameOrPath names a Qwen3-VL config (see
 // VLMLocator), whose vocabulary is replaced by VocabSize and whose
 // text_config, with ExpertCfg applied, is the action expert's.
@@ -60,6 +72,13 @@ type AlpamayoR1 struct {
 	KeepSameDType            bool `json:"keep_same_dtype"`
 	ExpertNonCausalAttention bool `json:"expert_non_causal_attention"`
 
+	// IncludeCameraIDs and IncludeFrameNums are Alpamayo 1.5's config
+	// keys (default false). NVIDIA's inference code does not read them:
+	// its prompt names the cameras and frames whenever the caller gives
+	// camera indices (see models/alpamayo).
+	IncludeCameraIDs bool `json:"include_camera_ids,omitempty"`
+	IncludeFrameNums bool `json:"include_frame_nums,omitempty"`
+
 	TransformersVersion string `json:"transformers_version,omitempty"`
 }
 
@@ -73,16 +92,6 @@ type TrajTokenIDs struct {
 	HistoryEnd   int `json:"history_end"`
 	FutureEnd    int `json:"future_end"`
 }
-
-// Hydra _target_ values of the release's sub-configs.
-const (
-	TargetUnicycleActionSpace = "alpamayo_r1.action_space.UnicycleAccelCurvatureActionSpace"
-	TargetActionInProjV2      = "alpamayo_r1.models.action_in_proj.PerWaypointActionInProjV2"
-	TargetLinear              = "torch.nn.Linear"
-	TargetFlowMatching        = "alpamayo_r1.diffusion.flow_matching.FlowMatching"
-	TargetDiscreteTokenizer   = "alpamayo_r1.action_space.discrete_action_space.DiscreteTrajectoryTokenizer"
-	TargetDeltaTokenizer      = "alpamayo_r1.models.delta_tokenizer.DeltaTrajectoryTokenizer"
-)
 
 // ActionSpaceConfig is UnicycleAccelCurvatureActionSpace's arguments: the
 // normalisation of the (acceleration, curvature) controls and the unicycle
@@ -185,6 +194,10 @@ type DiffusionConfig struct {
 	NumInferenceSteps       int     `json:"num_inference_steps"`
 	TrainIgnoreGuidanceRate float64 `json:"train_ignore_guidance_rate"`
 	InferenceGuidanceWeight float64 `json:"inference_guidance_weight"`
+	// UseClassifierFreeGuidance is BaseDiffusion's default for sample()
+	// (false): Alpamayo 1.5's navigation rollout then mixes the velocity
+	// with and without the navigation text by InferenceGuidanceWeight.
+	UseClassifierFreeGuidance bool `json:"use_classifier_free_guidance,omitempty"`
 }
 
 // UnmarshalJSON fills the class defaults, then the keys present.
@@ -237,6 +250,34 @@ func (c *DeltaTrajTokenizerConfig) UnmarshalJSON(b []byte) error {
 // ParseAlpamayoR1 decodes and validates an Alpamayo-R1 config.json, filling
 // the source's defaults for absent keys.
 func ParseAlpamayoR1(raw []byte) (*AlpamayoR1, error) {
+	c, err := decodeAlpamayo(raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// DecodeAlpamayoR1 decodes an Alpamayo config.json, filling the source's
+// defaults, and validates only the sub-configs of the modules: what the
+// action side needs (ValidateModules). A checkpoint of the action side
+// alone (the expert references) has no vocabulary to check.
+func DecodeAlpamayoR1(raw []byte) (*AlpamayoR1, error) {
+	c, err := decodeAlpamayo(raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.ValidateModules(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// decodeAlpamayo decodes raw over the defaults of ReasoningVLAConfig and
+// AlpamayoR1Config.
+func decodeAlpamayo(raw []byte) (*AlpamayoR1, error) {
 	c := &AlpamayoR1{
 		VLMNameOrPath:            DefaultVLMNameOrPath,
 		VLMBackend:               "qwenvl3",
@@ -251,9 +292,6 @@ func ParseAlpamayoR1(raw []byte) (*AlpamayoR1, error) {
 	if err := json.Unmarshal(raw, c); err != nil {
 		return nil, fmt.Errorf("alpamayo_r1 config: %w", err)
 	}
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
 	return c, nil
 }
 
@@ -263,8 +301,8 @@ func LoadAlpamayoR1(dir string) (*AlpamayoR1, error) {
 	if err != nil {
 		return nil, err
 	}
-	if mt != AlpamayoR1ModelType {
-		return nil, fmt.Errorf("%w; this command needs %s", UnknownArchitecture(dir, mt), AlpamayoR1ModelType)
+	if !IsAlpamayo(mt) {
+		return nil, fmt.Errorf("%w; this command needs %s or %s", UnknownArchitecture(dir, mt), AlpamayoR1ModelType, Alpamayo15ModelType)
 	}
 	raw, err := readConfig(dir)
 	if err != nil {
@@ -276,6 +314,9 @@ func LoadAlpamayoR1(dir string) (*AlpamayoR1, error) {
 	}
 	return c, nil
 }
+
+// Is15 reports whether the config is Alpamayo 1.5's.
+func (c *AlpamayoR1) Is15() bool { return c.ModelType == Alpamayo15ModelType }
 
 // HistTokenStartIdx is the id of history bin 0: the trajectory tokens
 // start with the future tokenizer's bins, then the history tokenizer's when
@@ -329,27 +370,40 @@ func (c *AlpamayoR1) Validate() error {
 	if c.MinPixels != nil && c.MaxPixels != nil && (*c.MinPixels <= 0 || *c.MinPixels > *c.MaxPixels) {
 		bad("min_pixels %d and max_pixels %d must satisfy 0 < min <= max", *c.MinPixels, *c.MaxPixels)
 	}
-	errs = append(errs, c.validateModules()...)
+	if bins := c.trajBins(); bins > c.TrajVocabSize {
+		bad("the trajectory tokenizers use %d bins, more than traj_vocab_size %d", bins, c.TrajVocabSize)
+	}
+	errs = append(errs, c.moduleErrors()...)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("alpamayo_r1 config: %w", err)
 	}
 	return nil
 }
 
-// validateModules checks the sub-configs of the modules with weights or
-// inference-time behaviour.
-func (c *AlpamayoR1) validateModules() []error {
+// ValidateModules checks the sub-configs of the modules with weights or
+// inference-time behaviour: each _target_ names the class vlanode runs (in
+// any spelling NVIDIA's code resolves, see Class) and the values are ones
+// it can run.
+func (c *AlpamayoR1) ValidateModules() error {
+	if err := errors.Join(c.moduleErrors()...); err != nil {
+		return fmt.Errorf("alpamayo_r1 config: %w", err)
+	}
+	return nil
+}
+
+// moduleErrors lists what ValidateModules finds.
+func (c *AlpamayoR1) moduleErrors() []error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	target := func(key, got, want string) {
-		if got != want {
-			bad("%s._target_ %q is not supported (want %q)", key, got, want)
+	target := func(key, got string, want Class) {
+		if err := want.Check(key, got); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if as := c.ActionSpaceCfg; as == nil {
 		bad("action_space_cfg is missing")
 	} else {
-		target("action_space_cfg", as.Target, TargetUnicycleActionSpace)
+		target("action_space_cfg", as.Target, ClassUnicycleActionSpace)
 		if as.NWaypoints <= 0 || as.DT <= 0 || as.AccelStd <= 0 || as.CurvatureStd <= 0 {
 			bad("action_space_cfg: n_waypoints %d, dt %g, accel_std %g and curvature_std %g must be positive",
 				as.NWaypoints, as.DT, as.AccelStd, as.CurvatureStd)
@@ -358,7 +412,7 @@ func (c *AlpamayoR1) validateModules() []error {
 	if ip := c.ActionInProjCfg; ip == nil {
 		bad("action_in_proj_cfg is missing")
 	} else {
-		target("action_in_proj_cfg", ip.Target, TargetActionInProjV2)
+		target("action_in_proj_cfg", ip.Target, ClassActionInProjV2)
 		if ip.NumEncLayers < 1 || ip.HiddenSize <= 0 || ip.NumFourierFeats <= 0 || ip.NumFourierFeats%2 != 0 || ip.MaxFreq <= 0 {
 			bad("action_in_proj_cfg: num_enc_layers %d >= 1, hidden_size %d > 0, even num_fourier_feats %d > 0 and max_freq %g > 0 are required",
 				ip.NumEncLayers, ip.HiddenSize, ip.NumFourierFeats, ip.MaxFreq)
@@ -367,12 +421,12 @@ func (c *AlpamayoR1) validateModules() []error {
 	if op := c.ActionOutProjCfg; op == nil {
 		bad("action_out_proj_cfg is missing")
 	} else {
-		target("action_out_proj_cfg", op.Target, TargetLinear)
+		target("action_out_proj_cfg", op.Target, ClassLinear)
 	}
 	if d := c.DiffusionCfg; d == nil {
 		bad("diffusion_cfg is missing")
 	} else {
-		target("diffusion_cfg", d.Target, TargetFlowMatching)
+		target("diffusion_cfg", d.Target, ClassFlowMatching)
 		if d.IntMethod != "euler" {
 			bad("diffusion_cfg: int_method %q is not supported (only euler)", d.IntMethod)
 		}
@@ -380,27 +434,41 @@ func (c *AlpamayoR1) validateModules() []error {
 			bad("diffusion_cfg: num_inference_steps must be positive, got %d", d.NumInferenceSteps)
 		}
 	}
-	bins := 0
 	if t := c.TrajTokenizerCfg; t != nil {
-		target("traj_tokenizer_cfg", t.Target, TargetDiscreteTokenizer)
+		target("traj_tokenizer_cfg", t.Target, ClassDiscreteTokenizer)
+		if as := t.ActionSpaceCfg; as != nil {
+			target("traj_tokenizer_cfg.action_space_cfg", as.Target, ClassUnicycleActionSpace)
+		}
 		if t.NumBins <= 0 || len(t.DimsMin) != ActionDims || len(t.DimsMax) != ActionDims {
 			bad("traj_tokenizer_cfg: num_bins %d must be positive and dims_min/dims_max have %d values", t.NumBins, ActionDims)
 		}
-		bins += t.NumBins
 	}
 	if h := c.HistTrajTokenizerCfg; h != nil {
-		target("hist_traj_tokenizer_cfg", h.Target, TargetDeltaTokenizer)
+		target("hist_traj_tokenizer_cfg", h.Target, ClassDeltaTokenizer)
 		if h.NumBins <= 0 {
 			bad("hist_traj_tokenizer_cfg: num_bins must be positive, got %d", h.NumBins)
 		}
+		if h.PredictYaw {
+			bad("hist_traj_tokenizer_cfg: predict_yaw is not supported (the history tokens are xyz steps)")
+		}
+	}
+	return errs
+}
+
+// trajBins is the number of trajectory tokens the tokenizers use: the
+// future tokenizer's bins, then the history tokenizer's when it is a
+// separate one.
+func (c *AlpamayoR1) trajBins() int {
+	bins := 0
+	if t := c.TrajTokenizerCfg; t != nil {
+		bins = t.NumBins
+	}
+	if h := c.HistTrajTokenizerCfg; h != nil {
 		if c.TrajTokenizerCfg != nil {
 			bins += h.NumBins
 		} else {
 			bins = h.NumBins
 		}
 	}
-	if bins > c.TrajVocabSize {
-		bad("the trajectory tokenizers use %d bins, more than traj_vocab_size %d", bins, c.TrajVocabSize)
-	}
-	return errs
+	return bins
 }

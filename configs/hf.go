@@ -15,7 +15,7 @@ import (
 var ErrUnknownArchitecture = errors.New("unknown architecture")
 
 // SupportedModelTypes lists the config.json model_type values vlanode runs.
-var SupportedModelTypes = []string{"qwen3", "qwen3_vl", "alpamayo_r1"}
+var SupportedModelTypes = []string{"qwen3", "qwen3_vl", "alpamayo_r1", "alpamayo1_5"}
 
 // ReadModelType reads only the model_type of DIR/config.json.
 func ReadModelType(dir string) (string, error) {

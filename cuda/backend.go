@@ -111,6 +111,16 @@ func (b *Backend) Kernels() KernelInfo { return b.kinfo }
 // purpose, with peaks.
 func (b *Backend) Usage() Report { return b.mem.report() }
 
+// ResetPeak starts a new peak of the device memory in use at the bytes in
+// use now (backend.MemoryPeak).
+func (b *Backend) ResetPeak() { b.mem.resetPeak() }
+
+// PeakBytes is the most device memory counted at once since ResetPeak
+// (backend.MemoryPeak).
+func (b *Backend) PeakBytes() int64 { return b.mem.peakBytes() }
+
+var _ backend.MemoryPeak = (*Backend)(nil)
+
 // Close waits for queued work, frees every tensor still allocated and
 // releases the GPU. Every later call returns ErrClosed; closing twice is
 // harmless.

@@ -342,6 +342,21 @@ func (a *allocator) uncharge(purpose string, bytes int64) {
 	a.release(purpose, bytes)
 }
 
+// resetPeak makes the bytes in use now the peak (the per-purpose peaks
+// keep counting from the start).
+func (a *allocator) resetPeak() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.peak = a.inUse
+}
+
+// peakBytes is the most bytes counted at once since the last resetPeak.
+func (a *allocator) peakBytes() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.peak
+}
+
 // report is a snapshot of the accounts.
 func (a *allocator) report() Report {
 	a.mu.Lock()

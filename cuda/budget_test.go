@@ -335,3 +335,42 @@ func TestRowsScratchPlanned(t *testing.T) {
 		t.Errorf("RowsScratchBytes %d > residency.RowProductsBytes %d", RowsScratchBytes, residency.RowProductsBytes)
 	}
 }
+
+// TestAllocatorPeakReset checks the peak an inference reports: after
+// resetPeak it is the bytes in use then, and it rises with what is
+// allocated later even once freed.
+func TestAllocatorPeakReset(t *testing.T) {
+	a, err := newAllocator(newFakeMemory(), 0, 100*mib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := a.alloc("weights", 8*mib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := a.alloc("activations", 4*mib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.freeNow(x); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.peakBytes(); got != 12*mib {
+		t.Fatalf("peak before the reset %d, want %d", got, 12*mib)
+	}
+	a.resetPeak()
+	if got := a.peakBytes(); got != 8*mib {
+		t.Fatalf("peak after the reset %d, want the %d in use", got, 8*mib)
+	}
+	kv, err := a.alloc("kv-cache", 2*mib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.freeNow(kv); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.peakBytes(); got != 10*mib {
+		t.Fatalf("peak %d, want %d", got, 10*mib)
+	}
+	_ = w
+}

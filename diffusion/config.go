@@ -3,9 +3,8 @@ package diffusion
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
-	"vlanode/configs"
 
+	"vlanode/configs"
 	"vlanode/diffusion/actionspace"
 )
 
@@ -28,6 +27,12 @@ type Config struct {
 	// or SDPA with a mask) attends bidirectionally either way; vlanode
 	// always does.
 	NonCausal bool
+	// BuffersFromConfig computes the action space's statistics and the
+	// Fourier frequencies from the config even where the checkpoint has
+	// tensors of their names: Alpamayo 1.5 registers them non-persistent,
+	// so NVIDIA's loader builds them from the config and never reads the
+	// file's. (Alpamayo-R1 saves them; Load takes the checkpoint's.)
+	BuffersFromConfig bool
 }
 
 // ExpertConfig is the expert's architecture: the VLM's text_config with the
@@ -80,88 +85,56 @@ const (
 	inProjLayerNormEps = 1e-5
 )
 
-// section is one hydra-instantiated sub-config: its _target_ and the rest.
-type section struct {
-	target string
-	raw    json.RawMessage
-}
-
-func (s *section) UnmarshalJSON(b []byte) error {
-	var head struct {
-		Target string `json:"_target_"`
-	}
-	if err := json.Unmarshal(b, &head); err != nil {
-		return err
-	}
-	s.target, s.raw = head.Target, append(json.RawMessage(nil), b...)
-	return nil
-}
-
-// decode unmarshals the section over v (which holds the defaults) after
-// checking that its _target_, if any, names the class want.
-func (s *section) decode(key, want string, v any) error {
-	if s == nil {
-		return nil
-	}
-	if s.target != "" && !strings.HasSuffix(s.target, want) {
-		return fmt.Errorf("diffusion config: %s._target_ %q is not supported (only %s)", key, s.target, want)
-	}
-	if err := json.Unmarshal(s.raw, v); err != nil {
-		return fmt.Errorf("diffusion config: %s: %w", key, err)
-	}
-	return nil
-}
-
-// ParseConfig reads the action side of an Alpamayo-R1 config.json
-// (alpamayo) on top of the VLM's config (vlm: a Qwen3-VL config.json with a
-// text_config, or a text config itself). Absent sections and keys take the
-// source's constructor defaults.
+// ParseConfig reads the action side of an Alpamayo config.json (alpamayo)
+// on top of the VLM's config (vlm: a Qwen3-VL config.json with a
+// text_config, or a text config itself). The config is read by
+// configs.DecodeAlpamayoR1, the one reader of Alpamayo configs: absent
+// keys take the source's constructor defaults, and each sub-config's
+// _target_ must name the class vlanode runs.
 func ParseConfig(alpamayo, vlm []byte) (*Config, error) {
-	var top struct {
-		ExpertCfg json.RawMessage `json:"expert_cfg"`
-		InProj    *section        `json:"action_in_proj_cfg"`
-		OutProj   *section        `json:"action_out_proj_cfg"`
-		Space     *section        `json:"action_space_cfg"`
-		Diffusion *section        `json:"diffusion_cfg"`
-		History   *section        `json:"hist_traj_tokenizer_cfg"`
-		NonCausal *bool           `json:"expert_non_causal_attention"`
-	}
-	if err := json.Unmarshal(alpamayo, &top); err != nil {
+	alp, err := configs.DecodeAlpamayoR1(alpamayo)
+	if err != nil {
 		return nil, fmt.Errorf("diffusion config: %w", err)
 	}
-	expert, err := parseExpert(vlm, top.ExpertCfg)
+	return NewConfig(alp, vlm)
+}
+
+// NewConfig is the action side of the Alpamayo config alp (read and
+// checked by configs) on top of the VLM's config, as ParseConfig says.
+func NewConfig(alp *configs.AlpamayoR1, vlm []byte) (*Config, error) {
+	if err := alp.ValidateModules(); err != nil {
+		return nil, fmt.Errorf("diffusion config: %w", err)
+	}
+	var expertCfg json.RawMessage
+	if alp.ExpertCfg != nil {
+		b, err := json.Marshal(alp.ExpertCfg)
+		if err != nil {
+			return nil, fmt.Errorf("diffusion config: expert_cfg: %w", err)
+		}
+		expertCfg = b
+	}
+	expert, err := parseExpert(vlm, expertCfg)
 	if err != nil {
 		return nil, err
 	}
+	ip, d := alp.ActionInProjCfg, alp.DiffusionCfg
 	c := &Config{
-		Expert:    *expert,
-		InProj:    InProjConfig{NumEncLayers: 4, HiddenSize: 1024, NumFourierFeats: 20, MaxFreq: 100},
-		Steps:     10,
+		Expert: *expert,
+		InProj: InProjConfig{NumEncLayers: ip.NumEncLayers, HiddenSize: ip.HiddenSize,
+			NumFourierFeats: ip.NumFourierFeats, MaxFreq: ip.MaxFreq},
+		Space:     spaceOf(alp.ActionSpaceCfg),
+		Steps:     d.NumInferenceSteps,
 		History:   actionspace.DefaultDeltaTokenizer(),
-		NonCausal: top.NonCausal == nil || *top.NonCausal,
+		NonCausal: alp.ExpertNonCausalAttention,
+
+		BuffersFromConfig: alp.Is15(),
 	}
-	if err := top.InProj.decode("action_in_proj_cfg", "PerWaypointActionInProjV2", &c.InProj); err != nil {
-		return nil, err
-	}
-	if err := top.OutProj.decode("action_out_proj_cfg", "torch.nn.Linear", &struct{}{}); err != nil {
-		return nil, err
-	}
-	if c.Space, err = parseSpace(top.Space); err != nil {
-		return nil, err
-	}
-	flow := struct {
-		IntMethod string `json:"int_method"`
-		Steps     int    `json:"num_inference_steps"`
-	}{IntMethod: "euler", Steps: 10}
-	if err := top.Diffusion.decode("diffusion_cfg", "FlowMatching", &flow); err != nil {
-		return nil, err
-	}
-	if flow.IntMethod != "euler" {
-		return nil, fmt.Errorf("diffusion config: int_method %q is not supported (only euler)", flow.IntMethod)
-	}
-	c.Steps = flow.Steps
-	if c.History, err = parseHistory(top.History); err != nil {
-		return nil, err
+	if h := alp.HistTrajTokenizerCfg; h != nil {
+		c.History = actionspace.DeltaTokenizer{
+			Min:  [3]float32{float32(h.EgoXYZMin[0]), float32(h.EgoXYZMin[1]), float32(h.EgoXYZMin[2])},
+			Max:  [3]float32{float32(h.EgoXYZMax[0]), float32(h.EgoXYZMax[1]), float32(h.EgoXYZMax[2])},
+			Bins: h.NumBins,
+		}
 	}
 	return c, c.Validate()
 }
@@ -208,42 +181,14 @@ func parseExpert(vlm, expertCfg json.RawMessage) (*ExpertConfig, error) {
 	return e, nil
 }
 
-func parseSpace(s *section) (actionspace.Space, error) {
-	raw := struct {
-		AccelMean     float64 `json:"accel_mean"`
-		AccelStd      float64 `json:"accel_std"`
-		CurvatureMean float64 `json:"curvature_mean"`
-		CurvatureStd  float64 `json:"curvature_std"`
-		DT            float64 `json:"dt"`
-		NWaypoints    int     `json:"n_waypoints"`
-		VLambda       float64 `json:"v_lambda"`
-		VRidge        float64 `json:"v_ridge"`
-	}{AccelStd: 1, CurvatureStd: 1, DT: 0.1, NWaypoints: Waypoints, VLambda: 1e-6, VRidge: 1e-4}
-	if err := s.decode("action_space_cfg", "UnicycleAccelCurvatureActionSpace", &raw); err != nil {
-		return actionspace.Space{}, err
-	}
+// spaceOf is action_space_cfg with its normalisation rounded to bf16.
+func spaceOf(as *configs.ActionSpaceConfig) actionspace.Space {
 	bf := func(v float64) float32 { return actionspace.RoundBF16(float32(v)) }
 	return actionspace.Space{
-		AccelMean: bf(raw.AccelMean), AccelStd: bf(raw.AccelStd),
-		CurvatureMean: bf(raw.CurvatureMean), CurvatureStd: bf(raw.CurvatureStd),
-		DT: raw.DT, Waypoints: raw.NWaypoints, VLambda: raw.VLambda, VRidge: raw.VRidge,
-	}, nil
-}
-
-func parseHistory(s *section) (actionspace.DeltaTokenizer, error) {
-	raw := struct {
-		Min       [3]float32 `json:"ego_xyz_min"`
-		Max       [3]float32 `json:"ego_xyz_max"`
-		Bins      int        `json:"num_bins"`
-		PredictYa bool       `json:"predict_yaw"`
-	}{Min: [3]float32{-4, -4, -10}, Max: [3]float32{4, 4, 10}, Bins: 1000}
-	if err := s.decode("hist_traj_tokenizer_cfg", "DeltaTrajectoryTokenizer", &raw); err != nil {
-		return actionspace.DeltaTokenizer{}, err
+		AccelMean: bf(as.AccelMean), AccelStd: bf(as.AccelStd),
+		CurvatureMean: bf(as.CurvatureMean), CurvatureStd: bf(as.CurvatureStd),
+		DT: as.DT, Waypoints: as.NWaypoints, VLambda: as.VLambda, VRidge: as.VRidge,
 	}
-	if raw.PredictYa {
-		return actionspace.DeltaTokenizer{}, fmt.Errorf("diffusion config: hist_traj_tokenizer_cfg.predict_yaw is not supported")
-	}
-	return actionspace.DeltaTokenizer{Min: raw.Min, Max: raw.Max, Bins: raw.Bins}, nil
 }
 
 // Validate checks that the sizes describe a model vlanode can run.

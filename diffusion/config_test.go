@@ -1,6 +1,7 @@
 package diffusion
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -68,28 +69,61 @@ func TestParseConfigTextConfigDirectly(t *testing.T) {
 	// a bare text config (transformers 5 spelling) works as the VLM config
 	text := `{"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
 	  "num_key_value_heads": 2, "head_dim": 16, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}`
-	c, err := ParseConfig([]byte(`{}`), []byte(text))
+	c, err := ParseConfig([]byte(bareModules), []byte(text))
 	require.NoError(t, err)
 	assert.Equal(t, 1e6, c.Expert.RopeTheta)
 	assert.Equal(t, 64, c.Expert.HiddenSize)
-	// absent sections take the constructors' defaults
+	// absent keys take the constructors' defaults
 	assert.Equal(t, InProjConfig{NumEncLayers: 4, HiddenSize: 1024, NumFourierFeats: 20, MaxFreq: 100}, c.InProj)
 	assert.Equal(t, float32(1), c.Space.AccelStd)
 	assert.Equal(t, 10, c.Steps)
+	assert.Equal(t, actionspace.DefaultDeltaTokenizer(), c.History)
+}
+
+// bareModules names each module's class and nothing else.
+const bareModules = `{
+  "action_in_proj_cfg": {"_target_": "alpamayo_r1.models.action_in_proj.PerWaypointActionInProjV2"},
+  "action_out_proj_cfg": {"_target_": "torch.nn.Linear"},
+  "action_space_cfg": {"_target_": "alpamayo_r1.action_space.UnicycleAccelCurvatureActionSpace"},
+  "diffusion_cfg": {"_target_": "alpamayo_r1.diffusion.flow_matching.FlowMatching"}
+}`
+
+// with returns bareModules with the keys of extra (a JSON object's
+// members) set over it.
+func with(t *testing.T, extra string) string {
+	t.Helper()
+	var m, e map[string]any
+	require.NoError(t, json.Unmarshal([]byte(bareModules), &m))
+	require.NoError(t, json.Unmarshal([]byte(extra), &e))
+	for k, v := range e {
+		if sub, ok := v.(map[string]any); ok {
+			if base, ok := m[k].(map[string]any); ok {
+				for sk, sv := range sub {
+					base[sk] = sv
+				}
+				continue
+			}
+		}
+		m[k] = v
+	}
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	return string(b)
 }
 
 func TestParseConfigErrors(t *testing.T) {
 	for _, tc := range []struct{ name, alp, vlm, want string }{
-		{"in proj class", `{"action_in_proj_cfg": {"_target_": "x.PerWaypointActionInProj"}}`, qwen3VL8B, "PerWaypointActionInProjV2"},
-		{"integrator", `{"diffusion_cfg": {"int_method": "heun"}}`, qwen3VL8B, "int_method"},
-		{"yaw tokens", `{"hist_traj_tokenizer_cfg": {"predict_yaw": true}}`, qwen3VL8B, "predict_yaw"},
-		{"out proj", `{"action_out_proj_cfg": {"_target_": "my.MLP"}}`, qwen3VL8B, "torch.nn.Linear"},
-		{"heads", `{"expert_cfg": {"num_attention_heads": 12}}`, strings.Replace(qwen3VL8B, `"num_key_value_heads": 8`, `"num_key_value_heads": 5`, 1), "multiple"},
-		{"rope", `{}`, strings.Replace(qwen3VL8B, `"rope_type": "default"`, `"rope_type": "yarn"`, 1), "rope type"},
-		{"activation", `{"expert_cfg": {"hidden_act": "gelu"}}`, qwen3VL8B, "hidden_act"},
-		{"steps", `{"diffusion_cfg": {"num_inference_steps": 0}}`, qwen3VL8B, "num_inference_steps"},
-		{"odd features", `{"action_in_proj_cfg": {"num_fourier_feats": 21}}`, qwen3VL8B, "even"},
-		{"std", `{"action_space_cfg": {"accel_std": 0}}`, qwen3VL8B, "zero std"},
+		{"in proj class", with(t, `{"action_in_proj_cfg": {"_target_": "x.PerWaypointActionInProj"}}`), qwen3VL8B, "PerWaypointActionInProjV2"},
+		{"integrator", with(t, `{"diffusion_cfg": {"int_method": "heun"}}`), qwen3VL8B, "int_method"},
+		{"yaw tokens", with(t, `{"hist_traj_tokenizer_cfg": {"_target_": "alpamayo_r1.models.delta_tokenizer.DeltaTrajectoryTokenizer", "predict_yaw": true}}`), qwen3VL8B, "predict_yaw"},
+		{"out proj", with(t, `{"action_out_proj_cfg": {"_target_": "my.MLP"}}`), qwen3VL8B, "torch.nn.Linear"},
+		{"heads", with(t, `{"expert_cfg": {"num_attention_heads": 12}}`), strings.Replace(qwen3VL8B, `"num_key_value_heads": 8`, `"num_key_value_heads": 5`, 1), "multiple"},
+		{"rope", bareModules, strings.Replace(qwen3VL8B, `"rope_type": "default"`, `"rope_type": "yarn"`, 1), "rope type"},
+		{"activation", with(t, `{"expert_cfg": {"hidden_act": "gelu"}}`), qwen3VL8B, "hidden_act"},
+		{"steps", with(t, `{"diffusion_cfg": {"num_inference_steps": 0}}`), qwen3VL8B, "num_inference_steps"},
+		{"odd features", with(t, `{"action_in_proj_cfg": {"num_fourier_feats": 21}}`), qwen3VL8B, "even"},
+		{"std", with(t, `{"action_space_cfg": {"accel_std": 0}}`), qwen3VL8B, "accel_std"},
+		{"missing module", `{}`, qwen3VL8B, "action_space_cfg is missing"},
 		{"json", `{`, qwen3VL8B, "diffusion config"},
 	} {
 		_, err := ParseConfig([]byte(tc.alp), []byte(tc.vlm))

@@ -102,7 +102,7 @@ func (e *Expert) load(ld *models.Loader) error {
 	}
 	e.inUnit = u
 	e.Units = append(e.Units, u)
-	if err := e.InProj.loadFreqs(ck, prefixInProj); err != nil {
+	if err := e.InProj.loadFreqs(ck, prefixInProj, e.Config.BuffersFromConfig); err != nil {
 		return err
 	}
 	for i := range ec.NumHiddenLayers {
@@ -120,8 +120,10 @@ func (e *Expert) load(ld *models.Loader) error {
 	}
 	e.headUnit = u
 	e.Units = append(e.Units, u)
-	if err := e.loadSpace(ck); err != nil {
-		return err
+	if !e.Config.BuffersFromConfig {
+		if err := e.loadSpace(ck); err != nil {
+			return err
+		}
 	}
 	e.s, err = newScratch(e.be, e.Config, e.Space.Waypoints, ActionDims, e.InProj.features())
 	return err

@@ -91,14 +91,15 @@ func (p *ActionInProj) freqNames() []string {
 }
 
 // loadFreqs reads the frequency buffers to the host. A buffer missing from
-// the checkpoint is the constructor's value: torch.logspace(0,
-// log10(max_freq), half) rounded to bf16, as the release holds it.
-func (p *ActionInProj) loadFreqs(ck *safetensors.Checkpoint, prefix string) error {
+// the checkpoint, or every buffer with fromConfig, is the constructor's
+// value: torch.logspace(0, log10(max_freq), half) rounded to bf16, as the
+// release holds it.
+func (p *ActionInProj) loadFreqs(ck *safetensors.Checkpoint, prefix string, fromConfig bool) error {
 	half := p.cfg.NumFourierFeats / 2
 	p.Freqs = nil
 	for _, name := range p.freqNames() {
 		full := prefix + name
-		if !ck.Has(full) {
+		if fromConfig || !ck.Has(full) {
 			p.Freqs = append(p.Freqs, DefaultFreqs(half, p.cfg.MaxFreq))
 			continue
 		}

@@ -3,6 +3,7 @@ package diffusion
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"vlanode/backend"
 	"vlanode/diffusion/actionspace"
@@ -19,6 +20,20 @@ type SampleOptions struct {
 	Noise []float32
 	// Seed seeds the Gaussian noise when Noise is nil.
 	Seed uint64
+	// Temperature scales the initial noise (sample()'s temperature in
+	// NVlabs/alpamayo1.5: x = randn·temperature; below 1 samples are
+	// steadier and less diverse). 0 means 1.
+	Temperature float64
+	// Unguided, when set, are the prefixes without the condition, one per
+	// prefix (Alpamayo 1.5's cache without the navigation text):
+	// classifier-free guidance takes each Euler step along
+	// (1 − GuidanceWeight)·v_unguided + GuidanceWeight·v_guided
+	// (FlowMatching._guided_v).
+	Unguided []Prefix
+	// GuidanceWeight is the guidance's weight (inference_guidance_weight):
+	// 0 only the unguided field, 1 only the guided one, above 1 more
+	// guidance.
+	GuidanceWeight float64
 }
 
 // Sample runs flow matching for one sample per prefix (each sample has its
@@ -34,6 +49,16 @@ func (e *Expert) Sample(ctx context.Context, prefixes []Prefix, opt SampleOption
 	if len(noise) != len(prefixes)*per {
 		return nil, fmt.Errorf("diffusion: noise of %d values for %d samples of %d: %w", len(noise), len(prefixes), per, models.ErrBadInput)
 	}
+	if opt.Unguided != nil && len(opt.Unguided) != len(prefixes) {
+		return nil, fmt.Errorf("diffusion: %d unguided prefixes for %d samples: %w", len(opt.Unguided), len(prefixes), models.ErrBadInput)
+	}
+	temp := float32(1)
+	if opt.Temperature != 0 {
+		temp = float32(opt.Temperature)
+	}
+	if !(temp >= 0) || math.IsInf(float64(temp), 0) {
+		return nil, fmt.Errorf("diffusion: noise temperature %g: %w", opt.Temperature, models.ErrBadInput)
+	}
 	flow := Flow{Steps: e.Config.Steps}
 	if opt.Steps > 0 {
 		flow.Steps = opt.Steps
@@ -41,12 +66,44 @@ func (e *Expert) Sample(ctx context.Context, prefixes []Prefix, opt SampleOption
 	out := make([][]float32, len(prefixes))
 	for i := range prefixes {
 		x := append([]float32(nil), noise[i*per:(i+1)*per]...)
-		if err := e.integrate(ctx, flow, x, prefixes[i]); err != nil {
+		for j := range x {
+			x[j] *= temp
+		}
+		var err error
+		if opt.Unguided != nil {
+			e.lastGraphed, e.lastGraphErr = false, nil
+			err = flow.Integrate(ctx, x, e.GuidedField(prefixes[i], opt.Unguided[i], float32(opt.GuidanceWeight)))
+		} else {
+			err = e.integrate(ctx, flow, x, prefixes[i])
+		}
+		if err != nil {
 			return nil, fmt.Errorf("diffusion: sample %d: %w", i, err)
 		}
 		out[i] = x
 	}
 	return out, nil
+}
+
+// GuidedField is classifier-free guidance's velocity field: the expert's
+// velocity with prefix p (the condition) and with unguided (without it),
+// mixed as (1 − w)·v_unguided + w·v_guided. Each evaluation runs the
+// expert twice, op by op: a graph captured for one prefix does not serve
+// the other.
+func (e *Expert) GuidedField(p, unguided Prefix, w float32) Field {
+	return func(ctx context.Context, x []float32, t float32) ([]float32, error) {
+		vg, err := e.Velocity(ctx, p, x, t)
+		if err != nil {
+			return nil, err
+		}
+		vu, err := e.Velocity(ctx, unguided, x, t)
+		if err != nil {
+			return nil, fmt.Errorf("diffusion: unguided: %w", err)
+		}
+		for i := range vg {
+			vg[i] = (1-w)*vu[i] + w*vg[i]
+		}
+		return vg, nil
+	}
 }
 
 // integrate runs one sample's Euler steps, replaying them from a graph

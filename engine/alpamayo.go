@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,9 +22,10 @@ import (
 	"vlanode/vision"
 )
 
-// Cameras are Alpamayo-R1's cameras in the model's order (NVlabs/alpamayo
-// helper.py): the camera-major order of an observation's frames.
-var Cameras = []string{"cross_left_120fov", "front_wide_120fov", "cross_right_120fov", "front_tele_30fov"}
+// Cameras are the default cameras of both Alpamayo models, in the model's
+// order (NVlabs/alpamayo helper.py): the camera-major order of an
+// observation's frames without a camera order.
+var Cameras = alpamayo.DefaultCameras
 
 // Observation shape of Alpamayo-R1: 4 frames per camera at 10 Hz.
 const (
@@ -79,6 +81,17 @@ type Options struct {
 	Greedy bool
 	Seed   uint64
 	Noise  []float32
+	// Cameras name the frames' cameras in their camera-major order (nil:
+	// Cameras). The frames go to the model in its order (by camera
+	// index); each camera has the same number of frames.
+	Cameras []string
+	// NavText and Question are Alpamayo 1.5's navigation instruction and
+	// VQA question (alpamayo.Request).
+	NavText, Question string
+	// Temperature and TopP sample the reasoning (0: the model's
+	// defaults); NoiseTemperature scales the flow's initial noise and
+	// GuidanceWeight sets classifier-free guidance (alpamayo.Request).
+	Temperature, TopP, NoiseTemperature, GuidanceWeight float64
 }
 
 // PreprocessOnHost keeps the resize, normalization and patch layout of
@@ -148,22 +161,51 @@ func ProcessorConfig(m *alpamayo.Model) (vision.Config, error) {
 // Info describes the model to the node.
 func (e *Alpamayo) Info() node.EngineInfo {
 	return node.EngineInfo{
-		Model:           e.name,
-		Cameras:         Cameras,
-		FramesPerCamera: FramesPerCamera,
-		FramePeriod:     FramePeriod,
-		EgoPoses:        e.model.Config.TokensPerHistoryTraj / 3,
-		BudgetBytes:     e.budget,
+		Model:            e.name,
+		Cameras:          Cameras,
+		SupportedCameras: alpamayo.CameraNames(),
+		FramesPerCamera:  FramesPerCamera,
+		FramePeriod:      FramePeriod,
+		EgoPoses:         e.model.Config.TokensPerHistoryTraj / 3,
+		BudgetBytes:      e.budget,
 	}
 }
 
-// Infer answers the node's observation with a plan.
+// Infer answers the node's observation with a plan (or with its question,
+// an answer). Without temperature it samples at the model's defaults;
+// temperature 0 decodes greedily. The seed is the request's, or t0.
 func (e *Alpamayo) Infer(ctx context.Context, obs *node.Observation) (*msgs.Plan, error) {
-	res, pre, err := e.Run(ctx, obs.Frames, obs.EgoHistory, obs.MaxReasoningTokens, Options{Seed: uint64(obs.T0)})
+	opt, err := observationOptions(obs)
+	if err != nil {
+		return nil, err
+	}
+	res, pre, err := e.Run(ctx, obs.Frames, obs.EgoHistory, obs.MaxReasoningTokens, opt)
 	if err != nil {
 		return nil, err
 	}
 	return PlanOf(res, pre), nil
+}
+
+// observationOptions are the inference options of an observation's
+// request keys.
+func observationOptions(obs *node.Observation) (Options, error) {
+	if obs.Prompt != "" {
+		return Options{}, fmt.Errorf("%w: prompt: Alpamayo models take no free-form prompt; send nav_text (a navigation instruction) or question (VQA) to Alpamayo 1.5", node.ErrUnsupported)
+	}
+	opt := Options{
+		Seed: uint64(obs.T0), Cameras: obs.CameraOrder,
+		NavText: obs.NavText, Question: obs.Question,
+	}
+	if obs.Seed != nil {
+		opt.Seed = *obs.Seed
+	}
+	if t := obs.Temperature; t != nil {
+		opt.Greedy, opt.Temperature = *t == 0, *t
+	}
+	if p := obs.TopP; p != nil {
+		opt.TopP = *p
+	}
+	return opt, nil
 }
 
 // Run decodes and preprocesses the frames, then runs the model. It returns
@@ -174,11 +216,22 @@ func (e *Alpamayo) Run(ctx context.Context, frames []msgs.Frame, ego []msgs.EgoP
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	start := time.Now()
+	frames, cameras, err := modelOrder(frames, opt.Cameras)
+	if err != nil {
+		return nil, 0, err
+	}
 	req := &alpamayo.Request{
+		Cameras:            cameras,
+		NavText:            opt.NavText,
+		Question:           opt.Question,
 		MaxReasoningTokens: maxTokens,
 		Greedy:             opt.Greedy,
+		Temperature:        opt.Temperature,
+		TopP:               opt.TopP,
 		Seed:               opt.Seed,
 		Noise:              opt.Noise,
+		NoiseTemperature:   opt.NoiseTemperature,
+		GuidanceWeight:     opt.GuidanceWeight,
 	}
 	grids, release, err := e.preprocess(ctx, frames, &req.Images)
 	if err != nil {
@@ -206,8 +259,11 @@ func (e *Alpamayo) Run(ctx context.Context, frames []msgs.Frame, ego []msgs.EgoP
 	}
 	res, err := e.model.Infer(ctx, req)
 	if err != nil {
-		if errors.Is(err, models.ErrBadInput) {
+		switch {
+		case errors.Is(err, models.ErrBadInput):
 			return nil, pre, fmt.Errorf("%w: %w", node.ErrBadInput, err)
+		case errors.Is(err, models.ErrUnsupported):
+			return nil, pre, fmt.Errorf("%w: %w", node.ErrUnsupported, err)
 		}
 		return nil, pre, err
 	}
@@ -237,6 +293,30 @@ func (e *Alpamayo) preprocess(ctx context.Context, frames []msgs.Frame, im *qwen
 	return db.Grids, release, nil
 }
 
+// modelOrder checks the frames against their cameras (names; nil:
+// Cameras): FramesPerCamera frames of each, camera-major, as NVIDIA's
+// loader gives them. It returns them in the model's order, by camera
+// index, with the cameras' indices in that order.
+func modelOrder(frames []msgs.Frame, names []string) ([]msgs.Frame, []int, error) {
+	if names == nil {
+		names = Cameras
+	}
+	order, indices, err := alpamayo.CameraOrder(names)
+	if err != nil {
+		return nil, nil, fmt.Errorf("engine: %w: %w", node.ErrBadInput, err)
+	}
+	k := FramesPerCamera
+	if len(frames) != len(names)*k {
+		return nil, nil, fmt.Errorf("engine: %w: got %d images, want %d: %d frames of each of the cameras %s, camera-major, oldest first",
+			node.ErrBadInput, len(frames), len(names)*k, k, strings.Join(names, ", "))
+	}
+	out := make([]msgs.Frame, 0, len(frames))
+	for _, i := range order {
+		out = append(out, frames[i*k:(i+1)*k]...)
+	}
+	return out, indices, nil
+}
+
 // PlanOf converts a result to the protocol's Plan (the node fills id, node,
 // stamp, model and total time).
 func PlanOf(res *alpamayo.Result, preprocess time.Duration) *msgs.Plan {
@@ -248,7 +328,9 @@ func PlanOf(res *alpamayo.Result, preprocess time.Duration) *msgs.Plan {
 			XYZ: make([][3]float64, len(res.XYZ)),
 			Rot: make([][9]float64, len(res.Rot)),
 		},
-		Actions: make([][2]float64, len(res.Actions)),
+		Actions:       make([][2]float64, len(res.Actions)),
+		Answer:        res.Answer,
+		VRAMPeakBytes: uint64(max(res.VRAMPeakBytes, 0)),
 		TimingMs: msgs.Timing{
 			Preprocess: ms(preprocess),
 			Vision:     ms(res.Timing.Vision),

@@ -504,3 +504,7 @@ func Direct(r Runner) bool {
 // ErrBadInput is wrapped by errors about model inputs (token ids out of
 // range, sequences too long).
 var ErrBadInput = errors.New("bad model input")
+
+// ErrUnsupported is wrapped by errors about valid inputs the loaded model
+// does not take (a question for a model without VQA).
+var ErrUnsupported = errors.New("not supported by this model")

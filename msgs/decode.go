@@ -158,7 +158,34 @@ func inferRequestFrom(o object) InferRequest {
 	r.Prompt = field(o, "prompt", optional, asString)
 	r.MaxReasoningTokens = field(o, "max_reasoning_tokens", optional, asInt)
 	r.DeadlineMs = field(o, "deadline_ms", optional, asInt)
+	r.CameraOrder = list(o, "camera_order", optional, asString)
+	if v := o.m["camera_order"]; v != nil && r.CameraOrder == nil && o.x.err == nil {
+		o.x.fail(badRequest("camera_order", "must not be empty (leave it out for the model's cameras)"))
+	}
+	r.NavText = field(o, "nav_text", optional, asString)
+	r.Question = field(o, "question", optional, asString)
+	if q, ok := o.m["question"].(string); ok && q == "" {
+		o.x.fail(badRequest("question", "must not be empty"))
+	}
+	r.Temperature = pointer(o, "temperature", asFloat)
+	r.TopP = pointer(o, "top_p", asFloat)
+	r.Seed = pointer(o, "seed", asUint64)
 	return r
+}
+
+// pointer returns the optional value at key converted by conv, or nil when
+// it is absent.
+func pointer[T any](o object, key string, conv converter[T]) *T {
+	v, ok := o.lookup(key, optional)
+	if !ok {
+		return nil
+	}
+	t, err := conv(joinKey(o.path, key), v)
+	if err != nil {
+		o.x.fail(err)
+		return nil
+	}
+	return &t
 }
 
 func trajectoryFrom(o object) Trajectory {
@@ -198,6 +225,7 @@ func planFrom(o object) Plan {
 	}
 	p.BudgetBytes = field(o, "budget_bytes", required, asUint64)
 	p.VRAMPeakBytes = field(o, "vram_peak_bytes", required, asUint64)
+	p.Answer = field(o, "answer", optional, asString)
 	return p
 }
 

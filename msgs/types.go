@@ -74,9 +74,34 @@ type InferRequest struct {
 	Frames             []Frame   `msgpack:"frames,omitempty"`               // camera-major, oldest first; or UseLatest
 	UseLatest          bool      `msgpack:"use_latest,omitempty"`           // use the node's latest synchronized frames instead of Frames
 	EgoHistory         []EgoPose `msgpack:"ego_history"`                    // oldest first, the last at t0
-	Prompt             string    `msgpack:"prompt,omitempty"`               // optional
+	Prompt             string    `msgpack:"prompt,omitempty"`               // optional; Alpamayo nodes refuse it as unsupported (see NavText, Question)
 	MaxReasoningTokens int       `msgpack:"max_reasoning_tokens,omitempty"` // optional; 0 means the model's default
 	DeadlineMs         int       `msgpack:"deadline_ms,omitempty"`          // optional; 0 means no deadline
+
+	// Optional keys added within version 1; absent, a node behaves as it
+	// did before them.
+
+	// CameraOrder names the cameras of Frames, in their camera-major
+	// order, or selects the node's latest cameras with UseLatest: any set
+	// of cameras the model supports. Absent: the model's default cameras
+	// in its order.
+	CameraOrder []string `msgpack:"camera_order,omitempty"`
+	// NavText is a navigation instruction, e.g. "Turn left in 30m"
+	// (Alpamayo 1.5).
+	NavText string `msgpack:"nav_text,omitempty"`
+	// Question asks about the scene instead of planning (Alpamayo 1.5's
+	// VQA): the Plan carries Answer and no trajectory. Not empty when
+	// sent.
+	Question string `msgpack:"question,omitempty"`
+	// Temperature of the reasoning's sampling, >= 0; 0 decodes greedily.
+	// Absent: the node's default.
+	Temperature *float64 `msgpack:"temperature,omitempty"`
+	// TopP is nucleus sampling's probability mass, in (0, 1]. Absent: the
+	// model's default.
+	TopP *float64 `msgpack:"top_p,omitempty"`
+	// Seed seeds the reasoning's sampling and the trajectory's noise.
+	// Absent: the node picks one (the observation's t0).
+	Seed *uint64 `msgpack:"seed,omitempty"`
 }
 
 // Trajectory is a planned path in the ego frame at t0 (x forward, y left,
@@ -110,7 +135,10 @@ type Plan struct {
 	Reasoning     string       `msgpack:"reasoning"` // the model's reasoning text; may be empty
 	TimingMs      Timing       `msgpack:"timing_ms"`
 	BudgetBytes   uint64       `msgpack:"budget_bytes"`    // the node's VRAM budget; 0 means unlimited
-	VRAMPeakBytes uint64       `msgpack:"vram_peak_bytes"` // peak device memory in use during this inference
+	VRAMPeakBytes uint64       `msgpack:"vram_peak_bytes"` // peak device memory in use during this inference; 0 on the CPU backend
+	// Answer is the answer to the request's Question (optional key; sent
+	// only then, with an empty trajectory).
+	Answer string `msgpack:"answer,omitempty"`
 }
 
 // Code classifies an Error.

@@ -89,6 +89,25 @@ func (r *InferRequest) Validate() error {
 		return badRequest("max_reasoning_tokens", "must not be negative, got %d", r.MaxReasoningTokens)
 	case r.DeadlineMs < 0:
 		return badRequest("deadline_ms", "must not be negative, got %d", r.DeadlineMs)
+	case r.Question != "" && strings.TrimSpace(r.Question) == "":
+		return badRequest("question", "must not be blank")
+	case r.Question != "" && r.NavText != "":
+		return badRequest("nav_text", "is for planning; a request with a question gets an answer, not a plan")
+	case r.Temperature != nil && !(*r.Temperature >= 0 && !math.IsInf(*r.Temperature, 1)):
+		return badRequest("temperature", "must be finite and >= 0 (0: greedy), got %g", *r.Temperature)
+	case r.TopP != nil && !(*r.TopP > 0 && *r.TopP <= 1):
+		return badRequest("top_p", "must be in (0, 1], got %g", *r.TopP)
+	}
+	seen := map[string]int{}
+	for i, c := range r.CameraOrder {
+		at := joinIndex("camera_order", i)
+		if c == "" {
+			return badRequest(at, "must not be empty")
+		}
+		if j, ok := seen[c]; ok {
+			return badRequest(at, "camera %q is also camera_order[%d]", c, j)
+		}
+		seen[c] = i
 	}
 	return nil
 }

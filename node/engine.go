@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,14 +35,17 @@ type Engine interface {
 // once at start for cameras, frames and poses (they must not change), and
 // again for each status message for the budget and plan summary.
 type EngineInfo struct {
-	Model           string        // model name, e.g. "alpamayo-r1-10b"
-	Cameras         []string      // camera names in the model's order: the camera-major order of Observation.Frames
-	FramesPerCamera int           // frames of each camera in one observation
-	FramePeriod     time.Duration // time between a camera's frames in an observation (100 ms for Alpamayo-R1)
-	EgoPoses        int           // poses InferRequest.ego_history must hold; 0: any number
-	EgoPeriod       time.Duration // time between ego poses, for clients (replay); 0: FramePeriod
-	BudgetBytes     uint64        // VRAM budget in bytes; 0 means unlimited
-	Plan            *msgs.PlanSummary
+	Model   string   // model name, e.g. "alpamayo-r1-10b"
+	Cameras []string // camera names in the model's order: the camera-major order of Observation.Frames without camera_order, and the cameras use_latest draws from
+	// SupportedCameras are every camera a request's camera_order may
+	// name (a request sends any of them, in any order); empty: Cameras.
+	SupportedCameras []string
+	FramesPerCamera  int           // frames of each camera in one observation
+	FramePeriod      time.Duration // time between a camera's frames in an observation (100 ms for Alpamayo-R1)
+	EgoPoses         int           // poses InferRequest.ego_history must hold; 0: any number
+	EgoPeriod        time.Duration // time between ego poses, for clients (replay); 0: FramePeriod
+	BudgetBytes      uint64        // VRAM budget in bytes; 0 means unlimited
+	Plan             *msgs.PlanSummary
 }
 
 // validate checks the fields the node relies on.
@@ -63,7 +67,20 @@ func (i EngineInfo) validate() error {
 			return fmt.Errorf("engine info: %w", err)
 		}
 	}
+	for _, c := range i.Cameras {
+		if len(i.SupportedCameras) > 0 && !slices.Contains(i.SupportedCameras, c) {
+			return fmt.Errorf("engine info: camera %q is not among the supported cameras %v", c, i.SupportedCameras)
+		}
+	}
 	return nil
+}
+
+// supported is the cameras a camera_order may name.
+func (i EngineInfo) supported() []string {
+	if len(i.SupportedCameras) > 0 {
+		return i.SupportedCameras
+	}
+	return i.Cameras
 }
 
 // frames returns the number of frames in one observation.
@@ -84,6 +101,16 @@ type Observation struct {
 	EgoHistory         []msgs.EgoPose // oldest first, the last at t0, in the ego frame at t0
 	Prompt             string         // extra text, may be empty
 	MaxReasoningTokens int            // 0: the model's default
+	// CameraOrder names the cameras of Frames in their camera-major
+	// order: the request's camera_order, or EngineInfo.Cameras.
+	CameraOrder []string
+	// The request's optional inputs and sampling (msgs.InferRequest):
+	// empty strings and nil pointers when absent.
+	NavText     string
+	Question    string
+	Temperature *float64
+	TopP        *float64
+	Seed        *uint64
 }
 
 // ErrBadInput marks an engine error caused by the request's content (for

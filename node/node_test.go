@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,4 +178,71 @@ func TestEngineFailures(t *testing.T) {
 	}
 	e.plan = nil
 	mustPlan(t, nc, subject, goodRequest("after", 1e9))
+}
+
+// TestCameraOrder checks camera_order: frames sent in another order or a
+// subset are accepted and reach the engine with their order, use_latest
+// picks the named cameras, and an unknown camera is a bad_request naming
+// the field.
+func TestCameraOrder(t *testing.T) {
+	srv := runServer(t)
+	eng := &testEngine{}
+	eng.plan = func(obs *Observation) (*msgs.Plan, error) {
+		var stamps []string
+		for _, f := range obs.Frames {
+			stamps = append(stamps, f.Camera+"@"+fmt.Sprint(f.StampNs))
+		}
+		return &msgs.Plan{Trajectory: msgs.Trajectory{DT: 0.1},
+			Reasoning: strings.Join(obs.CameraOrder, ",") + " " + strings.Join(stamps, " ") + " " + obs.NavText}, nil
+	}
+	startNode(t, srv, eng)
+	nc := connect(t, srv.ClientURL())
+	subject := InferSubject("gpu-a")
+
+	const t0 = int64(1_000_000_000)
+	swapped := goodRequest("swapped", t0)
+	swapped.Frames = append(append([]msgs.Frame(nil), swapped.Frames[testFrames:]...), swapped.Frames[:testFrames]...)
+	swapped.CameraOrder = []string{"right", "left"}
+	swapped.NavText = "Turn left in 30m"
+	p := mustPlan(t, nc, subject, swapped)
+	assert.True(t, strings.HasPrefix(p.Reasoning, "right,left right@"), p.Reasoning)
+	assert.True(t, strings.HasSuffix(p.Reasoning, " Turn left in 30m"), p.Reasoning)
+
+	one := goodRequest("one", t0)
+	one.Frames = one.Frames[testFrames:]
+	one.CameraOrder = []string{"right"}
+	p = mustPlan(t, nc, subject, one)
+	assert.True(t, strings.HasPrefix(p.Reasoning, "right right@"), p.Reasoning)
+
+	p = mustPlan(t, nc, subject, goodRequest("default", t0))
+	assert.True(t, strings.HasPrefix(p.Reasoning, "left,right left@"), "without camera_order: the model's cameras")
+
+	base := time.Now().UnixNano()
+	ms := int64(time.Millisecond)
+	for k := range 3 {
+		publishFrames(t, nc, "gpu-a", rawFrame("left", base+int64(k)*100*ms), rawFrame("right", base+int64(k)*100*ms+3*ms))
+	}
+	latest := latestRequest("latest")
+	latest.CameraOrder = []string{"right"}
+	p = mustPlan(t, nc, subject, latest)
+	assert.Equal(t, fmt.Sprintf("right right@%d right@%d ", base+103*ms, base+203*ms), p.Reasoning)
+
+	for _, c := range []struct {
+		name string
+		edit func(*msgs.InferRequest)
+		want string
+	}{
+		{"unknown camera", func(r *msgs.InferRequest) { r.CameraOrder = []string{"left", "roof"} }, `camera_order[1]: unknown camera "roof"; the model takes left, right`},
+		{"frames of the other order", func(r *msgs.InferRequest) { r.CameraOrder = []string{"right", "left"} }, `frames[0].camera: got "left", want "right"`},
+		{"too few frames", func(r *msgs.InferRequest) {
+			r.CameraOrder = []string{"left", "right"}
+			r.Frames = r.Frames[:testFrames]
+		}, "frames: got 2 frames, want 4"},
+		{"a camera not named", func(r *msgs.InferRequest) { r.CameraOrder = []string{"left"}; r.Frames = r.Frames[testFrames:] }, `frames[0].camera: camera "right" is not in camera_order (left)`},
+	} {
+		r := goodRequest(c.name, t0)
+		c.edit(r)
+		p, e := request(t, nc, subject, r)
+		wantError(t, p, e, msgs.CodeBadRequest, c.want)
+	}
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -76,36 +77,42 @@ func (n *Node) checkRequest(req *msgs.InferRequest) *msgs.Error {
 	if p := info.EgoPoses; p > 0 && len(req.EgoHistory) != p {
 		return bad("ego_history: got %d poses, want %d (the model's, oldest first, the last at t0)", len(req.EgoHistory), p)
 	}
+	cameras := info.Cameras
+	if req.CameraOrder != nil {
+		cameras = req.CameraOrder
+		for i, c := range req.CameraOrder {
+			if !slices.Contains(info.supported(), c) {
+				return bad("camera_order[%d]: unknown camera %q; the model takes %s", i, c, strings.Join(info.supported(), ", "))
+			}
+			if req.UseLatest && !slices.Contains(info.Cameras, c) {
+				return bad("camera_order[%d]: camera %q is not one of the node's cameras (%s), which use_latest draws from", i, c, strings.Join(info.Cameras, ", "))
+			}
+		}
+	}
 	if req.UseLatest {
 		return nil
 	}
-	order := fmt.Sprintf("%d frames of each camera, oldest first, cameras in the order %s", info.FramesPerCamera, strings.Join(info.Cameras, ", "))
-	if len(req.Frames) != info.frames() {
-		return bad("frames: got %d frames, want %d (%s)", len(req.Frames), info.frames(), order)
+	order := fmt.Sprintf("%d frames of each camera, oldest first, cameras in the order %s", info.FramesPerCamera, strings.Join(cameras, ", "))
+	if want := len(cameras) * info.FramesPerCamera; len(req.Frames) != want {
+		return bad("frames: got %d frames, want %d (%s)", len(req.Frames), want, order)
 	}
 	for i, f := range req.Frames {
-		want := info.Cameras[i/info.FramesPerCamera]
+		want := cameras[i/info.FramesPerCamera]
 		if f.Camera == want {
 			if k := i % info.FramesPerCamera; k > 0 && f.StampNs <= req.Frames[i-1].StampNs {
 				return bad("frames[%d].stamp_ns: %d is not after frames[%d].stamp_ns %d (%s)", i, f.StampNs, i-1, req.Frames[i-1].StampNs, order)
 			}
 			continue
 		}
-		if !n.knownCamera(f.Camera) {
-			return bad("frames[%d].camera: unknown camera %q; the model takes %s", i, f.Camera, strings.Join(info.Cameras, ", "))
+		if !slices.Contains(cameras, f.Camera) {
+			if req.CameraOrder != nil {
+				return bad("frames[%d].camera: camera %q is not in camera_order (%s)", i, f.Camera, strings.Join(cameras, ", "))
+			}
+			return bad("frames[%d].camera: unknown camera %q; the model takes %s", i, f.Camera, strings.Join(cameras, ", "))
 		}
 		return bad("frames[%d].camera: got %q, want %q (%s)", i, f.Camera, want, order)
 	}
 	return nil
-}
-
-func (n *Node) knownCamera(c string) bool {
-	for _, k := range n.info.Cameras {
-		if k == c {
-			return true
-		}
-	}
-	return false
 }
 
 // admit queues j and answers whatever the queue refuses.

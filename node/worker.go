@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"vlanode/msgs"
@@ -78,6 +79,11 @@ func (n *Node) observation(j *job) (*Observation, *msgs.Error) {
 	obs := &Observation{
 		RequestID: r.ID, EgoHistory: r.EgoHistory, Prompt: r.Prompt,
 		MaxReasoningTokens: r.MaxReasoningTokens, Frames: r.Frames,
+		CameraOrder: r.CameraOrder, NavText: r.NavText, Question: r.Question,
+		Temperature: r.Temperature, TopP: r.TopP, Seed: r.Seed,
+	}
+	if obs.CameraOrder == nil {
+		obs.CameraOrder = n.info.Cameras
 	}
 	if r.UseLatest {
 		frames, t0, err := n.store.Latest(n.now())
@@ -87,6 +93,9 @@ func (n *Node) observation(j *job) (*Observation, *msgs.Error) {
 			}
 			return nil, msgs.NewError(r.ID, msgs.CodeInternal, "use_latest: "+err.Error())
 		}
+		if r.CameraOrder != nil {
+			frames = n.selectCameras(frames, r.CameraOrder)
+		}
 		obs.Frames, obs.T0, obs.Latest = frames, t0, true
 		return obs, nil
 	}
@@ -94,6 +103,19 @@ func (n *Node) observation(j *job) (*Observation, *msgs.Error) {
 		obs.T0 = max(obs.T0, f.StampNs)
 	}
 	return obs, nil
+}
+
+// selectCameras picks the cameras of order, in that order, from the
+// latest frames (EngineInfo.Cameras camera-major; checkRequest made sure
+// each is one of them).
+func (n *Node) selectCameras(frames []msgs.Frame, order []string) []msgs.Frame {
+	k := n.info.FramesPerCamera
+	out := make([]msgs.Frame, 0, len(order)*k)
+	for _, c := range order {
+		i := slices.Index(n.info.Cameras, c)
+		out = append(out, frames[i*k:(i+1)*k]...)
+	}
+	return out
 }
 
 // infer calls the engine, turning a panic into an error so that the node

@@ -61,7 +61,7 @@ func AlpamayoR1Arch(alp *configs.AlpamayoR1, vlm configs.VLMConfig) (*Arch, erro
 		return nil, errors.New("residency: alpamayo_r1 config has no action_in_proj_cfg")
 	}
 	a := Qwen3VLArch(vl)
-	a.Name = configs.AlpamayoR1ModelType
+	a.Name = alp.ModelType
 	a.Expert, a.ActionIn = exp, alp.ActionInProjCfg
 	return a, a.validate()
 }

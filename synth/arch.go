@@ -16,12 +16,22 @@ const (
 	// 4 layers, vision hidden 64, expert hidden 64; same tokenizer, same
 	// head (48 history tokens, 64 waypoints) and 16 camera images of 64×96.
 	AlpamayoR1Tiny Arch = "alpamayo-r1-tiny"
+	// Alpamayo15_10B is Alpamayo 1.5 (nvidia/Alpamayo-1.5-10B) at its real
+	// shapes: Alpamayo-R1-10B's tensors without the buffers 1.5 does not
+	// save (the action-space statistics and the Fourier frequencies, which
+	// it registers non-persistent and computes from the config), its
+	// model_type and _target_ names, and its tokenizer's token names.
+	Alpamayo15_10B Arch = "alpamayo-1.5-10b"
+	// Alpamayo15Tiny is Alpamayo 1.5 at AlpamayoR1Tiny's dimensions.
+	Alpamayo15Tiny Arch = "alpamayo-1.5-tiny"
 	// Qwen3VL8B is Qwen3-VL-8B-Instruct.
 	Qwen3VL8B Arch = "qwen3-vl-8b"
 )
 
 // Archs lists the known architectures.
-func Archs() []Arch { return []Arch{AlpamayoR1_10B, AlpamayoR1Tiny, Qwen3VL8B} }
+func Archs() []Arch {
+	return []Arch{AlpamayoR1_10B, AlpamayoR1Tiny, Alpamayo15_10B, Alpamayo15Tiny, Qwen3VL8B}
+}
 
 // ParseArch maps a name to an Arch.
 func ParseArch(s string) (Arch, error) {
@@ -87,6 +97,8 @@ type head struct {
 	nWaypoints               int
 	dt                       float64
 	trajDimsMin, trajDimsMax float64
+	// v15 writes Alpamayo 1.5's layout (see Alpamayo15_10B).
+	v15 bool
 }
 
 // spec is everything that determines a synthetic checkpoint.
@@ -136,11 +148,12 @@ func specFor(a Arch) (*spec, error) {
 	switch a {
 	case Qwen3VL8B:
 		return &spec{arch: a, vision: v, text: t}, nil
-	case AlpamayoR1_10B:
+	case AlpamayoR1_10B, Alpamayo15_10B:
 		t.vocab = alpamayoVocabSize()
 		h := alpamayoHead()
+		h.v15 = a == Alpamayo15_10B
 		return &spec{arch: a, vision: v, text: t, alpamayo: &h}, nil
-	case AlpamayoR1Tiny:
+	case AlpamayoR1Tiny, Alpamayo15Tiny:
 		v = visionDims{
 			depth: 4, hidden: 64, intermediate: 128, heads: 4, outHidden: 128,
 			numPosEmbeddings: 2304, patch: 16, temporal: 2, merge: 2, inChannels: 3,
@@ -156,6 +169,7 @@ func specFor(a Arch) (*spec, error) {
 		// smart_resize(1080, 1920, factor 32) with at most 8192 pixels gives
 		// 64×96: 4×6 patches, 6 visual tokens per image.
 		h.minPixels, h.maxPixels = 4096, 8192
+		h.v15 = a == Alpamayo15Tiny
 		return &spec{arch: a, vision: v, text: t, alpamayo: &h}, nil
 	}
 	_, err := ParseArch(string(a))

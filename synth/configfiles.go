@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"path"
+	"strings"
 
 	"vlanode/configs"
 )
@@ -46,7 +47,11 @@ func (l *Layout) ConfigFiles() ([]File, error) {
 	if err != nil {
 		return nil, err
 	}
-	ext, err := TokenizerJSON(true)
+	vocab := VocabAlpamayoR1
+	if s.alpamayo.v15 {
+		vocab = VocabAlpamayo15
+	}
+	ext, err := TokenizerJSONOf(vocab)
 	if err != nil {
 		return nil, err
 	}
@@ -93,9 +98,22 @@ func (s *spec) alpamayoConfig() *configs.AlpamayoR1 {
 		}
 		return c
 	}
-	return &configs.AlpamayoR1{
-		ModelType:            configs.AlpamayoR1ModelType,
-		Architectures:        []string{"AlpamayoR1"},
+	modelType, arch := configs.AlpamayoR1ModelType, "AlpamayoR1"
+	target := func(t string) string { return t }
+	if h.v15 {
+		// Alpamayo 1.5's names: the R1 release's paths in package
+		// alpamayo1_5 (the inverse of NVlabs/alpamayo's TARGET_REMAP)
+		modelType, arch = configs.Alpamayo15ModelType, "Alpamayo1_5"
+		target = func(t string) string {
+			if rest, ok := strings.CutPrefix(t, "alpamayo_r1."); ok {
+				return "alpamayo1_5." + rest
+			}
+			return t
+		}
+	}
+	c := &configs.AlpamayoR1{
+		ModelType:            modelType,
+		Architectures:        []string{arch},
 		DType:                "bfloat16",
 		VLMNameOrPath:        h.vlmSubdir,
 		VLMBackend:           "qwenvl3",
@@ -139,4 +157,10 @@ func (s *spec) alpamayoConfig() *configs.AlpamayoR1 {
 		ExpertNonCausalAttention: true,
 		TransformersVersion:      h.transformersVersion,
 	}
+	for _, t := range []*string{&c.TrajTokenizerCfg.Target, &c.TrajTokenizerCfg.ActionSpaceCfg.Target,
+		&c.HistTrajTokenizerCfg.Target, &c.ActionSpaceCfg.Target, &c.ActionInProjCfg.Target,
+		&c.ActionOutProjCfg.Target, &c.DiffusionCfg.Target} {
+		*t = target(*t)
+	}
+	return c
 }

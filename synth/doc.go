@@ -4,7 +4,7 @@
 // can run at full scale without the real weights (which cannot be
 // downloaded here).
 //
-// Three architectures are known (see Archs):
+// Five architectures are known (see Archs):
 //
 //   - alpamayo-r1-10b: Alpamayo-R1-10B, shapes of the release (ALPAMAYO.md
 //     §1): vlm.* is Qwen3-VL-8B with the 155,697-token vocabulary and an
@@ -12,6 +12,10 @@
 //     action_out_proj and the action_space buffers.
 //   - alpamayo-r1-tiny: the same architecture with tiny dimensions (and the
 //     same tokenizer and head settings), which runs in seconds on a CPU.
+//   - alpamayo-1.5-10b and alpamayo-1.5-tiny: Alpamayo 1.5 at those shapes:
+//     model_type alpamayo1_5, the alpamayo1_5.* _target_ names, the
+//     tokenizer's 1.5 token names (<|_padding_N|>), and no action_space or
+//     Fourier buffers (1.5 computes them from the config).
 //   - qwen3-vl-8b: plain Qwen3VLForConditionalGeneration (model.visual.*,
 //     model.language_model.*, lm_head).
 //

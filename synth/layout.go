@@ -180,18 +180,21 @@ func alpamayoTensors(s *spec) []Tensor {
 	decoderLayers(b, t.layers, e.hidden, e.intermediate, e.heads, t.kvHeads, e.headDim)
 
 	b.prefix, b.module = "action_space.", ModAction
-	b.add("accel_mean", constant(float32(h.accelMean)))
-	b.add("accel_std", constant(float32(h.accelStd)))
-	b.add("curvature_mean", constant(float32(h.curvMean)))
-	b.add("curvature_std", constant(float32(h.curvStd)))
-
 	cfg := s.alpamayoConfig().ActionInProjCfg
-	freqs := constant(cfg.Freqs()...)
-	b.prefix = "action_in_proj."
-	for i := 0; i < configs.ActionDims; i++ { // one Fourier encoder per control
-		b.add("sinus."+strconv.Itoa(i)+".freqs", freqs, 1, len(freqs.Values))
+	if !h.v15 { // Alpamayo 1.5's buffers are non-persistent: not saved
+		b.add("accel_mean", constant(float32(h.accelMean)))
+		b.add("accel_std", constant(float32(h.accelStd)))
+		b.add("curvature_mean", constant(float32(h.curvMean)))
+		b.add("curvature_std", constant(float32(h.curvStd)))
 	}
-	b.add("timestep_fourier_encoder.freqs", freqs, 1, len(freqs.Values))
+	b.prefix = "action_in_proj."
+	if !h.v15 {
+		freqs := constant(cfg.Freqs()...)
+		for i := 0; i < configs.ActionDims; i++ { // one Fourier encoder per control
+			b.add("sinus."+strconv.Itoa(i)+".freqs", freqs, 1, len(freqs.Values))
+		}
+		b.add("timestep_fourier_encoder.freqs", freqs, 1, len(freqs.Values))
+	}
 	// MLPEncoder.trunk: Linear, SiLU, then per layer RMSNorm, Linear (, SiLU).
 	b.linear("encoder.trunk.0", cfg.HiddenSize, cfg.InputFeatures(), true)
 	idx := 2

@@ -81,7 +81,7 @@ var buildVocab = sync.OnceValue(func() *bpeVocab {
 	}
 
 	reserved := map[string]bool{}
-	for _, t := range addedTokens(true) {
+	for _, t := range addedTokens(VocabAlpamayoR1) {
 		reserved[t.content] = true
 	}
 	for i := uint64(0); len(v.tokens) < qwenRegularTokens; i++ {
@@ -189,9 +189,10 @@ func splitWords(s string) []string {
 	return out
 }
 
-var tokenizerDocs = [2]func() ([]byte, error){
-	sync.OnceValues(func() ([]byte, error) { return tokenizerJSON(false) }),
-	sync.OnceValues(func() ([]byte, error) { return tokenizerJSON(true) }),
+var tokenizerDocs = [3]func() ([]byte, error){
+	sync.OnceValues(func() ([]byte, error) { return tokenizerJSON(VocabQwen) }),
+	sync.OnceValues(func() ([]byte, error) { return tokenizerJSON(VocabAlpamayoR1) }),
+	sync.OnceValues(func() ([]byte, error) { return tokenizerJSON(VocabAlpamayo15) }),
 }
 
 // TokenizerJSON returns a synthetic but valid Qwen-style tokenizer.json:
@@ -204,14 +205,23 @@ var tokenizerDocs = [2]func() ([]byte, error){
 // and shared: do not modify it.
 func TokenizerJSON(alpamayo bool) ([]byte, error) {
 	if alpamayo {
-		return tokenizerDocs[1]()
+		return TokenizerJSONOf(VocabAlpamayoR1)
 	}
-	return tokenizerDocs[0]()
+	return TokenizerJSONOf(VocabQwen)
+}
+
+// TokenizerJSONOf is TokenizerJSON for the vocabulary v (Alpamayo 1.5's
+// names the unused special tokens <|_padding_N|>).
+func TokenizerJSONOf(v Vocab) ([]byte, error) {
+	if v < 0 || int(v) >= len(tokenizerDocs) {
+		return nil, fmt.Errorf("synth: unknown vocabulary %d", v)
+	}
+	return tokenizerDocs[v]()
 }
 
 // tokenizerJSON writes the document: one vocabulary entry and one merge
 // per line, in id and rank order.
-func tokenizerJSON(alpamayo bool) ([]byte, error) {
+func tokenizerJSON(vocab Vocab) ([]byte, error) {
 	v := buildVocab()
 	type addedJSON struct {
 		ID         int    `json:"id"`
@@ -222,7 +232,7 @@ func tokenizerJSON(alpamayo bool) ([]byte, error) {
 		Normalized bool   `json:"normalized"`
 		Special    bool   `json:"special"`
 	}
-	added := addedTokens(alpamayo)
+	added := addedTokens(vocab)
 	addedList := make([]addedJSON, len(added))
 	for i, t := range added {
 		addedList[i] = addedJSON{ID: qwenRegularTokens + i, Content: t.content, Normalized: t.normalized, Special: t.special}

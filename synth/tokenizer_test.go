@@ -3,6 +3,7 @@ package synth
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -119,9 +120,38 @@ func TestVocabIsValidBPE(t *testing.T) {
 		require.True(t, have[m[0]] && have[m[1]] && have[m[0]+m[1]], "merge %d %q", i, m)
 	}
 	// Deterministic: a second build gives the same document.
-	a, err := tokenizerJSON(true)
+	a, err := tokenizerJSON(VocabAlpamayoR1)
 	require.NoError(t, err)
 	b, err := TokenizerJSON(true)
 	require.NoError(t, err)
 	assert.Equal(t, a, b)
+}
+
+// TestAlpamayo15Vocab checks Alpamayo 1.5's names against R1's: the tokens
+// NVlabs/alpamayo1.5 renamed are <|_padding_N|> at the same ids, and every
+// other id and name is the same.
+func TestAlpamayo15Vocab(t *testing.T) {
+	r1, v15 := addedTokens(VocabAlpamayoR1), addedTokens(VocabAlpamayo15)
+	require.Len(t, v15, len(r1))
+	renamed := 0
+	for i := range r1 {
+		if r1[i].content == v15[i].content {
+			continue
+		}
+		assert.Equal(t, "<|"+alpamayo15Renamed[renamed]+"|>", r1[i].content)
+		assert.Equal(t, "<|_padding_"+strconv.Itoa(renamed)+"|>", v15[i].content)
+		renamed++
+	}
+	assert.Equal(t, len(alpamayo15Renamed), renamed)
+	doc, err := TokenizerJSONOf(VocabAlpamayo15)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "tokenizer.json")
+	require.NoError(t, os.WriteFile(path, doc, 0o644))
+	tok, err := tokenizer.Load(path)
+	require.NoError(t, err)
+	for content, id := range map[string]int{"<|route_start|>": 155690, "<|answer_end|>": 155696, "<|_padding_2|>": 155679, "<|traj_future_start|>": 155681} {
+		got, ok := tok.TokenID(content)
+		assert.True(t, ok, content)
+		assert.Equal(t, id, got, content)
+	}
 }

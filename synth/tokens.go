@@ -2,6 +2,7 @@ package synth
 
 import (
 	"fmt"
+	"slices"
 
 	"vlanode/configs"
 )
@@ -51,8 +52,25 @@ var qwenAddedTokens = []addedToken{
 // Alpamayo adds (traj_vocab_size).
 const trajVocabSize = 4000
 
+// Vocab names a tokenizer vocabulary synth writes.
+type Vocab int
+
+// The vocabularies: Qwen3's, and Alpamayo's extended ones.
+const (
+	// VocabQwen is the base Qwen tokenizer (151,669 ids).
+	VocabQwen Vocab = iota
+	// VocabAlpamayoR1 adds the trajectory tokens and the special tokens
+	// with NVlabs/alpamayo's names (155,697 ids).
+	VocabAlpamayoR1
+	// VocabAlpamayo15 is VocabAlpamayoR1 with NVlabs/alpamayo1.5's names:
+	// the same ids, the unused tokens renamed <|_padding_N|>.
+	VocabAlpamayo15
+)
+
 // alpamayoSpecialKeys is SPECIAL_TOKENS_KEYS of NVlabs/alpamayo
-// (models/base_model.py): with add_special_tokens each becomes "<|key|>"
+// (models/base_model.py) followed by the seven keys Alpamayo 1.5 added
+// (route_*, question_*, answer_*, which the synthetic R1 vocabulary keeps
+// too, at the same ids): with add_special_tokens each becomes "<|key|>"
 // and is added in this order, except those the tokenizer already has
 // (<|image_pad|>).
 var alpamayoSpecialKeys = []string{
@@ -66,17 +84,34 @@ var alpamayoSpecialKeys = []string{
 	"question_start", "question_end", "answer_start", "answer_end",
 }
 
+// alpamayo15Renamed are the keys NVlabs/alpamayo1.5 (models/base_model.py)
+// renamed, each to "_padding_N" in order: same positions, same ids.
+var alpamayo15Renamed = []string{
+	"image_pre_tkn", "traj_history_pre_tkn", "meta_action_start", "meta_action_end",
+	"traj_future_pre_tkn", "vectorized_wm", "vectorized_wm_start", "vectorized_wm_end", "vectorized_wm_pre_tkn",
+}
+
+// specialKeys are the special-token keys of v, in order.
+func specialKeys(v Vocab) []string {
+	out := append([]string(nil), alpamayoSpecialKeys...)
+	if v == VocabAlpamayo15 {
+		for i, k := range alpamayo15Renamed {
+			out[slices.Index(out, k)] = fmt.Sprintf("_padding_%d", i)
+		}
+	}
+	return out
+}
+
 // trajToken is the content of discrete trajectory token i.
 func trajToken(i int) string { return fmt.Sprintf("<i%d>", i) }
 
-// addedTokens returns the added tokens of the base Qwen tokenizer
-// (alpamayo false) or of Alpamayo's extended one, in id order from
-// qwenRegularTokens: Qwen's, then <i0>…<i3999> (added as plain tokens,
-// normalized, not special), then Alpamayo's special tokens not already
-// present.
-func addedTokens(alpamayo bool) []addedToken {
+// addedTokens returns the added tokens of v, in id order from
+// qwenRegularTokens: Qwen's, then for Alpamayo's <i0>…<i3999> (added as
+// plain tokens, normalized, not special), then its special tokens not
+// already present.
+func addedTokens(v Vocab) []addedToken {
 	out := append([]addedToken(nil), qwenAddedTokens...)
-	if !alpamayo {
+	if v == VocabQwen {
 		return out
 	}
 	for i := 0; i < trajVocabSize; i++ {
@@ -86,7 +121,7 @@ func addedTokens(alpamayo bool) []addedToken {
 	for _, t := range out {
 		have[t.content] = true
 	}
-	for _, k := range alpamayoSpecialKeys {
+	for _, k := range specialKeys(v) {
 		c := "<|" + k + "|>"
 		if !have[c] {
 			out = append(out, addedToken{content: c, special: true})
@@ -100,7 +135,7 @@ func addedTokens(alpamayo bool) []addedToken {
 func baseVocabSize() int { return qwenRegularTokens + len(qwenAddedTokens) }
 
 // alpamayoVocabSize is the length of the extended tokenizer (155697).
-func alpamayoVocabSize() int { return qwenRegularTokens + len(addedTokens(true)) }
+func alpamayoVocabSize() int { return qwenRegularTokens + len(addedTokens(VocabAlpamayoR1)) }
 
 // tokenIDs are the ids an Alpamayo config records.
 type tokenIDs struct {
@@ -111,7 +146,7 @@ type tokenIDs struct {
 // alpamayoTokenIDs computes the trajectory token ids from the token list.
 func alpamayoTokenIDs() tokenIDs {
 	id := map[string]int{}
-	for i, t := range addedTokens(true) {
+	for i, t := range addedTokens(VocabAlpamayoR1) {
 		id[t.content] = qwenRegularTokens + i
 	}
 	return tokenIDs{

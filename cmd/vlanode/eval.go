@@ -8,7 +8,6 @@ import (
 	"slices"
 
 	"vlanode/configs"
-	"vlanode/models/alpamayo"
 	"vlanode/models/qwen3vl"
 	"vlanode/safetensors"
 	"vlanode/tensor"
@@ -65,7 +64,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	if mt == alpamayo.ModelType {
+	if configs.IsAlpamayo(mt) {
 		return evalExpert(ctx, &mf, &ef, stdout, stderr)
 	}
 	if ef.states != "" || ef.vlm != "" {

@@ -37,6 +37,11 @@ func runInfer(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxTokens := fs.Int("max-reasoning-tokens", 0, "most reasoning tokens to decode (0: the model's tokens_per_future_traj)")
 	vlm := fs.String("vlm", "", "the VLM's config folder, overriding the checkpoint's vlm_name_or_path")
 	budgetFlag := fs.String("budget", "none", "VRAM budget: 8G = 8·10⁹ bytes, 8GiB = 8·2³⁰, or none; the planner keeps what fits resident and streams the rest")
+	cameraOrder := fs.String("camera-order", "", "comma-separated cameras of --images, camera-major, 4 frames each (default: "+strings.Join(engine.Cameras, ",")+"; any of "+strings.Join(alpamayo.CameraNames(), ", ")+")")
+	navText := fs.String("nav-text", "", `Alpamayo 1.5: a navigation instruction, e.g. "Turn left in 30m"`)
+	question := fs.String("question", "", "Alpamayo 1.5: ask a question about the scene (VQA) instead of planning; prints the answer")
+	guidance := fs.Float64("guidance", 0, "Alpamayo 1.5 with --nav-text: classifier-free guidance weight (1: none; 0: the config's)")
+	noiseTemp := fs.Float64("noise-temperature", 0, "scale of the flow-matching initial noise (0: 1)")
 	var lf layerFlags
 	lf.register(fs)
 	var images []string
@@ -64,15 +69,37 @@ func runInfer(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *maxTokens < 0 {
 		return usagef("--max-reasoning-tokens must be ≥ 0")
 	}
-	frames, err := readFrames(images)
+	var cameras []string
+	if *cameraOrder != "" {
+		cameras = strings.Split(*cameraOrder, ",")
+		if _, _, err := alpamayo.CameraOrder(cameras); err != nil {
+			return usagef("--camera-order: %v", err)
+		}
+	}
+	if *question != "" && strings.TrimSpace(*question) == "" {
+		return usagef("--question is blank")
+	}
+	if *guidance < 0 || *noiseTemp < 0 {
+		return usagef("--guidance and --noise-temperature must be ≥ 0")
+	}
+	frames, err := readFrames(images, cameras)
 	if err != nil {
 		return err
+	}
+	if want := len(engine.Cameras) * engine.FramesPerCamera; cameras == nil && len(images) != want {
+		return usagef("--images: got %d images, want %d: %d frames of each of the cameras %s, camera-major, oldest first (or name the cameras with --camera-order)",
+			len(images), want, engine.FramesPerCamera, strings.Join(engine.Cameras, ", "))
+	}
+	if want := len(cameras) * engine.FramesPerCamera; cameras != nil && len(images) != want {
+		return usagef("--images: got %d images for --camera-order %s, want %d: %d frames of each camera, camera-major, oldest first",
+			len(images), *cameraOrder, want, engine.FramesPerCamera)
 	}
 	ego, err := readEgo(*egoFile, stderr)
 	if err != nil {
 		return err
 	}
-	opt := engine.Options{Greedy: *greedy, Seed: *seed}
+	opt := engine.Options{Greedy: *greedy, Seed: *seed, Cameras: cameras, NavText: *navText, Question: *question,
+		GuidanceWeight: *guidance, NoiseTemperature: *noiseTemp}
 	if *noiseFile != "" {
 		if opt.Noise, err = readNoise(*noiseFile); err != nil {
 			return err
@@ -120,8 +147,12 @@ func splitList(args []string, name string) (rest, values []string) {
 	return rest, values
 }
 
-// readFrames reads image files as jpeg or png frames.
-func readFrames(paths []string) ([]msgs.Frame, error) {
+// readFrames reads image files as jpeg or png frames of the cameras
+// (nil: engine.Cameras), FramesPerCamera each.
+func readFrames(paths []string, cameras []string) ([]msgs.Frame, error) {
+	if cameras == nil {
+		cameras = engine.Cameras
+	}
 	frames := make([]msgs.Frame, len(paths))
 	for i, p := range paths {
 		data, err := os.ReadFile(p)
@@ -133,8 +164,8 @@ func readFrames(paths []string) ([]msgs.Frame, error) {
 			return nil, fmt.Errorf("%s: not a JPEG or PNG image: %w", p, err)
 		}
 		camera := filepath.Base(p)
-		if len(paths) == len(engine.Cameras)*engine.FramesPerCamera {
-			camera = engine.Cameras[i/engine.FramesPerCamera]
+		if len(paths) == len(cameras)*engine.FramesPerCamera {
+			camera = cameras[i/engine.FramesPerCamera]
 		}
 		frames[i] = msgs.Frame{
 			V: msgs.Version, Camera: camera, Seq: uint64(i), Encoding: msgs.Encoding(format),
@@ -200,6 +231,10 @@ func readNoise(path string) ([]float32, error) {
 type inferJSON struct {
 	Reasoning    string           `json:"reasoning"`
 	ReasoningIDs []int32          `json:"reasoning_ids"`
+	Answer       string           `json:"answer,omitempty"`
+	AnswerIDs    []int32          `json:"answer_ids,omitempty"`
+	Guidance     float64          `json:"guidance_weight,omitempty"`
+	VRAMPeak     int64            `json:"vram_peak_bytes"`
 	Actions      [][2]float32     `json:"actions"`
 	Trajectory   trajectoryJSON   `json:"trajectory"`
 	TimingMs     map[string]int64 `json:"timing_ms"`
@@ -214,6 +249,7 @@ type trajectoryJSON struct {
 func printJSON(w io.Writer, res *alpamayo.Result, pre time.Duration) error {
 	out := inferJSON{
 		Reasoning: res.Reasoning, ReasoningIDs: res.ReasoningIDs, Actions: res.Actions,
+		Answer: res.Answer, AnswerIDs: res.AnswerIDs, Guidance: res.GuidanceWeight, VRAMPeak: res.VRAMPeakBytes,
 		Trajectory:   trajectoryJSON{XYZ: res.XYZ, Rot: res.Rot},
 		PromptTokens: res.PromptTokens,
 		TimingMs: map[string]int64{
@@ -227,6 +263,13 @@ func printJSON(w io.Writer, res *alpamayo.Result, pre time.Duration) error {
 }
 
 func printPlan(w io.Writer, res *alpamayo.Result, pre time.Duration) {
+	if res.AnswerIDs != nil {
+		fmt.Fprintf(w, "answer (%d tokens): %q\n", len(res.AnswerIDs), res.Answer)
+		fmt.Fprintf(w, "timing: preprocess %d ms, vision %d ms, prefill %d ms (%d tokens), decode %d ms, total %d ms\n",
+			pre.Milliseconds(), res.Timing.Vision.Milliseconds(), res.Timing.Prefill.Milliseconds(), res.PromptTokens,
+			res.Timing.Decode.Milliseconds(), res.Timing.Total.Milliseconds()+pre.Milliseconds())
+		return
+	}
 	fmt.Fprintf(w, "reasoning (%d tokens): %q\n", len(res.ReasoningIDs), res.Reasoning)
 	fmt.Fprintln(w, "trajectory (t0 frame, metres; every 0.5 s):")
 	for i := 4; i < len(res.XYZ); i += 5 {

@@ -178,3 +178,151 @@ func tinyMinBudget(t *testing.T, model string) int64 {
 	require.NoError(t, json.Unmarshal([]byte(stdout), &p))
 	return p.Min
 }
+
+// TestInferTargetSpellings runs infer on the tiny checkpoint with its
+// config.json's _target_ values written as NVIDIA's code writes them in
+// other places: the full module paths of training and converted configs,
+// and Alpamayo 1.5's alpamayo1_5.* names. Each loads, and the plan is the
+// one of the published spellings.
+func TestInferTargetSpellings(t *testing.T) {
+	model := tinyAlpamayo(t)
+	images := pngImages(t, 16)
+	args := append([]string{"infer", "--model", model, "--device", "cpu", "--greedy", "--max-reasoning-tokens", "2", "--seed", "5", "--json", "--images"}, images...)
+	plan := func() map[string]any {
+		t.Helper()
+		code, stdout, stderr := runCLI(args...)
+		require.Equal(t, 0, code, stderr)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(stdout), &m))
+		delete(m, "timing_ms")
+		return m
+	}
+	want := plan()
+	path := filepath.Join(model, "config.json")
+	orig, err := os.ReadFile(path)
+	require.NoError(t, err)
+	for _, spelling := range []map[string]string{
+		{
+			"action_space_cfg":        "alpamayo_r1.action_space.unicycle_accel_curvature.UnicycleAccelCurvatureActionSpace",
+			"action_in_proj_cfg":      "alpamayo_r1.models.action_in_proj.PerWaypointActionInProjV2",
+			"action_out_proj_cfg":     "torch.nn.modules.linear.Linear",
+			"diffusion_cfg":           "alpamayo_r1.diffusion.flow_matching.FlowMatching",
+			"traj_tokenizer_cfg":      "alpamayo_r1.action_space.DiscreteTrajectoryTokenizer",
+			"hist_traj_tokenizer_cfg": "alpamayo_r1.models.delta_tokenizer.DeltaTrajectoryTokenizer",
+		},
+		{
+			"action_space_cfg":        "alpamayo1_5.action_space.UnicycleAccelCurvatureActionSpace",
+			"action_in_proj_cfg":      "alpamayo1_5.models.action_in_proj.PerWaypointActionInProjV2",
+			"action_out_proj_cfg":     "torch.nn.Linear",
+			"diffusion_cfg":           "alpamayo1_5.diffusion.flow_matching.FlowMatching",
+			"traj_tokenizer_cfg":      "alpamayo1_5.action_space.discrete_action_space.DiscreteTrajectoryTokenizer",
+			"hist_traj_tokenizer_cfg": "alpamayo1_5.models.delta_tokenizer.DeltaTrajectoryTokenizer",
+		},
+	} {
+		var cfg map[string]any
+		require.NoError(t, json.Unmarshal(orig, &cfg))
+		for key, target := range spelling {
+			cfg[key].(map[string]any)["_target_"] = target
+		}
+		b, err := json.Marshal(cfg)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(path, b, 0o644))
+		assert.Equal(t, want, plan(), "%v", spelling)
+	}
+
+	// another class is refused, naming the key, the value and the names
+	var cfg map[string]any
+	require.NoError(t, json.Unmarshal(orig, &cfg))
+	cfg["action_space_cfg"].(map[string]any)["_target_"] = "alpamayo_r1.action_space.BicycleActionSpace"
+	b, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, b, 0o644))
+	code, _, stderr := runCLI(args...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, `action_space_cfg._target_ "alpamayo_r1.action_space.BicycleActionSpace" is not supported`)
+	assert.Contains(t, stderr, "alpamayo_r1.action_space.unicycle_accel_curvature.UnicycleAccelCurvatureActionSpace")
+}
+
+// tinyAlpamayo15 writes the alpamayo-1.5-tiny checkpoint into a test folder.
+func tinyAlpamayo15(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	l, err := synth.NewLayout(synth.Alpamayo15Tiny)
+	require.NoError(t, err)
+	_, err = synth.Write(context.Background(), dir, l, synth.Options{Seed: 3})
+	require.NoError(t, err)
+	return dir
+}
+
+// TestInfer15 runs infer's Alpamayo 1.5 flags on the tiny 1.5 checkpoint:
+// two cameras with navigation text plan, a question answers, and a wrong
+// number of images is refused with what was expected.
+func TestInfer15(t *testing.T) {
+	model := tinyAlpamayo15(t)
+	images := pngImages(t, 16)
+	base := []string{"infer", "--model", model, "--device", "cpu", "--greedy", "--max-reasoning-tokens", "3", "--json"}
+	run := func(extra ...string) map[string]any {
+		t.Helper()
+		code, stdout, stderr := runCLI(append(append([]string{}, base...), extra...)...)
+		require.Equal(t, 0, code, stderr)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(stdout), &m), stdout)
+		return m
+	}
+	nav := run(append([]string{"--camera-order", "front_tele_30fov,front_wide_120fov", "--nav-text", "Turn right in 30m", "--guidance", "1.5", "--images"}, images[:8]...)...)
+	assert.Len(t, nav["actions"], 64)
+	assert.Equal(t, 1.5, nav["guidance_weight"])
+	assert.Equal(t, 0.0, nav["vram_peak_bytes"], "the cpu backend has no device memory")
+
+	vqa := run(append([]string{"--question", "What is ahead?", "--images"}, images...)...)
+	assert.NotEmpty(t, vqa["answer_ids"])
+	assert.Contains(t, vqa, "answer")
+	assert.Empty(t, vqa["actions"])
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{append([]string{"--images"}, images[:3]...), "got 3 images, want 16: 4 frames of each of the cameras cross_left_120fov, front_wide_120fov, cross_right_120fov, front_tele_30fov"},
+		{append([]string{"--camera-order", "front_wide_120fov,front_tele_30fov", "--images"}, images[:4]...), "got 4 images for --camera-order front_wide_120fov,front_tele_30fov, want 8"},
+		{append([]string{"--camera-order", "front_wide_120fov,roof", "--images"}, images[:8]...), `--camera-order: alpamayo: bad model input: unknown camera "roof"`},
+	} {
+		code, _, stderr := runCLI(append(append([]string{}, base...), c.args...)...)
+		assert.Equal(t, 2, code, stderr)
+		assert.Contains(t, stderr, c.want)
+	}
+
+	// Alpamayo-R1 has no navigation input
+	code, _, stderr := runCLI(append([]string{"infer", "--model", tinyAlpamayo(t), "--device", "cpu", "--nav-text", "Turn left", "--images"}, images...)...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "navigation text is Alpamayo 1.5's input")
+}
+
+// TestInfer15Budget runs guidance (a second prefill, the generation fed to
+// it, two expert passes per Euler step) and a question (no diffusion)
+// through the executor with every unit streamed: the schedule has their
+// passes, and the results are the unlimited run's bit for bit.
+func TestInfer15Budget(t *testing.T) {
+	model := tinyAlpamayo15(t)
+	images := pngImages(t, 16)
+	min := fmt.Sprint(tinyMinBudget(t, model))
+	for _, extra := range [][]string{
+		{"--nav-text", "Turn left in 30m", "--guidance", "1.5"},
+		{"--question", "Is the road clear?"},
+	} {
+		base := append(append([]string{"infer", "--model", model, "--device", "cpu", "--max-reasoning-tokens", "3", "--seed", "4", "--json"}, extra...), "--images")
+		base = append(base, images...)
+		plan := func(more ...string) map[string]any {
+			t.Helper()
+			code, stdout, stderr := runCLI(append(append([]string{}, base...), more...)...)
+			require.Equal(t, 0, code, stderr)
+			var m map[string]any
+			require.NoError(t, json.Unmarshal([]byte(stdout), &m))
+			delete(m, "timing_ms")
+			return m
+		}
+		want := plan()
+		assert.Equal(t, want, plan("--budget", min), "%v: pipelined, every unit streamed", extra)
+		assert.Equal(t, want, plan("--budget", min, "--mode", "sequential"), "%v: sequential", extra)
+	}
+}

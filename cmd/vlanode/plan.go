@@ -81,7 +81,7 @@ func loadArch(dir, vlm string) (*residency.Arch, error) {
 		return nil, err
 	}
 	switch mt {
-	case configs.AlpamayoR1ModelType:
+	case configs.AlpamayoR1ModelType, configs.Alpamayo15ModelType:
 		alp, err := configs.LoadAlpamayoR1(dir)
 		if err != nil {
 			return nil, err

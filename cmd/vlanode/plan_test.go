@@ -176,3 +176,18 @@ func TestPlanQwen3VL(t *testing.T) {
 	assert.NotContains(t, out.PredictedMs, "diffusion")
 	assert.Positive(t, out.PredictedMs["decode"])
 }
+
+// TestPlanAlpamayo15_10B plans Alpamayo 1.5 from its config files: the
+// architecture of R1's, so the same units, bytes and predictions within
+// the bytes of the buffers 1.5 does not save.
+func TestPlanAlpamayo15_10B(t *testing.T) {
+	r1 := configOnly(t, synth.AlpamayoR1_10B)
+	v15 := configOnly(t, synth.Alpamayo15_10B)
+	for _, budget := range []string{"8G", "none"} {
+		a := planJSONOf(t, "--model", r1, "--budget", budget)
+		b := planJSONOf(t, "--model", v15, "--budget", budget)
+		require.Len(t, b.Units, len(a.Units))
+		assert.InDelta(t, float64(a.MinBudgetBytes), float64(b.MinBudgetBytes), 1e6)
+		assert.InDelta(t, a.PredictedMs["total"], b.PredictedMs["total"], 0.5)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"vlanode/engine"
 	"vlanode/msgs"
@@ -118,4 +119,86 @@ func asker(t *testing.T, nc *nats.Conn) func(msgs.InferRequest) (*msgs.Plan, *ms
 		require.NoError(t, err)
 		return plan, e
 	}
+}
+
+// TestServeAlpamayo15Tiny serves the tiny Alpamayo 1.5 on the CPU backend
+// over a real NATS server: two cameras with navigation text and sampling
+// keys get a plan, a question gets an answer, and bad values of the new
+// keys are bad_request naming the field (unsupported for prompt).
+func TestServeAlpamayo15Tiny(t *testing.T) {
+	model := tinyAlpamayo15(t)
+	url, _, stop := serving(t, alpamayoSpec(), "--model", model, "--device", "cpu", "--name", "tiny15")
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	frames, ego := tinyObservation(t)
+	ask := asker(t, nc)
+
+	// front_wide and front_tele, sent tele first: camera_order names them
+	two := append(append([]msgs.Frame(nil), frames[12:16]...), frames[4:8]...)
+	zero, topP, seed := 0.0, 0.9, uint64(11)
+	req := msgs.InferRequest{ID: "nav", Frames: two, EgoHistory: ego, MaxReasoningTokens: 3,
+		CameraOrder: []string{"front_tele_30fov", "front_wide_120fov"}, NavText: "Turn left in 30m",
+		Temperature: &zero, TopP: &topP, Seed: &seed}
+	plan, e := ask(req)
+	require.Nil(t, e)
+	assert.Len(t, plan.Trajectory.XYZ, 64)
+	assert.Empty(t, plan.Answer)
+	assert.Zero(t, plan.VRAMPeakBytes, "the cpu backend has no device memory")
+	again, e := ask(req)
+	require.Nil(t, e)
+	assert.Equal(t, plan.Trajectory, again.Trajectory, "temperature 0 and a seed: the same plan")
+
+	plan, e = ask(msgs.InferRequest{ID: "vqa", Frames: frames, EgoHistory: ego, MaxReasoningTokens: 4, Question: "Is the road clear?"})
+	require.Nil(t, e)
+	assert.Empty(t, plan.Trajectory.XYZ)
+	assert.Empty(t, plan.Actions)
+	assert.NotContains(t, plan.Answer, "<|answer_end|>")
+
+	neg := -0.5
+	for _, c := range []struct {
+		name string
+		edit func(*msgs.InferRequest)
+		code msgs.Code
+		want string
+	}{
+		{"unknown camera", func(r *msgs.InferRequest) {
+			r.CameraOrder = []string{"front_tele_30fov", "roof_360"}
+		}, msgs.CodeBadRequest, `camera_order[1]: unknown camera "roof_360"`},
+		{"frames of another camera", func(r *msgs.InferRequest) {
+			r.CameraOrder = []string{"front_wide_120fov", "front_tele_30fov"}
+		}, msgs.CodeBadRequest, `frames[0].camera: got "front_tele_30fov", want "front_wide_120fov"`},
+		{"frames for two cameras, four named", func(r *msgs.InferRequest) {
+			r.CameraOrder = []string{"front_tele_30fov", "front_wide_120fov", "cross_left_120fov", "cross_right_120fov"}
+		}, msgs.CodeBadRequest, "frames: got 8 frames, want 16"},
+		{"negative temperature", func(r *msgs.InferRequest) { r.Temperature = &neg }, msgs.CodeBadRequest, "temperature: must be finite and >= 0"},
+		{"blank question", func(r *msgs.InferRequest) { r.Question = " " }, msgs.CodeBadRequest, "question: must not be blank"},
+		{"prompt", func(r *msgs.InferRequest) { r.Prompt = "drive carefully" }, msgs.CodeUnsupported, "prompt: Alpamayo models take no free-form prompt"},
+	} {
+		r := req
+		r.ID = c.name
+		c.edit(&r)
+		_, e := ask(r)
+		require.NotNil(t, e, c.name)
+		assert.Equal(t, c.code, e.Err.Code, c.name)
+		assert.Contains(t, e.Err.Message, c.want, c.name)
+	}
+
+	// an empty question never reaches the node's model: the decoder
+	// refuses it (Marshal leaves an empty string out, so send it raw)
+	raw, err := msgs.Marshal(req)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, msgpack.Unmarshal(raw, &m))
+	m["question"] = ""
+	raw, err = msgpack.Marshal(m)
+	require.NoError(t, err)
+	reply, err := nc.Request("vla.infer", raw, 60*time.Second)
+	require.NoError(t, err)
+	_, e, err = msgs.DecodeReply(reply.Data)
+	require.NoError(t, err)
+	require.NotNil(t, e)
+	assert.Equal(t, msgs.CodeBadRequest, e.Err.Code)
+	assert.Contains(t, e.Err.Message, "question: must not be empty")
+	require.NoError(t, stop())
 }

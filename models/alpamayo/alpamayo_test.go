@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -20,9 +21,10 @@ import (
 	"vlanode/synth"
 )
 
-// tinyDir holds the alpamayo-r1-tiny synthetic checkpoint, written once by
-// TestMain for every test of the package.
-var tinyDir string
+// tinyDir and tiny15Dir hold the alpamayo-r1-tiny and alpamayo-1.5-tiny
+// synthetic checkpoints, written once by TestMain for every test of the
+// package.
+var tinyDir, tiny15Dir string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "vlanode-alpamayo-tiny-")
@@ -32,15 +34,21 @@ func TestMain(m *testing.M) {
 	}
 	code := func() int {
 		defer os.RemoveAll(dir)
-		l, err := synth.NewLayout(synth.AlpamayoR1Tiny)
-		if err == nil {
-			_, err = synth.Write(context.Background(), dir, l, synth.Options{Seed: 7})
+		for _, c := range []struct {
+			arch synth.Arch
+			dst  *string
+		}{{synth.AlpamayoR1Tiny, &tinyDir}, {synth.Alpamayo15Tiny, &tiny15Dir}} {
+			out := filepath.Join(dir, string(c.arch))
+			l, err := synth.NewLayout(c.arch)
+			if err == nil {
+				_, err = synth.Write(context.Background(), out, l, synth.Options{Seed: 7})
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "writing the tiny checkpoint:", err)
+				return 1
+			}
+			*c.dst = out
 		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "writing the tiny checkpoint:", err)
-			return 1
-		}
-		tinyDir = dir
 		return m.Run()
 	}()
 	os.Exit(code)

@@ -239,10 +239,22 @@ func (l *layered) Do(u *models.Unit, run func() error) error {
 	})
 }
 
-// schedule is one inference's passes: the vision pass, the prefill,
-// decodes decode steps (the ones a stop token makes unnecessary are
-// skipped) and steps Euler steps.
-func (m *Model) schedule(decodes, steps int) []layering.Pass {
+// scheduleSpec is what one inference runs.
+type scheduleSpec struct {
+	decodes, steps int
+	// answer: a question's answer, no diffusion.
+	answer bool
+	// guided: classifier-free guidance, a second prefill (the prompt
+	// without the navigation text), the generated tokens fed to it in one
+	// pass, and two expert passes per Euler step.
+	guided bool
+}
+
+// schedule is one inference's passes: the vision pass, the prefill (and
+// the unguided one), decodes decode steps (the ones a stop token makes
+// unnecessary are skipped), the generated tokens fed to the unguided cache
+// and steps Euler steps (two expert passes each with guidance).
+func (m *Model) schedule(sp scheduleSpec) []layering.Pass {
 	lay := m.layered
 	pick := func(units []*models.Unit, s placement.Stage) ([]*layering.Unit, []placement.Placement) {
 		var out []*layering.Unit
@@ -274,7 +286,18 @@ func (m *Model) schedule(decodes, steps int) []layering.Pass {
 	}
 	passes := stage("vision", placement.StageVision, m.VLM.Vision.Units, 1)
 	passes = append(passes, stage("prefill", placement.StagePrefill, lm, 1)...)
-	passes = append(passes, stage("decode", placement.StageDecode, lm, decodes)...)
+	if sp.guided {
+		passes = append(passes, stage("prefill.unguided", placement.StagePrefill, lm, 1)...)
+	}
+	passes = append(passes, stage("decode", placement.StageDecode, lm, sp.decodes)...)
+	if sp.answer {
+		return passes
+	}
+	steps := sp.steps
+	if sp.guided {
+		passes = append(passes, stage("feed.unguided", placement.StagePrefill, lm, 1)...)
+		steps *= 2
+	}
 	return append(passes, stage("diffusion", placement.StageDiffusion, m.Expert.Units, steps)...)
 }
 

@@ -6,7 +6,6 @@
 package alpamayo
 
 import (
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 
@@ -20,8 +19,9 @@ import (
 	"vlanode/tokenizer"
 )
 
-// ModelType is the model_type of an Alpamayo-R1 config.json.
-const ModelType = "alpamayo_r1"
+// ModelType is the model_type of an Alpamayo-R1 config.json; Alpamayo
+// 1.5's is configs.Alpamayo15ModelType (configs.IsAlpamayo accepts both).
+const ModelType = configs.AlpamayoR1ModelType
 
 // Model is a loaded Alpamayo-R1 checkpoint.
 type Model struct {
@@ -127,11 +127,7 @@ func readConfigs(dir, vlm string) (*configs.AlpamayoR1, *configs.Qwen3VL, *diffu
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("alpamayo: VLM config %s: %w", vlmCfg.Path, err)
 	}
-	alpRaw, err := readFile(filepath.Join(dir, "config.json"))
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	dcfg, err := diffusion.ParseConfig(alpRaw, vlmJSON)
+	dcfg, err := diffusion.NewConfig(cfg, vlmJSON)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("alpamayo: %w", err)
 	}
@@ -161,27 +157,26 @@ func LoadActionSide(be backend.Backend, dir, vlm string) (*ActionSide, error) {
 	if err != nil {
 		return nil, err
 	}
-	if mt != ModelType {
-		return nil, fmt.Errorf("%w; the action side is %s's", configs.UnknownArchitecture(dir, mt), ModelType)
+	if !configs.IsAlpamayo(mt) {
+		return nil, fmt.Errorf("%w; the action side is %s's or %s's", configs.UnknownArchitecture(dir, mt), ModelType, configs.Alpamayo15ModelType)
 	}
 	raw, err := readFile(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return nil, err
 	}
-	var names struct {
-		VLM string `json:"vlm_name_or_path"`
-	}
-	if err := json.Unmarshal(raw, &names); err != nil {
+	alp, err := configs.DecodeAlpamayoR1(raw)
+	if err != nil {
 		return nil, fmt.Errorf("alpamayo: %s/config.json: %w", dir, err)
 	}
-	if names.VLM == "" {
-		names.VLM = configs.DefaultVLMNameOrPath
+	name := alp.VLMNameOrPath
+	if name == "" {
+		name = configs.DefaultVLMNameOrPath
 	}
-	vlmCfg, err := configs.VLMLocator{Override: vlm}.Locate(names.VLM, dir)
+	vlmCfg, err := configs.VLMLocator{Override: vlm}.Locate(name, dir)
 	if err != nil {
 		return nil, err
 	}
-	dcfg, err := diffusion.ParseConfig(raw, vlmCfg.Raw)
+	dcfg, err := diffusion.NewConfig(alp, vlmCfg.Raw)
 	if err != nil {
 		return nil, fmt.Errorf("alpamayo: %w", err)
 	}

@@ -211,6 +211,8 @@ func (p *player) request(ctx context.Context, clip *msgs.InferRequest) {
 	req := &msgs.InferRequest{
 		ID: fmt.Sprintf("replay-%d", p.requestSeq), Prompt: clip.Prompt,
 		MaxReasoningTokens: clip.MaxReasoningTokens, DeadlineMs: p.cfg.DeadlineMs,
+		NavText: clip.NavText, Question: clip.Question,
+		Temperature: clip.Temperature, TopP: clip.TopP, Seed: clip.Seed,
 		EgoHistory: make([]msgs.EgoPose, len(clip.EgoHistory)),
 	}
 	for i, e := range clip.EgoHistory {
