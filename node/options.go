@@ -37,6 +37,7 @@ type Options struct {
 	QueueBound     int           // requests that may wait while one runs, ≥ 1
 	StatusInterval time.Duration // between Status messages
 	MetricsAddr    string        // "host:port" for Prometheus metrics over HTTP; "" serves none
+	HTTPAddr       string        // "host:port" for the HTTP API (docs/http.md); "" serves none
 	ReconnectWait  time.Duration // between reconnection attempts
 
 	SyncTolerance time.Duration // sync window: how far a frame may be from its slot; 0: half a frame period
@@ -120,6 +121,12 @@ func WithStatusInterval(d time.Duration) Option {
 // WithMetricsAddr serves Prometheus metrics at http://addr/metrics.
 func WithMetricsAddr(addr string) Option {
 	return func(o *Options) error { o.MetricsAddr = addr; return nil }
+}
+
+// WithHTTPAddr serves the HTTP API (POST /v1/infer and its companions,
+// docs/http.md) at http://addr.
+func WithHTTPAddr(addr string) Option {
+	return func(o *Options) error { o.HTTPAddr = addr; return nil }
 }
 
 // WithReconnectWait sets the wait between attempts to reach a lost server.
