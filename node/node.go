@@ -102,7 +102,7 @@ func (n *Node) start(ctx context.Context) error {
 			return fmt.Errorf("node: %w", err)
 		}
 		n.emb, url = emb, emb.url()
-		n.log.Info("embedded NATS server started", "url", url, "jetstream", true)
+		n.log.Info("embedded NATS server started", "listen", emb.listenAddr(), "url", url, "jetstream", true)
 	}
 	if err := n.connect(ctx, url); err != nil {
 		return err
@@ -215,6 +215,15 @@ func (n *Node) URL() string {
 		return n.emb.url()
 	}
 	return n.nc.ConnectedUrl()
+}
+
+// ListenAddr returns the address the embedded server listens on, or "" with
+// an external server.
+func (n *Node) ListenAddr() string {
+	if n.emb == nil {
+		return ""
+	}
+	return n.emb.listenAddr()
 }
 
 // Name returns the node's name.

@@ -31,9 +31,7 @@ func runRecord(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case *duration < 0:
 		return usagef("--duration must not be negative")
 	}
-	if nf.url == "" {
-		nf.url = "nats://127.0.0.1:4222"
-	}
+	nf.clientURL()
 	if err := nf.resolve(false); err != nil {
 		return err
 	}

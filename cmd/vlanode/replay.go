@@ -58,9 +58,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case *speed <= 0 || *every < 1 || *inflight < 1 || *deadline < 0 || *maxTokens < 0:
 		return usagef("--speed must be positive, --every and --max-inflight at least 1, --deadline-ms and --max-reasoning-tokens not negative")
 	}
-	if nf.url == "" {
-		nf.url = "nats://127.0.0.1:4222"
-	}
+	nf.clientURL()
 	if err := nf.resolve(false); err != nil {
 		return err
 	}
