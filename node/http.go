@@ -158,7 +158,7 @@ func (n *Node) handleInfer(w http.ResponseWriter, r *http.Request) {
 			writeError(w, status, a.err) // counted when the job was answered
 			return
 		}
-		writeJSON(w, http.StatusOK, httpPlanOf(a.plan, b.warnings))
+		writeJSON(w, http.StatusOK, NewPlanJSON(a.plan, b.warnings))
 	case <-r.Context().Done():
 		// The client left. A request still waiting leaves the queue;
 		// one that runs finishes, and its answer is dropped.
@@ -232,14 +232,15 @@ func writeError(w http.ResponseWriter, status int, e *msgs.Error) {
 	writeJSON(w, status, b)
 }
 
-// httpPlan is the JSON of a plan: the protocol's Plan, keys and units
-// unchanged, with the warnings about request fields not applied.
-type httpPlan struct {
+// PlanJSON is a plan in JSON: the protocol's Plan, keys and units
+// unchanged. The HTTP API answers with it, with the warnings about request
+// fields it did not apply; `vlanode replay --json` prints it.
+type PlanJSON struct {
 	ID            string             `json:"id"`
 	Node          string             `json:"node"`
 	Model         string             `json:"model"`
 	StampNs       int64              `json:"stamp_ns"`
-	Trajectory    httpTrajectory     `json:"trajectory"`
+	Trajectory    TrajectoryJSON     `json:"trajectory"`
 	Actions       [][2]float64       `json:"actions"`
 	Reasoning     string             `json:"reasoning"`
 	TimingMs      map[string]float64 `json:"timing_ms"`
@@ -248,20 +249,22 @@ type httpPlan struct {
 	Warnings      []string           `json:"warnings"`
 }
 
-type httpTrajectory struct {
+// TrajectoryJSON is a Trajectory in JSON.
+type TrajectoryJSON struct {
 	DT  float64      `json:"dt"`
 	XYZ [][3]float64 `json:"xyz"`
 	Rot [][9]float64 `json:"rot"`
 }
 
-func httpPlanOf(p *msgs.Plan, warnings []string) httpPlan {
+// NewPlanJSON returns p in JSON, with warnings.
+func NewPlanJSON(p *msgs.Plan, warnings []string) PlanJSON {
 	t := p.TimingMs
 	if warnings == nil {
 		warnings = []string{}
 	}
-	return httpPlan{
+	return PlanJSON{
 		ID: p.ID, Node: p.Node, Model: p.Model, StampNs: p.StampNs,
-		Trajectory: httpTrajectory{DT: p.Trajectory.DT, XYZ: p.Trajectory.XYZ, Rot: p.Trajectory.Rot},
+		Trajectory: TrajectoryJSON{DT: p.Trajectory.DT, XYZ: p.Trajectory.XYZ, Rot: p.Trajectory.Rot},
 		Actions:    p.Actions, Reasoning: p.Reasoning,
 		TimingMs: map[string]float64{"preprocess": t.Preprocess, "vision": t.Vision, "prefill": t.Prefill,
 			"decode": t.Decode, "diffusion": t.Diffusion, "total": t.Total},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -39,11 +40,12 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for each answer")
 	prompt := fs.String("prompt", "", "prompt for every request")
 	keep := fs.Bool("keep-stamps", false, "publish the recorded stamps instead of shifting the clip to now")
-	inflight := fs.Int("max-inflight", 16, "real time: requests awaiting answers at once")
+	inflight := fs.Int("max-inflight", 1, "real time: requests awaiting answers at once; a request due while that many await is not made, as a robot asks again once it has its plan (raise it to see the node shed load)")
 	discoverWait := fs.Duration("discover-timeout", 5*time.Second, "how long to wait for the node to describe its model")
 	noProgress := fs.Bool("no-progress", false, "do not draw a progress bar")
 	maxTokens := fs.Int("max-reasoning-tokens", 0, "max_reasoning_tokens of every request (0: as recorded, or the model's default)")
 	printPlans := fs.Bool("print-plans", false, "print each plan as it arrives: trajectory, reasoning, latency per stage")
+	asJSON := fs.Bool("json", false, "print JSON lines instead: each plan (with --print-plans) as {\"plan\": …}, then {\"summary\": …}")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: vlanode replay --node NAME [flags] SOURCE\n\nSOURCE: a clip folder (<camera>/<stamp_ns>.jpg|png, ego.csv; see docs/node.md) or jetstream:STREAM (made by vlanode record).\n\nflags:")
 		fs.PrintDefaults()
@@ -100,7 +102,13 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		DeadlineMs: *deadline, Timeout: *timeout, Prompt: *prompt, KeepStamps: *keep, MaxInflight: *inflight,
 		MaxReasoningTokens: *maxTokens,
 	}
-	if *printPlans {
+	switch {
+	case *printPlans && *asJSON:
+		enc := json.NewEncoder(stdout)
+		cfg.OnPlan = func(p *msgs.Plan, rtt time.Duration) {
+			enc.Encode(map[string]any{"plan": node.NewPlanJSON(p, nil), "round_trip_ms": float64(rtt) / float64(time.Millisecond)})
+		}
+	case *printPlans:
 		cfg.OnPlan = func(p *msgs.Plan, rtt time.Duration) { printReplayPlan(stdout, p, rtt) }
 	}
 	if *subject == "any" {
@@ -111,12 +119,24 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if !*noProgress {
 		cfg.Progress = stderr
 	}
-	fmt.Fprintf(stdout, "replaying %s into node %s (model %s, cameras %s)\n", source, *name, peer.Info.Model, strings.Join(peer.Info.Cameras, ", "))
+	if !*asJSON {
+		fmt.Fprintf(stdout, "replaying %s into node %s (model %s, cameras %s)\n", source, *name, peer.Info.Model, strings.Join(peer.Info.Cameras, ", "))
+	}
 	sum, err := replay.Play(ctx, nc, src, cfg)
 	if sum != nil {
-		sum.Write(stdout)
+		if *asJSON {
+			json.NewEncoder(stdout).Encode(map[string]any{"summary": sum.JSON()})
+		} else {
+			sum.Write(stdout)
+		}
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	if n := sum.ErrorCount(); n > 0 {
+		return fmt.Errorf("%d of %d requests failed (the errors are listed above)", n, sum.Requests)
+	}
+	return nil
 }
 
 // parseWithSource parses flags around exactly one positional SOURCE.
