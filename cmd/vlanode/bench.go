@@ -86,7 +86,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	}
 	var nv *gpu.NVML
 	if mf.device != "cpu" {
-		if nv, err = gpu.OpenNVML(0); err != nil {
+		// The engine's GPU is CUDA's device 0; NVML is asked for it by
+		// its UUID (NVML's own index 0 differs under CUDA_VISIBLE_DEVICES).
+		if nv, err = openNVMLOf("0"); err != nil {
 			fmt.Fprintf(stderr, "vlanode bench: no per-process GPU memory: %v\n", err)
 			nv = nil
 		} else {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -33,7 +34,7 @@ type engineSpec struct {
 // engineEnv is what serve hands to engineSpec.build.
 type engineEnv struct {
 	BudgetBytes uint64        // --budget resolved (auto: free VRAM − --budget-reserve); 0: unlimited
-	GPU         int           // --gpu: the device index; -1: none
+	GPU         int           // --gpu resolved: the CUDA ordinal; -1: none
 	Telemetry   gpu.Telemetry // NVML for that GPU, or nil
 	Log         *slog.Logger
 }
@@ -210,7 +211,7 @@ type serveConfig struct {
 	syncTolerance time.Duration
 	staleAfter    time.Duration
 	ringCapacity  int
-	gpuIndex      int
+	gpu           string // --gpu: a CUDA ordinal, a UUID, or -1
 	budget        budgetFlag
 	reserve       byteSize
 	logLevel      string
@@ -235,7 +236,7 @@ func parseServe(args []string, stderr io.Writer, spec engineSpec) (*serveConfig,
 	fs.DurationVar(&c.syncTolerance, "sync-tolerance", 0, "sync window: how far a frame may be from its slot (0: half a frame period)")
 	fs.DurationVar(&c.staleAfter, "stale-after", 0, "sync window: a frame received longer ago is dropped (0: (frames per camera + 1) frame periods)")
 	fs.IntVar(&c.ringCapacity, "ring-capacity", 0, "frames kept per camera (0: 32)")
-	fs.IntVar(&c.gpuIndex, "gpu", 0, "GPU index for NVML telemetry and the engine; -1: none")
+	fs.StringVar(&c.gpu, "gpu", "0", "the GPU of the engine and of NVML telemetry: a CUDA ordinal (as CUDA_VISIBLE_DEVICES numbers them) or a UUID (GPU-…, nvidia-smi -L); -1: none")
 	fs.Var(&c.budget, "budget", "VRAM budget: a size (16G, 8GiB), unlimited, or auto (free VRAM minus --budget-reserve)")
 	fs.Var(&c.reserve, "budget-reserve", "VRAM --budget auto leaves free (CUDA context and headroom)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -301,8 +302,9 @@ func (c *serveConfig) check() error {
 		return usagef("--status-interval must be positive and --shutdown-grace not negative")
 	case c.syncTolerance < 0 || c.staleAfter < 0 || c.ringCapacity < 0:
 		return usagef("--sync-tolerance, --stale-after and --ring-capacity must not be negative")
-	case c.gpuIndex < -1:
-		return usagef("--gpu must be an index or -1")
+	}
+	if _, err := resolveGPU(c.gpu, nil, errNoCUDAYet); err != nil {
+		return err
 	}
 	if err := node.WithName(c.name)(&node.Options{}); err != nil {
 		return usagef("--name: %v", err)
@@ -355,7 +357,11 @@ func serveCommand(spec engineSpec) func(ctx context.Context, args []string, stdo
 		}
 		level, _ := parseLevel(c.logLevel)
 		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-		tel := openTelemetry(c.gpuIndex, log)
+		sel, err := selectGPU(c.gpu)
+		if err != nil {
+			return err
+		}
+		tel := openTelemetry(sel, log)
 		if tel != nil {
 			defer tel.Close()
 		}
@@ -366,7 +372,11 @@ func serveCommand(spec engineSpec) func(ctx context.Context, args []string, stdo
 			}
 			log.Info("budget auto", "free_minus_reserve", budget, "reserve", int64(c.reserve))
 		}
-		engine, err := spec.build(ctx, engineEnv{BudgetBytes: budget, GPU: c.gpuIndex, Telemetry: tel, Log: log})
+		ordinal := sel.ordinal
+		if sel.none {
+			ordinal = -1
+		}
+		engine, err := spec.build(ctx, engineEnv{BudgetBytes: budget, GPU: ordinal, Telemetry: tel, Log: log})
 		if err != nil {
 			return fmt.Errorf("loading the model: %w", err)
 		}
@@ -397,19 +407,9 @@ func serveCommand(spec engineSpec) func(ctx context.Context, args []string, stdo
 	}
 }
 
-// openTelemetry opens NVML for GPU index, or says once why there is none.
-func openTelemetry(index int, log *slog.Logger) gpu.Telemetry {
-	if index < 0 {
-		log.Info("no GPU telemetry (--gpu -1)")
-		return nil
-	}
-	t, err := gpu.OpenNVML(index)
-	if err != nil {
-		log.Warn("no GPU telemetry: status will report no GPU", "err", err)
-		return nil
-	}
-	return t
-}
+// errNoCUDAYet stands for the CUDA devices while the command line is
+// checked: --gpu's form is checked then, its GPU once serve starts.
+var errNoCUDAYet = errors.New("the GPUs are looked up when serve starts")
 
 func parseLevel(s string) (slog.Level, error) {
 	var l slog.Level
