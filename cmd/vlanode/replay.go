@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"vlanode/msgs"
@@ -41,7 +42,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	prompt := fs.String("prompt", "", "prompt for every request")
 	keep := fs.Bool("keep-stamps", false, "publish the recorded stamps instead of shifting the clip to now")
 	inflight := fs.Int("max-inflight", 1, "real time: requests awaiting answers at once; a request due while that many await is not made, as a robot asks again once it has its plan (raise it to see the node shed load)")
-	discoverWait := fs.Duration("discover-timeout", 5*time.Second, "how long to wait for the node to describe its model")
+	discoverWait := fs.Duration("discover-timeout", 10*time.Second, "how long to wait for the NATS server and for the node to describe its model (a node that is still loading its model)")
 	noProgress := fs.Bool("no-progress", false, "do not draw a progress bar")
 	maxTokens := fs.Int("max-reasoning-tokens", 0, "max_reasoning_tokens of every request (0: as recorded, or the model's default)")
 	printPlans := fs.Bool("print-plans", false, "print each plan as it arrives: trajectory, reasoning, latency per stage")
@@ -67,17 +68,18 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := checkSource(source); err != nil {
 		return err
 	}
-	nc, err := node.Connect(nf.url, "vlanode replay", nf.auth)
+	dctx, cancel := context.WithTimeout(ctx, *discoverWait)
+	defer cancel()
+	nc, err := connectWaiting(dctx, nf, "vlanode replay")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	dctx, cancel := context.WithTimeout(ctx, *discoverWait)
 	peer, err := node.Discover(dctx, nc, *name)
-	cancel()
 	if err != nil {
 		return err
 	}
+	cancel()
 	var src replay.Source
 	if stream, ok := strings.CutPrefix(source, streamPrefix); ok {
 		js, err := jetstream.New(nc)
@@ -198,4 +200,26 @@ func printReplayPlan(w io.Writer, p *msgs.Plan, rtt time.Duration) {
 	fmt.Fprintf(w, "\rplan %s from %s: in %.1f s to x=%.1f m, y=%.1f m | reasoning %q\n", p.ID, p.Node, horizon, end[0], end[1], reasoning)
 	fmt.Fprintf(w, "  ms: preprocess %.0f, vision %.0f, prefill %.0f, decode %.0f, diffusion %.0f, total %.0f (round trip %.0f)\n",
 		t.Preprocess, t.Vision, t.Prefill, t.Decode, t.Diffusion, t.Total, float64(rtt)/float64(time.Millisecond))
+}
+
+// connectWaiting connects to the NATS server, waiting for it until ctx ends
+// (a serve started a moment ago may not listen yet).
+func connectWaiting(ctx context.Context, nf natsFlags, client string) (*nats.Conn, error) {
+	nc, err := node.Connect(nf.url, client, nf.auth, nats.RetryOnFailedConnect(true))
+	if err != nil {
+		return nil, err
+	}
+	for !nc.IsConnected() {
+		select {
+		case <-ctx.Done():
+			last := nc.LastError()
+			nc.Close()
+			if last != nil {
+				return nil, fmt.Errorf("connecting to %s: %w", nf.url, last)
+			}
+			return nil, fmt.Errorf("no NATS server answered at %s (is vlanode serve running? --nats-url or $NATS_URL name another server)", nf.url)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nc, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"image"
 	"image/png"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -169,4 +170,33 @@ func TestReplaySourceErrors(t *testing.T) {
 	code, _, stderr = runCLI("record", "--node", "n")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "--node and --stream are required")
+}
+
+// TestReplayWaitsForTheServer: replay started a moment before serve waits
+// for the NATS server (up to --discover-timeout) and says when none came.
+func TestReplayWaitsForTheServer(t *testing.T) {
+	code, _, stderr := runCLI("replay", "--nats-url", "nats://127.0.0.1:1", "--node", "n", "--discover-timeout", "300ms", writeCLIClip(t, 2))
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "nats://127.0.0.1:1")
+
+	var env engineEnv
+	var model string
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	done := make(chan int, 1)
+	var out, errOut syncBuffer
+	go func() {
+		done <- run(context.Background(), []string{"replay", "--nats-url", "nats://" + addr, "--node", "late", "--fast", "--no-progress", writeCLIClip(t, 3)}, &out, &errOut)
+	}()
+	time.Sleep(300 * time.Millisecond) // replay is waiting by now
+	serving(t, cliSpec(&env, &model), "--name", "late", "--listen", addr)
+	select {
+	case code := <-done:
+		require.Equal(t, 0, code, errOut.String())
+	case <-time.After(20 * time.Second):
+		t.Fatal("replay did not finish")
+	}
+	assert.Contains(t, out.String(), "plans: 2")
 }
