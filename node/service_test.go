@@ -70,6 +70,24 @@ func TestMicroStatsTrue(t *testing.T) {
 	assert.Equal(t, 4, errs, "all but running")
 	assert.GreaterOrEqual(t, total, 2*held, "running and latest-2 waited while the engine was held")
 	assert.Contains(t, last, "unsupported: use_latest")
+
+	// PING answers on all three forms of its subject with the same id.
+	for _, id := range []string{"", stats.ID} {
+		for _, name := range []string{"", ServiceName} {
+			if name == "" && id != "" {
+				continue
+			}
+			subj, err := micro.ControlSubject(micro.PingVerb, name, id)
+			require.NoError(t, err)
+			m, err := nc.Request(subj, nil, waitFor)
+			require.NoError(t, err, subj)
+			var ping micro.Ping
+			require.NoError(t, json.Unmarshal(m.Data, &ping))
+			assert.Equal(t, micro.PingResponseType, ping.Type)
+			assert.Equal(t, stats.ID, ping.ID)
+			assert.Equal(t, ServiceName, ping.Name)
+		}
+	}
 }
 
 func microStats(t *testing.T, nc *nats.Conn) micro.Stats {
