@@ -11,16 +11,18 @@ export CGO_ENABLED := 1
 
 all: build
 
-# deps installs the toolchain pieces and Go modules the build needs. apt is
-# only touched when something is missing.
+# deps installs what the build needs (scripts/deps.sh): gcc and OpenCV
+# through apt when missing (waiting for apt's lock if another apt runs), and
+# the Go modules.
 deps:
-	@command -v $(GO) >/dev/null 2>&1 || { echo "make deps: Go is not installed (need Go 1.26+ on PATH)" >&2; exit 1; }
-	@command -v gcc >/dev/null 2>&1 || { echo "make deps: installing gcc (cgo)"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev; }
-	@pkg-config --exists opencv4 2>/dev/null || { echo "make deps: installing OpenCV 4 (libopencv-dev, for gocv; build with -tags nogocv to do without)"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pkg-config libopencv-dev; }
-	@$(GO) mod download
+	@GO=$(GO) bash scripts/deps.sh
 
+# build prints each package it compiles (-v): the first build compiles
+# OpenCV's Go bindings and the CUDA backend's cgo, a few minutes on two
+# cores; later ones take seconds.
 build: deps
-	$(GO) build $(GOFLAGS) -o $(BIN) ./cmd/vlanode
+	@[ -x $(BIN) ] || echo "make build: compiling vlanode (the first build takes a few minutes; each package is listed)"
+	$(GO) build -v $(GOFLAGS) -o $(BIN) ./cmd/vlanode
 
 vet: deps
 	$(GO) vet ./...
@@ -42,8 +44,8 @@ test: deps fmt-check vet
 TINY := .cache/alpamayo-r1-tiny
 CLIP := .cache/clip
 run: build
-	@[ -f $(TINY)/model.safetensors ] || $(BIN) synth --arch alpamayo-r1-tiny --out $(TINY) --force
-	@[ -f $(CLIP)/ego.csv ] || $(BIN) clip --out $(CLIP)
+	@[ -f $(TINY)/model.safetensors ] || { echo "== writing the tiny checkpoint ($(TINY))"; $(BIN) synth --arch alpamayo-r1-tiny --out $(TINY) --force; }
+	@[ -f $(CLIP)/ego.csv ] || { echo "== writing the clip ($(CLIP))"; $(BIN) clip --out $(CLIP); }
 	@BIN=$(BIN) MODEL=$(TINY) CLIP=$(CLIP) bash scripts/run-demo.sh
 
 # check-reference: every reference checkpoint that the command line can

@@ -41,7 +41,7 @@ func (a Auth) Check(embedded bool) error {
 	case embedded && (a.NkeySeedFile != "" || a.CredsFile != ""):
 		return errors.New("auth: nkey seeds and creds files need an external server (--nats-url); the embedded server takes a user and password or a token")
 	case embedded && a.tls():
-		return errors.New("auth: TLS needs an external server (--nats-url); the embedded server listens on 127.0.0.1 only")
+		return errors.New("auth: TLS needs an external server (--nats-url); the embedded server has no TLS")
 	}
 	return nil
 }

@@ -13,43 +13,34 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"vlanode/msgs"
+	"vlanode/version"
 )
 
 // ServiceName is the NATS micro service name every node registers under:
 // `nats micro ls` lists the nodes, `$SRV.INFO.vlanode` reaches them all.
 const ServiceName = "vlanode"
 
-// ServiceVersion is the version the micro service reports.
-const ServiceVersion = "0.1.0"
+// ServiceVersion is the version the micro service reports: the binary's
+// release.
+const ServiceVersion = version.Release
 
 // register adds the micro service with the two infer endpoints. Its
 // metadata describes the model, so that clients (replay) can build
 // observations; its stats carry the node's counters.
 func (n *Node) register() error {
-	svc, err := micro.AddService(n.nc, micro.Config{
-		Name:        ServiceName,
-		Version:     ServiceVersion,
-		Description: "vlanode: plans from a vision-language-action model over NATS (protocol v1, msgpack)",
-		Metadata:    n.metadata(),
-		QueueGroup:  QueueGroup,
-		StatsHandler: func(*micro.Endpoint) any {
-			return n.m.counters(n.info.Cameras)
-		},
-		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
-			n.log.Error("micro service error", "subject", e.Subject, "err", e.Description)
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("node: registering the micro service: %w", err)
+	svc := newService(n.nc, n.log, ServiceName, ServiceVersion,
+		"vlanode: plans from a vision-language-action model over NATS (protocol v1, msgpack)",
+		n.metadata(), func() any { return n.m.counters(n.info.Cameras) })
+	if err := svc.addEndpoint("infer", AnyInferSubject, QueueGroup, n.onInfer); err != nil {
+		return err
+	}
+	if err := svc.addEndpoint("infer_node", InferSubject(n.opts.Name), QueueGroup, n.onInfer); err != nil {
+		return err
+	}
+	if err := svc.start(); err != nil {
+		return err
 	}
 	n.svc = svc
-	handler := micro.HandlerFunc(n.onInfer)
-	if err := svc.AddEndpoint("infer", handler, micro.WithEndpointSubject(AnyInferSubject), micro.WithEndpointQueueGroup(QueueGroup)); err != nil {
-		return fmt.Errorf("node: endpoint %s: %w", AnyInferSubject, err)
-	}
-	if err := svc.AddEndpoint("infer_node", handler, micro.WithEndpointSubject(InferSubject(n.opts.Name)), micro.WithEndpointQueueGroup(QueueGroup)); err != nil {
-		return fmt.Errorf("node: endpoint %s: %w", InferSubject(n.opts.Name), err)
-	}
 	return nil
 }
 

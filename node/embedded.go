@@ -19,12 +19,17 @@ const embeddedReadyTimeout = 10 * time.Second
 // embedded is a nats-server run inside the node's process, with JetStream.
 type embedded struct {
 	srv     *server.Server
+	host    string // the listen address
 	tempDir string // removed at shutdown when the store was temporary
 }
 
-// startEmbedded starts a server on 127.0.0.1 with JetStream in o.DataDir.
+// startEmbedded starts a server on o.Host (127.0.0.1 by default) with
+// JetStream in o.DataDir.
 func startEmbedded(o *Options) (*embedded, error) {
-	e := &embedded{}
+	e := &embedded{host: o.Host}
+	if e.host == "" {
+		e.host = "127.0.0.1"
+	}
 	dir := o.DataDir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "vlanode-nats-")
@@ -38,7 +43,7 @@ func startEmbedded(o *Options) (*embedded, error) {
 	port := o.Port
 	if port == 0 {
 		port = server.RANDOM_PORT
-	} else if err := portFree(port); err != nil {
+	} else if err := portFree(e.host, port); err != nil {
 		e.removeTemp()
 		return nil, fmt.Errorf("embedded server: %w", err)
 	}
@@ -48,7 +53,7 @@ func startEmbedded(o *Options) (*embedded, error) {
 	}
 	sopts := &server.Options{
 		ServerName: "vlanode-" + o.Name,
-		Host:       "127.0.0.1",
+		Host:       e.host,
 		Port:       port,
 		NoSigs:     true,
 		NoLog:      true,
@@ -72,24 +77,43 @@ func startEmbedded(o *Options) (*embedded, error) {
 	if !srv.ReadyForConnections(embeddedReadyTimeout) {
 		srv.Shutdown()
 		e.removeTemp()
-		return nil, fmt.Errorf("embedded server: not listening on 127.0.0.1:%d after %v (port taken?)", o.Port, embeddedReadyTimeout)
+		return nil, fmt.Errorf("embedded server: not listening on %s after %v (port taken?)", net.JoinHostPort(e.host, strconv.Itoa(o.Port)), embeddedReadyTimeout)
 	}
 	e.srv = srv
 	return e, nil
 }
 
-// portFree checks that 127.0.0.1:port can be listened on, so that a taken
-// port fails at once rather than after embeddedReadyTimeout.
-func portFree(port int) error {
-	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+// portFree checks that host:port can be listened on, so that a taken port
+// fails at once rather than after embeddedReadyTimeout.
+func portFree(host string, port int) error {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 	if err != nil {
 		return err
 	}
 	return ln.Close()
 }
 
-// url returns the client URL.
-func (e *embedded) url() string { return e.srv.ClientURL() }
+// url returns the URL clients on this machine connect to: the listen
+// address, or loopback when the server listens on every interface.
+func (e *embedded) url() string {
+	u := e.srv.ClientURL()
+	if ip := net.ParseIP(e.host); ip != nil && ip.IsUnspecified() {
+		_, port, _ := net.SplitHostPort(e.listenAddr())
+		loop := "127.0.0.1"
+		if ip.To4() == nil {
+			loop = "::1"
+		}
+		u = "nats://" + net.JoinHostPort(loop, port)
+	}
+	return u
+}
+
+// listenAddr returns the address the server listens on: the host it was
+// given, with the port it got.
+func (e *embedded) listenAddr() string {
+	_, port, _ := net.SplitHostPort(e.srv.Addr().String())
+	return net.JoinHostPort(e.host, port)
+}
 
 // shutdown stops the server and removes a temporary store.
 func (e *embedded) shutdown() {

@@ -68,3 +68,29 @@ func TestEmbeddedPortTaken(t *testing.T) {
 	assert.ErrorContains(t, err, "embedded server")
 	assert.ErrorContains(t, err, "address already in use")
 }
+
+// TestEmbeddedListenBeyondLoopback: every interface needs credentials, or
+// --insecure-no-auth; the node's own URL stays on loopback.
+func TestEmbeddedListenBeyondLoopback(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	_, err := Start(ctx, &testEngine{}, WithName("open"), WithEmbeddedServer(0, ""), WithListenHost("0.0.0.0", false))
+	assert.ErrorContains(t, err, "listen on 0.0.0.0 without authentication")
+	assert.ErrorContains(t, err, "--insecure-no-auth")
+
+	n := startEmbeddedNode(t, WithEmbeddedServer(0, ""), WithListenHost("0.0.0.0", false), WithToken("s3cret"))
+	assert.Contains(t, n.URL(), "nats://127.0.0.1:")
+	assert.Contains(t, n.ListenAddr(), "0.0.0.0:")
+	nc := connect(t, n.URL(), nats.Token("s3cret"))
+	mustPlan(t, nc, AnyInferSubject, goodRequest("A", 1e9))
+
+	open := startEmbeddedNode(t, WithEmbeddedServer(0, ""), WithListenHost("0.0.0.0", true))
+	mustPlan(t, connect(t, open.URL()), InferSubject("solo"), goodRequest("B", 1e9))
+}
+
+func TestLoopback(t *testing.T) {
+	for host, want := range map[string]bool{"": true, "localhost": true, "127.0.0.1": true, "::1": true, "127.0.0.2": true,
+		"0.0.0.0": false, "::": false, "10.0.0.5": false, "robot.local": false} {
+		assert.Equal(t, want, Loopback(host), host)
+	}
+}

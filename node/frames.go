@@ -54,6 +54,6 @@ func (n *Node) rejectFrame(m *nats.Msg, reason string, e *msgs.Error) {
 		n.log.Debug("frame dropped", args...)
 	}
 	if m.Reply != "" {
-		n.sendError(m.Reply, e)
+		n.sendError(natsReply{n: n, subject: m.Reply}, e)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
 	"vlanode/node/ingest"
 )
@@ -33,7 +32,7 @@ type Node struct {
 	emb        *embedded // nil with an external server
 	nc         *nats.Conn
 	closed     chan struct{} // closed when nc is closed for good
-	svc        micro.Service
+	svc        *service
 	framesSub  *nats.Subscription
 	maxPayload int64
 
@@ -43,6 +42,10 @@ type Node struct {
 
 	metricsLn  net.Listener
 	metricsSrv *http.Server
+	httpLn     net.Listener // the HTTP API (http.go); nil without one
+	httpSrv    *http.Server
+	httpSeq    atomic.Uint64 // ids of HTTP requests that bring none
+	started    time.Time
 
 	hardCtx    context.Context // cancelled when in-flight work must stop
 	hardCancel context.CancelFunc
@@ -99,7 +102,7 @@ func (n *Node) start(ctx context.Context) error {
 			return fmt.Errorf("node: %w", err)
 		}
 		n.emb, url = emb, emb.url()
-		n.log.Info("embedded NATS server started", "url", url, "jetstream", true)
+		n.log.Info("embedded NATS server started", "listen", emb.listenAddr(), "url", url, "jetstream", true)
 	}
 	if err := n.connect(ctx, url); err != nil {
 		return err
@@ -115,6 +118,10 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	go n.work()
 	if err := n.register(); err != nil {
+		return err
+	}
+	n.started = n.now()
+	if err := n.startHTTP(); err != nil {
 		return err
 	}
 	fctx, cancel := ctx, context.CancelFunc(func() {})
@@ -210,6 +217,15 @@ func (n *Node) URL() string {
 	return n.nc.ConnectedUrl()
 }
 
+// ListenAddr returns the address the embedded server listens on, or "" with
+// an external server.
+func (n *Node) ListenAddr() string {
+	if n.emb == nil {
+		return ""
+	}
+	return n.emb.listenAddr()
+}
+
 // Name returns the node's name.
 func (n *Node) Name() string { return n.opts.Name }
 
@@ -240,7 +256,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	n.closing.Store(true)
 	n.log.Info("shutting down: no new requests; finishing the one in flight")
 	var errs []error
-	if err := n.svc.Stop(); err != nil { // unsubscribes the infer endpoints
+	if err := n.svc.stop(); err != nil { // unsubscribes the infer endpoints
 		errs = append(errs, fmt.Errorf("stopping the micro service: %w", err))
 	}
 	for _, j := range n.sched.close() {
@@ -254,6 +270,12 @@ func (n *Node) shutdown(ctx context.Context) error {
 		n.hardCancel()
 		<-n.workerDone // the worker answers the cancelled request
 		errs = append(errs, ctx.Err())
+	}
+	if n.httpSrv != nil {
+		// Every request is answered by now; let the handlers write.
+		if err := n.httpSrv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stopping the HTTP API: %w", err))
+		}
 	}
 	close(n.statusStop)
 	<-n.statusDone
@@ -281,8 +303,8 @@ func (n *Node) closeConn(ctx context.Context) {
 // abort releases whatever start acquired; it is safe on a partial start.
 func (n *Node) abort() {
 	n.hardCancel()
-	if n.svc != nil && !n.svc.Stopped() {
-		n.svc.Stop()
+	if n.svc != nil {
+		n.svc.stop()
 	}
 	if n.sched != nil {
 		for _, j := range n.sched.close() {
@@ -294,6 +316,9 @@ func (n *Node) abort() {
 	}
 	if n.metricsSrv != nil {
 		n.metricsSrv.Close()
+	}
+	if n.httpSrv != nil {
+		n.httpSrv.Close()
 	}
 	if n.emb != nil {
 		n.emb.shutdown()

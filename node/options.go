@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"time"
 
 	"vlanode/node/gpu"
@@ -25,8 +26,12 @@ type Options struct {
 	NATSURL string // the server to connect to; "" starts an embedded one
 	Auth    Auth   // credentials and TLS for the connection
 
-	Port    int    // the embedded server's port on 127.0.0.1; 0 picks a free one
+	Host    string // the embedded server's listen address; "" is 127.0.0.1
+	Port    int    // the embedded server's port; 0 picks a free one
 	DataDir string // the embedded server's JetStream store; "" uses a temporary directory
+	// InsecureNoAuth lets the embedded server listen beyond loopback
+	// without credentials.
+	InsecureNoAuth bool
 
 	// MaxPayload is the largest request the node takes, in bytes. With an
 	// embedded server it is also the server's max_payload; with an external
@@ -37,6 +42,7 @@ type Options struct {
 	QueueBound     int           // requests that may wait while one runs, ≥ 1
 	StatusInterval time.Duration // between Status messages
 	MetricsAddr    string        // "host:port" for Prometheus metrics over HTTP; "" serves none
+	HTTPAddr       string        // "host:port" for the HTTP API (docs/http.md); "" serves none
 	ReconnectWait  time.Duration // between reconnection attempts
 
 	SyncTolerance time.Duration // sync window: how far a frame may be from its slot; 0: half a frame period
@@ -69,15 +75,27 @@ func WithNATSURL(url string) Option {
 	return func(o *Options) error { o.NATSURL = url; return nil }
 }
 
-// WithEmbeddedServer sets the embedded server's port on 127.0.0.1 (0 picks a
-// free one) and its JetStream data directory ("" uses a temporary directory
-// removed at shutdown).
+// WithEmbeddedServer sets the embedded server's port (0 picks a free one)
+// and its JetStream data directory ("" uses a temporary directory removed
+// at shutdown). It listens on 127.0.0.1 unless WithListenHost says
+// otherwise.
 func WithEmbeddedServer(port int, dataDir string) Option {
 	return func(o *Options) error {
 		if port < 0 || port > 65535 {
 			return fmt.Errorf("embedded server port %d out of range 0..65535", port)
 		}
 		o.Port, o.DataDir = port, dataDir
+		return nil
+	}
+}
+
+// WithListenHost sets the embedded server's listen address (an IP or a host
+// name; "0.0.0.0" is every interface). Beyond loopback the server needs
+// credentials (WithUserInfo or WithToken) unless insecureNoAuth is true:
+// then anyone who reaches the port may publish frames and requests.
+func WithListenHost(host string, insecureNoAuth bool) Option {
+	return func(o *Options) error {
+		o.Host, o.InsecureNoAuth = host, insecureNoAuth
 		return nil
 	}
 }
@@ -120,6 +138,12 @@ func WithStatusInterval(d time.Duration) Option {
 // WithMetricsAddr serves Prometheus metrics at http://addr/metrics.
 func WithMetricsAddr(addr string) Option {
 	return func(o *Options) error { o.MetricsAddr = addr; return nil }
+}
+
+// WithHTTPAddr serves the HTTP API (POST /v1/infer and its companions,
+// docs/http.md) at http://addr.
+func WithHTTPAddr(addr string) Option {
+	return func(o *Options) error { o.HTTPAddr = addr; return nil }
 }
 
 // WithReconnectWait sets the wait between attempts to reach a lost server.
@@ -213,8 +237,21 @@ func buildOptions(opts []Option) (Options, error) {
 	if err := o.Auth.Check(o.NATSURL == ""); err != nil {
 		return o, fmt.Errorf("node: %w", err)
 	}
+	if o.NATSURL == "" && !Loopback(o.Host) && o.Auth.User == "" && o.Auth.Token == "" && !o.InsecureNoAuth {
+		return o, fmt.Errorf("node: the embedded NATS server would listen on %s without authentication: anyone who reaches it could publish frames and requests; give a user and password or a token (--user/--password, --token), or accept that with --insecure-no-auth", o.Host)
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return o, nil
+}
+
+// Loopback reports whether host, a listen address, reaches only this
+// machine: "" (127.0.0.1), localhost, or a loopback IP.
+func Loopback(host string) bool {
+	if host == "" || host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -1,13 +1,78 @@
 package node
 
 import (
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"vlanode/msgs"
 )
 
 // Every accepted request (a job) is answered exactly once, through answer;
 // requests refused before they became jobs are answered with sendError.
+
+// answerTo is where a request's one answer goes: a NATS reply subject
+// (natsReply) or an HTTP response (httpReply).
+type answerTo interface {
+	// plan delivers a plan; data is its msgpack encoding.
+	plan(p *msgs.Plan, data []byte) error
+	// fail delivers an Error.
+	fail(e *msgs.Error) error
+}
+
+// natsReply answers on a NATS reply subject. With an endpoint, the answer
+// is counted in that endpoint's micro stats, timed from received.
+type natsReply struct {
+	n        *Node
+	subject  string
+	ep       *endpoint // nil: a frame published as a request
+	received time.Time
+}
+
+func (r natsReply) plan(_ *msgs.Plan, data []byte) error {
+	err := r.n.nc.Publish(r.subject, data)
+	r.count("")
+	return err
+}
+
+// fail sends e with the micro protocol's error headers: Nats-Service-Error
+// is "code: message" and Nats-Service-Error-Code the HTTP status the HTTP
+// API gives the same error (httpStatus).
+func (r natsReply) fail(e *msgs.Error) error {
+	data, err := msgs.Marshal(e)
+	if err != nil {
+		return err
+	}
+	desc := headerValue(string(e.Err.Code) + ": " + e.Err.Message)
+	m := &nats.Msg{Subject: r.subject, Data: data, Header: nats.Header{}}
+	m.Header.Set(micro.ErrorHeader, desc)
+	m.Header.Set(micro.ErrorCodeHeader, strconv.Itoa(httpStatus(e.Err.Code)))
+	err = r.n.nc.PublishMsg(m)
+	r.count(desc)
+	return err
+}
+
+func (r natsReply) count(errText string) {
+	if r.ep != nil {
+		r.ep.answered(r.n.now().Sub(r.received), errText)
+	}
+}
+
+// maxHeaderValue bounds the error text put in a header; the reply's body
+// carries all of it.
+const maxHeaderValue = 1024
+
+// headerValue makes s one header line.
+func headerValue(s string) string {
+	s = strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
+	if len(s) > maxHeaderValue {
+		s = s[:maxHeaderValue] + "…"
+	}
+	return s
+}
 
 // answer claims j's one reply. It reports false when j was answered already.
 func (n *Node) answer(j *job) bool {
@@ -30,7 +95,7 @@ func (n *Node) shed(j *job, reason, msg string) {
 		return
 	}
 	n.m.shed.Inc(reason)
-	n.send(j.reply, msgs.NewError(j.req.ID, code, msg))
+	n.send(j.to, msgs.NewError(j.req.ID, code, msg))
 	n.m.stage("total", n.now().Sub(j.received))
 }
 
@@ -39,7 +104,7 @@ func (n *Node) sendJobError(j *job, e *msgs.Error) {
 	if !n.answer(j) {
 		return
 	}
-	n.send(j.reply, e)
+	n.send(j.to, e)
 	n.m.stage("total", n.now().Sub(j.received))
 }
 
@@ -51,10 +116,10 @@ func (n *Node) sendPlan(j *job, p *msgs.Plan) {
 	start := n.now()
 	data, err := msgs.Marshal(p)
 	if err != nil {
-		n.send(j.reply, msgs.NewError(j.req.ID, msgs.CodeInternal, "encoding the plan: "+err.Error()))
+		n.send(j.to, msgs.NewError(j.req.ID, msgs.CodeInternal, "encoding the plan: "+err.Error()))
 		return
 	}
-	if err := n.nc.Publish(j.reply, data); err != nil {
+	if err := j.to.plan(p, data); err != nil {
 		n.log.Error("sending a plan failed", "request", j.req.ID, "err", err)
 	}
 	if err := n.nc.Publish(PlansSubject(n.opts.Name), data); err != nil {
@@ -69,18 +134,14 @@ func (n *Node) sendPlan(j *job, p *msgs.Plan) {
 }
 
 // sendError answers a request that never became a job.
-func (n *Node) sendError(reply string, e *msgs.Error) {
-	n.send(reply, e)
+func (n *Node) sendError(to answerTo, e *msgs.Error) {
+	n.send(to, e)
 }
 
-// send encodes and publishes an Error reply and counts it by code.
-func (n *Node) send(reply string, e *msgs.Error) {
+// send delivers an Error reply and counts it by code.
+func (n *Node) send(to answerTo, e *msgs.Error) {
 	n.m.errors.Inc(string(e.Err.Code))
-	data, err := msgs.Marshal(e)
-	if err == nil {
-		err = n.nc.Publish(reply, data)
-	}
-	if err != nil {
+	if err := to.fail(e); err != nil {
 		n.log.Error("sending an error reply failed", "request", e.ID, "code", e.Err.Code, "err", err)
 		return
 	}

@@ -6,23 +6,24 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nats.go"
 
 	"vlanode/msgs"
 )
 
-// onInfer handles a request on vla.infer or vla.<node>.infer. It runs on
-// the endpoint's subscription goroutine, so it only decodes, checks and
-// queues; the worker runs the engine.
-func (n *Node) onInfer(r micro.Request) {
+// onInfer handles a request on vla.infer or vla.<node>.infer (endpoint
+// ep). It runs on the endpoint's subscription goroutine, so it only
+// decodes, checks and queues; the worker runs the engine.
+func (n *Node) onInfer(ep *endpoint, m *nats.Msg) {
 	received := n.now()
-	data, reply := r.Data(), r.Reply()
+	data := m.Data
 	n.m.requests.Inc("")
-	if reply == "" {
+	if m.Reply == "" {
 		n.m.unanswerable.Inc("")
-		n.log.Debug("infer message without a reply subject ignored", "subject", r.Subject())
+		n.log.Debug("infer message without a reply subject ignored", "subject", m.Subject)
 		return
 	}
+	reply := natsReply{n: n, subject: m.Reply, ep: ep, received: received}
 	if n.closing.Load() {
 		n.m.shed.Inc(shedShutdown)
 		n.sendError(reply, msgs.NewError(msgs.RequestID(data), msgs.CodeOverloaded,
@@ -44,7 +45,7 @@ func (n *Node) onInfer(r micro.Request) {
 		n.sendError(reply, e)
 		return
 	}
-	j := &job{req: req, reply: reply, received: received}
+	j := &job{req: req, to: reply, received: received}
 	if req.DeadlineMs > 0 {
 		j.deadline = received.Add(time.Duration(req.DeadlineMs) * time.Millisecond)
 	}

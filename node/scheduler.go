@@ -11,7 +11,7 @@ import (
 // job is one accepted request, from admission to its one reply.
 type job struct {
 	req       *msgs.InferRequest
-	reply     string        // the requester's reply subject
+	to        answerTo      // where the one answer goes
 	received  time.Time     // when the node got the request
 	admitted  time.Time     // when it entered the queue
 	deadline  time.Time     // zero: none

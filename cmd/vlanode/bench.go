@@ -51,6 +51,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	python := fs.String("python", "python3", "the Python that runs --accelerate")
 	accReps := fs.Int("accelerate-reps", 1, "timed Accelerate inferences per budget (after its warm-up)")
 	out := fs.String("out", "", "folder for bench.json (and Accelerate's results); default: none written")
+	asJSON := fs.Bool("json", false, "print the report (bench.json's content) instead of the tables")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -86,7 +87,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	}
 	var nv *gpu.NVML
 	if mf.device != "cpu" {
-		if nv, err = gpu.OpenNVML(0); err != nil {
+		// The engine's GPU is CUDA's device 0; NVML is asked for it by
+		// its UUID (NVML's own index 0 differs under CUDA_VISIBLE_DEVICES).
+		if nv, err = openNVMLOf("0"); err != nil {
 			fmt.Fprintf(stderr, "vlanode bench: no per-process GPU memory: %v\n", err)
 			nv = nil
 		} else {
@@ -117,8 +120,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			}
 			r.Identical = sameResult(first, res)
 			rep.Runs = append(rep.Runs, r)
-			fmt.Fprintf(stderr, "vlanode bench: %s %s: %.0f ms (predicted %.0f), peak %.2f GB allocated, %.2f GB NVML; graphs: decode %v, diffusion %v%s\n",
-				budgetText(b), r.Mode, r.MeasuredMs["total"], r.PredictedMs["total"], float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9,
+			predicted := ""
+			if r.Backend == "cuda" {
+				predicted = fmt.Sprintf(" (predicted %.0f)", r.PredictedMs["total"])
+			}
+			fmt.Fprintf(stderr, "vlanode bench: %s %s: %.0f ms%s, peak %.2f GB allocated, %.2f GB NVML; graphs: decode %v, diffusion %v%s\n",
+				budgetText(b), r.Mode, r.MeasuredMs["total"], predicted, float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9,
 				r.DecodeGraph, r.DiffusionGraph, map[bool]string{true: " (" + r.GraphError + ")"}[r.GraphError != ""])
 		}
 	}
@@ -154,7 +161,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			return err
 		}
 	}
-	rep.print(stdout)
+	if *asJSON {
+		raw, err := json.Marshal(rep)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s\n", raw)
+	} else {
+		rep.print(stdout)
+	}
 	defer func() {
 		if failed > 0 && err == nil {
 			err = fmt.Errorf("%d of %d runs failed", failed, len(rep.Runs))
@@ -199,6 +214,7 @@ type benchReport struct {
 type benchRun struct {
 	Budget      int64              `json:"budget_bytes"` // 0: none
 	Mode        string             `json:"mode"`
+	Backend     string             `json:"backend"` // cpu or cuda; the predictions and bounds are the GPU's
 	Resident    int                `json:"resident_units"`
 	Streamed    int                `json:"streamed_units"`
 	SlotBytes   int64              `json:"slot_bytes"`
@@ -291,7 +307,7 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool
 	debug.FreeOSMemory() // packing garbage, before the timed runs
 	r := benchRun{
 		Budget: s.budget, Mode: bm.mode.String(), Resident: residentUnits(bm.plan), Streamed: streamedUnits(bm.plan),
-		SlotBytes: bm.plan.SlotBytes, LoadSeconds: time.Since(t0).Seconds(),
+		SlotBytes: bm.plan.SlotBytes, LoadSeconds: time.Since(t0).Seconds(), Backend: bm.be.Name(),
 		PredictedMs: map[string]float64{"total": bm.plan.TotalMs},
 	}
 	r.StreamedBytes, r.EnterBytes = streamedPerPass(bm.plan)
@@ -480,17 +496,21 @@ func (rep *benchReport) print(w io.Writer) {
 		if r.Budget > 0 && r.PeakAllocBytes > 0 {
 			within = yesNo(r.PeakAllocBytes <= r.Budget && r.PeakNVMLBytes <= r.Budget)
 		}
-		bound, vsBound := "-", "-"
-		if r.BoundMs != nil {
-			bound, vsBound = fmt.Sprintf("%.0f", r.BoundMs["total"]), fmt.Sprintf("%+.1f%%", 100*(m["total"]/r.BoundMs["total"]-1))
+		// The prediction and the bound are the GPU's: none on the CPU.
+		predicted, vsPlan, bound, vsBound := "-", "-", "-", "-"
+		if r.Backend == "cuda" {
+			predicted, vsPlan = fmt.Sprintf("%.1f", r.PredictedMs["total"]), fmt.Sprintf("%+.1f%%", 100*(m["total"]/r.PredictedMs["total"]-1))
+			if r.BoundMs != nil {
+				bound, vsBound = fmt.Sprintf("%.0f", r.BoundMs["total"]), fmt.Sprintf("%+.1f%%", 100*(m["total"]/r.BoundMs["total"]-1))
+			}
 		}
 		accS, speedup := "-", "-"
 		if a, ok := rep.Accelerate[budgetText(r.Budget)]; ok && a.LatencyS > 0 {
 			accS, speedup = fmt.Sprintf("%.2f", a.LatencyS), fmt.Sprintf("%.1f×", a.LatencyS*1e3/m["total"])
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%+.1f%%\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t\n",
 			shortBudget(r.Budget), r.Mode, r.Resident, streamedText(r), m["vision"], m["prefill"], m["decode"], m["diffusion"], m["total"],
-			r.PredictedMs["total"], 100*(m["total"]/r.PredictedMs["total"]-1), bound, vsBound,
+			predicted, vsPlan, bound, vsBound,
 			float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9, within, yesNo(r.Identical), accS, speedup)
 	}
 	tw.Flush()

@@ -18,6 +18,7 @@ type evalFlags struct {
 	inputs, out, expect string
 	atol, rtol, scale   float64
 	states, vlm         string // alpamayo_r1 only
+	json                bool
 }
 
 // tolerance is --expect's tolerance on a backend: --scale-tol's default is
@@ -51,6 +52,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&ef.states, "states", "", "alpamayo_r1: safetensors file with the flow states to evaluate the velocity at, "+
 		"x_steps (float32 [S, waypoints, 2]) at time_steps (float32, at least S); default: the noise at t = 0")
 	fs.StringVar(&ef.vlm, "vlm", "", "alpamayo_r1: the VLM's config folder, overriding the checkpoint's vlm_name_or_path")
+	fs.BoolVar(&ef.json, "json", false, "print the result as one JSON object (what was written; with --expect, whether it matched)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -64,8 +66,9 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	rep := newReport(ef.json, stdout, stderr)
 	if configs.IsAlpamayo(mt) {
-		return evalExpert(ctx, &mf, &ef, stdout, stderr)
+		return evalExpert(ctx, &mf, &ef, rep, stderr)
 	}
 	if ef.states != "" || ef.vlm != "" {
 		return usagef("--states and --vlm are for alpamayo_r1 checkpoints; %s is %s", mf.dir, mt)
@@ -90,11 +93,22 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}, map[string]string{"model": mf.dir, "device": mf.device}); err != nil {
 		return fmt.Errorf("writing %s: %w", ef.out, err)
 	}
-	fmt.Fprintf(stdout, "wrote logits [%d, %d] to %s\n", len(ids), vocab, ef.out)
-	if ef.expect != "" {
-		return expectLogits(stdout, ef.expect, logits, ef.tolerance(lm.be.Name()))
+	fmt.Fprintf(rep.lines(), "wrote logits [%d, %d] to %s\n", len(ids), vocab, ef.out)
+	rep.set("out", ef.out)
+	rep.set("logits", []int{len(ids), vocab})
+	if ef.expect == "" {
+		return rep.done(nil)
 	}
-	return nil
+	err = expectLogits(rep.lines(), ef.expect, logits, ef.tolerance(lm.be.Name()))
+	rep.set("expect", expectJSON{Reference: ef.expect, Match: err == nil})
+	return rep.done(err)
+}
+
+// expectJSON is the --expect result in --json output.
+type expectJSON struct {
+	Reference string   `json:"reference"`
+	Match     bool     `json:"match"`
+	Differ    []string `json:"differ,omitempty"` // the outputs beyond the tolerance
 }
 
 // evalLogits runs one forward over the prompt and returns the logits of

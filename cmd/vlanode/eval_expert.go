@@ -112,7 +112,7 @@ type expertOutputs struct {
 // (teacher forcing: the states are inputs, as the tokens are for logits),
 // over the VLM cache from the inputs, as NVlabs/alpamayo's step_fn runs
 // them.
-func evalExpert(ctx context.Context, mf *modelFlags, ef *evalFlags, stdout, stderr io.Writer) error {
+func evalExpert(ctx context.Context, mf *modelFlags, ef *evalFlags, rep *report, stderr io.Writer) error {
 	be, err := mf.openBackend(stderr)
 	if err != nil {
 		return err
@@ -171,10 +171,16 @@ func evalExpert(ctx context.Context, mf *modelFlags, ef *evalFlags, stdout, stde
 	}, map[string]string{"model": mf.dir, "device": mf.device, "states": in.statesSrc}); err != nil {
 		return fmt.Errorf("writing %s: %w", ef.out, err)
 	}
-	fmt.Fprintf(stdout, "wrote velocity [%d, %d, 2], hidden and in_proj [%d, %d, %d], new_k and new_v [%d, %d, %d] to %s\n",
+	fmt.Fprintf(rep.lines(), "wrote velocity [%d, %d, 2], hidden and in_proj [%d, %d, %d], new_k and new_v [%d, %d, %d] to %s\n",
 		S, n, S, n, h, layers, n, kvw, ef.out)
+	rep.set("out", ef.out)
+	rep.set("velocity", []int{S, n, 2})
+	rep.set("hidden", []int{S, n, h})
+	rep.set("in_proj", []int{S, n, h})
+	rep.set("new_k", []int{layers, n, kvw})
+	rep.set("new_v", []int{layers, n, kvw})
 	if ef.expect == "" {
-		return nil
+		return rep.done(nil)
 	}
 	tol := ef.tolerance(be.Name())
 	var failed []string
@@ -188,7 +194,7 @@ func evalExpert(ctx context.Context, mf *modelFlags, ef *evalFlags, stdout, stde
 		{o.newK, "new_k", "new_k"},
 		{o.newV, "new_v", "new_v"},
 	} {
-		ok, err := expectF32(stdout, ef.expect, c.ref, c.name, c.got, true, tol)
+		ok, err := expectF32(rep.lines(), ef.expect, c.ref, c.name, c.got, true, tol)
 		if err != nil {
 			return err
 		}
@@ -196,8 +202,9 @@ func evalExpert(ctx context.Context, mf *modelFlags, ef *evalFlags, stdout, stde
 			failed = append(failed, c.name)
 		}
 	}
+	rep.set("expect", expectJSON{Reference: ef.expect, Match: len(failed) == 0, Differ: failed})
 	if len(failed) > 0 {
-		return fmt.Errorf("%v differ from %s beyond the tolerance", failed, ef.expect)
+		return rep.done(fmt.Errorf("%v differ from %s beyond the tolerance", failed, ef.expect))
 	}
-	return nil
+	return rep.done(nil)
 }

@@ -18,6 +18,7 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	maxNew := fs.Int("max-new-tokens", 16, "number of tokens to generate")
 	out := fs.String("out", "", "optional safetensors file to write greedy_ids (int64 [N]) to")
 	expect := fs.String("expect", "", "optional reference safetensors file whose greedy_ids to compare with")
+	asJSON := fs.Bool("json", false, "print the result as one JSON object: greedy_ids (and, with --expect, whether they matched)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -49,7 +50,9 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		parts[i] = fmt.Sprint(id)
 		out64[i] = int64(id)
 	}
-	fmt.Fprintln(stdout, strings.Join(parts, " "))
+	rep := newReport(*asJSON, stdout, stderr)
+	fmt.Fprintln(rep.lines(), strings.Join(parts, " "))
+	rep.set("greedy_ids", out64)
 	if *out != "" {
 		if err := safetensors.WriteFile(*out, []safetensors.Tensor{
 			safetensors.I64Tensor("greedy_ids", []int{len(ids)}, out64),
@@ -57,10 +60,12 @@ func runGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return fmt.Errorf("writing %s: %w", *out, err)
 		}
 	}
-	if *expect != "" {
-		return expectIDs(stdout, *expect, out64)
+	if *expect == "" {
+		return rep.done(nil)
 	}
-	return nil
+	err = expectIDs(rep.lines(), *expect, out64)
+	rep.set("expect", expectJSON{Reference: *expect, Match: err == nil})
+	return rep.done(err)
 }
 
 // greedy prefills the prompt and decodes n tokens by argmax, through the

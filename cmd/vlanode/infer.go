@@ -46,6 +46,9 @@ func runInfer(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	lf.register(fs)
 	var images []string
 	args, images = splitList(args, "images")
+	// --images takes several values, so splitList takes them out before
+	// the flag package sees them; the flag is here for -h.
+	fs.Func("images", "`FILE...`: the images (JPEG or PNG), camera-major, each camera's frames oldest first (16 for Alpamayo-R1: 4 cameras × 4 frames)", func(string) error { return nil })
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: vlanode infer --model DIR --images FILE... [flags]")
 		fs.PrintDefaults()

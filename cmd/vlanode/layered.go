@@ -50,7 +50,7 @@ var modeNames = []string{"auto", "pipelined", "sequential", "preload"}
 
 func (f *layerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.mode, "mode", "auto", "how streamed units move: pipelined (two DFB slots, copies overlap computes), sequential (one slot, copy then compute), preload (every unit resident: needs a budget that holds them), or auto (pipelined when the plan streams anything)")
-	fs.StringVar(&f.profile, "profile", "", "device profile JSON for the planner (default: the shipped H200 profile; vlanode profile measures one)")
+	fs.StringVar(&f.profile, "profile", "", "device profile JSON for the planner (default: the shipped H200 profile; measure one with the profile command)")
 	f.planOpts.register(fs)
 }
 
@@ -197,8 +197,14 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 	if b.model, err = alpamayo.Load(be, s.dir, alpamayo.LoadOptions{VLM: s.vlm, Layering: lay}); err != nil {
 		return nil, errors.Join(err, b.Close())
 	}
-	fmt.Fprintf(log, "vlanode: %s within %s: %d units resident, %d streamed (%s mode), predicted %.0f ms for the standard workload\n",
-		arch.Name, budgetText(s.budget), residentUnits(plan), streamedUnits(plan), mode, plan.TotalMs)
+	// The plan's prediction is the GPU's (its profile); on the CPU backend
+	// it says nothing.
+	predicted := ""
+	if be.Name() == "cuda" {
+		predicted = fmt.Sprintf(", predicted %.0f ms for the standard workload", plan.TotalMs)
+	}
+	fmt.Fprintf(log, "vlanode: %s within %s: %d units resident, %d streamed (%s mode)%s\n",
+		arch.Name, budgetText(s.budget), residentUnits(plan), streamedUnits(plan), mode, predicted)
 	return b, nil
 }
 

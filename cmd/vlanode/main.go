@@ -33,6 +33,7 @@ func commands() map[string]command {
 		"bench":    {"run the standard workload at several VRAM budgets: latency per stage vs prediction and bound, peak memory, Accelerate", runBench},
 		"profile":  {"measure the GPU for the planner (copy bandwidth, GEMV/GEMM rates, fixed memory, every unit's compute): a profile JSON", runProfile},
 		"plan":     {"plan VRAM residency under a budget from config.json alone: placement, bytes, predicted latency", runPlan},
+		"version":  {"print the release, the commit it was built from and the Go version", runVersion},
 	}
 }
 

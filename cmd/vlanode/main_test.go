@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -115,6 +116,54 @@ func TestEvalAndGenerate(t *testing.T) {
 	code, stdout, stderr = runCLI("generate", "--model", dir, "--inputs", in, "--max-new-tokens", "6", "--expect", ids)
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "MATCH: 6 greedy ids")
+
+	// --json: one object on stdout, the lines for people on stderr.
+	code, stdout, stderr = runCLI("generate", "--model", dir, "--inputs", in, "--max-new-tokens", "6", "--expect", ids, "--json")
+	require.Equal(t, 0, code, stderr)
+	var gen struct {
+		IDs    []int64    `json:"greedy_ids"`
+		Expect expectJSON `json:"expect"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &gen), stdout)
+	assert.Len(t, gen.IDs, 6)
+	assert.Equal(t, expectJSON{Reference: ids, Match: true}, gen.Expect)
+	assert.Contains(t, stderr, "MATCH: 6 greedy ids")
+	code, stdout, stderr = runCLI("eval", "--model", dir, "--inputs", in, "--out", out+".3", "--expect", out, "--json")
+	require.Equal(t, 0, code, stderr)
+	var ev struct {
+		Logits []int      `json:"logits"`
+		Expect expectJSON `json:"expect"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &ev), stdout)
+	assert.Equal(t, []int{5, 64}, ev.Logits)
+	assert.True(t, ev.Expect.Match)
+}
+
+func TestVersion(t *testing.T) {
+	code, stdout, _ := runCLI("version")
+	require.Equal(t, 0, code)
+	assert.Regexp(t, `^vlanode 0\.1\.0 \(.*go1\.\d+.*\)\n$`, stdout)
+	code, stdout, _ = runCLI("version", "--json")
+	require.Equal(t, 0, code)
+	var v struct{ Release, Go string }
+	require.NoError(t, json.Unmarshal([]byte(stdout), &v))
+	assert.Equal(t, "0.1.0", v.Release)
+}
+
+// TestHelpTexts: every command's -h names each flag's argument plainly (Go's
+// flag package turns a backquoted word of a usage string into the
+// argument's name), and infer's lists --images.
+func TestHelpTexts(t *testing.T) {
+	argName := regexp.MustCompile(`(?m)^  -[a-z0-9-]+ (.+)$`)
+	for name := range commands() {
+		code, _, stderr := runCLI(name, "-h")
+		require.Equal(t, 0, code, name)
+		for _, m := range argName.FindAllStringSubmatch(stderr, -1) {
+			assert.Regexp(t, `^(string|int|uint|float|duration|value|FILE\.\.\.)$`, m[1], "vlanode %s -h: %q", name, m[0])
+		}
+	}
+	_, _, stderr := runCLI("infer", "-h")
+	assert.Contains(t, stderr, "  -images FILE...")
 }
 
 func TestExpectMismatch(t *testing.T) {

@@ -27,7 +27,7 @@ import (
 // resident.
 func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("profile", stderr)
-	dir := fs.String("model", "", "an alpamayo_r1 checkpoint to time (e.g. `vlanode synth --arch alpamayo-r1-10b`): it must fit the GPU")
+	dir := fs.String("model", "", "an alpamayo_r1 checkpoint to time (e.g. one \"vlanode synth --arch alpamayo-r1-10b\" wrote): it must fit the GPU")
 	vlm := fs.String("vlm", "", "the VLM's config folder, overriding the checkpoint's vlm_name_or_path")
 	out := fs.String("out", "", "where to write the profile JSON (default: stdout)")
 	runs := fs.Int("runs", 2, "profiled inferences (after one warm-up); each unit's time is its median")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"sync/atomic"
@@ -22,6 +23,7 @@ func runRecord(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Var(&maxBytes, "max-bytes", "the stream's size limit, e.g. 2GiB; past it new messages are refused (0: none)")
 	noRequests := fs.Bool("no-requests", false, "do not record vla.<node>.infer requests (they carry the ego history replay needs)")
 	quiet := fs.Bool("quiet", false, "no progress line")
+	asJSON := fs.Bool("json", false, "print what was stored as one JSON object (the other lines go to stderr)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -31,9 +33,7 @@ func runRecord(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case *duration < 0:
 		return usagef("--duration must not be negative")
 	}
-	if nf.url == "" {
-		nf.url = "nats://127.0.0.1:4222"
-	}
+	nf.clientURL()
 	if err := nf.resolve(false); err != nil {
 		return err
 	}
@@ -59,10 +59,23 @@ func runRecord(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		fmt.Fprintf(stderr, "\rrecording %s: %d frames, %d requests, %d plans, %.1f MiB", *stream, c.Frames, c.Requests, c.Plans, float64(c.Bytes)/(1<<20))
 	}
-	ready := func() { fmt.Fprintf(stdout, "recording node %s into stream %s; stop with Ctrl-C\n", *name, *stream) }
+	lines := stdout
+	if *asJSON {
+		lines = stderr
+	}
+	ready := func() { fmt.Fprintf(lines, "recording node %s into stream %s; stop with Ctrl-C\n", *name, *stream) }
 	c, err := record.Record(ctx, nc, record.Config{Node: *name, Stream: *stream, MaxBytes: int64(maxBytes), Requests: !*noRequests, Ready: ready}, progress)
 	if !*quiet {
 		fmt.Fprintln(stderr)
+	}
+	if *asJSON {
+		if jerr := json.NewEncoder(stdout).Encode(map[string]any{
+			"stream": *stream, "messages": c.Messages(), "frames": c.Frames, "requests": c.Requests, "plans": c.Plans,
+			"bytes": c.Bytes, "refused": c.Failed,
+		}); jerr != nil && err == nil {
+			err = jerr
+		}
+		return err
 	}
 	fmt.Fprintf(stdout, "stored %d messages in stream %s: %d frames, %d requests, %d plans, %d bytes; %d refused\n",
 		c.Messages(), *stream, c.Frames, c.Requests, c.Plans, c.Bytes, c.Failed)

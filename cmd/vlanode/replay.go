@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"vlanode/msgs"
@@ -39,11 +41,12 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for each answer")
 	prompt := fs.String("prompt", "", "prompt for every request")
 	keep := fs.Bool("keep-stamps", false, "publish the recorded stamps instead of shifting the clip to now")
-	inflight := fs.Int("max-inflight", 16, "real time: requests awaiting answers at once")
-	discoverWait := fs.Duration("discover-timeout", 5*time.Second, "how long to wait for the node to describe its model")
+	inflight := fs.Int("max-inflight", 1, "real time: requests awaiting answers at once; a request due while that many await is not made, as a robot asks again once it has its plan (raise it to see the node shed load)")
+	discoverWait := fs.Duration("discover-timeout", 10*time.Second, "how long to wait for the NATS server and for the node to describe its model (a node that is still loading its model)")
 	noProgress := fs.Bool("no-progress", false, "do not draw a progress bar")
 	maxTokens := fs.Int("max-reasoning-tokens", 0, "max_reasoning_tokens of every request (0: as recorded, or the model's default)")
 	printPlans := fs.Bool("print-plans", false, "print each plan as it arrives: trajectory, reasoning, latency per stage")
+	asJSON := fs.Bool("json", false, "print JSON lines instead: each plan (with --print-plans) as {\"plan\": …}, then {\"summary\": …}")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: vlanode replay --node NAME [flags] SOURCE\n\nSOURCE: a clip folder (<camera>/<stamp_ns>.jpg|png, ego.csv; see docs/node.md) or jetstream:STREAM (made by vlanode record).\n\nflags:")
 		fs.PrintDefaults()
@@ -58,26 +61,25 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case *speed <= 0 || *every < 1 || *inflight < 1 || *deadline < 0 || *maxTokens < 0:
 		return usagef("--speed must be positive, --every and --max-inflight at least 1, --deadline-ms and --max-reasoning-tokens not negative")
 	}
-	if nf.url == "" {
-		nf.url = "nats://127.0.0.1:4222"
-	}
+	nf.clientURL()
 	if err := nf.resolve(false); err != nil {
 		return err
 	}
 	if err := checkSource(source); err != nil {
 		return err
 	}
-	nc, err := node.Connect(nf.url, "vlanode replay", nf.auth)
+	dctx, cancel := context.WithTimeout(ctx, *discoverWait)
+	defer cancel()
+	nc, err := connectWaiting(dctx, nf, "vlanode replay")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	dctx, cancel := context.WithTimeout(ctx, *discoverWait)
 	peer, err := node.Discover(dctx, nc, *name)
-	cancel()
 	if err != nil {
 		return err
 	}
+	cancel()
 	var src replay.Source
 	if stream, ok := strings.CutPrefix(source, streamPrefix); ok {
 		js, err := jetstream.New(nc)
@@ -102,7 +104,13 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		DeadlineMs: *deadline, Timeout: *timeout, Prompt: *prompt, KeepStamps: *keep, MaxInflight: *inflight,
 		MaxReasoningTokens: *maxTokens,
 	}
-	if *printPlans {
+	switch {
+	case *printPlans && *asJSON:
+		enc := json.NewEncoder(stdout)
+		cfg.OnPlan = func(p *msgs.Plan, rtt time.Duration) {
+			enc.Encode(map[string]any{"plan": node.NewPlanJSON(p, nil), "round_trip_ms": float64(rtt) / float64(time.Millisecond)})
+		}
+	case *printPlans:
 		cfg.OnPlan = func(p *msgs.Plan, rtt time.Duration) { printReplayPlan(stdout, p, rtt) }
 	}
 	if *subject == "any" {
@@ -113,12 +121,24 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if !*noProgress {
 		cfg.Progress = stderr
 	}
-	fmt.Fprintf(stdout, "replaying %s into node %s (model %s, cameras %s)\n", source, *name, peer.Info.Model, strings.Join(peer.Info.Cameras, ", "))
+	if !*asJSON {
+		fmt.Fprintf(stdout, "replaying %s into node %s (model %s, cameras %s)\n", source, *name, peer.Info.Model, strings.Join(peer.Info.Cameras, ", "))
+	}
 	sum, err := replay.Play(ctx, nc, src, cfg)
 	if sum != nil {
-		sum.Write(stdout)
+		if *asJSON {
+			json.NewEncoder(stdout).Encode(map[string]any{"summary": sum.JSON()})
+		} else {
+			sum.Write(stdout)
+		}
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	if n := sum.ErrorCount(); n > 0 {
+		return fmt.Errorf("%d of %d requests failed (the errors are listed above)", n, sum.Requests)
+	}
+	return nil
 }
 
 // parseWithSource parses flags around exactly one positional SOURCE.
@@ -180,4 +200,26 @@ func printReplayPlan(w io.Writer, p *msgs.Plan, rtt time.Duration) {
 	fmt.Fprintf(w, "\rplan %s from %s: in %.1f s to x=%.1f m, y=%.1f m | reasoning %q\n", p.ID, p.Node, horizon, end[0], end[1], reasoning)
 	fmt.Fprintf(w, "  ms: preprocess %.0f, vision %.0f, prefill %.0f, decode %.0f, diffusion %.0f, total %.0f (round trip %.0f)\n",
 		t.Preprocess, t.Vision, t.Prefill, t.Decode, t.Diffusion, t.Total, float64(rtt)/float64(time.Millisecond))
+}
+
+// connectWaiting connects to the NATS server, waiting for it until ctx ends
+// (a serve started a moment ago may not listen yet).
+func connectWaiting(ctx context.Context, nf natsFlags, client string) (*nats.Conn, error) {
+	nc, err := node.Connect(nf.url, client, nf.auth, nats.RetryOnFailedConnect(true))
+	if err != nil {
+		return nil, err
+	}
+	for !nc.IsConnected() {
+		select {
+		case <-ctx.Done():
+			last := nc.LastError()
+			nc.Close()
+			if last != nil {
+				return nil, fmt.Errorf("connecting to %s: %w", nf.url, last)
+			}
+			return nil, fmt.Errorf("no NATS server answered at %s (is vlanode serve running? --nats-url or $NATS_URL name another server)", nf.url)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nc, nil
 }

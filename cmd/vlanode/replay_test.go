@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"image"
 	"image/png"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -102,6 +104,36 @@ func TestRecordAndReplayCommands(t *testing.T) {
 	assert.Contains(t, stdout, "recorded plans (not replayed): 3")
 	assert.Empty(t, stderr)
 
+	// Failed requests: exit status 1, each kind of error once with its count.
+	code, stdout, stderr = runCLI("replay", "--nats-url", url, "--node", "cli", "--fast", "--no-progress", "--subject", "vla.nobody.infer", writeCLIClip(t, 4))
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stdout, "errors: 3 (client_no_responders 3)")
+	assert.Contains(t, stdout, "  3 × client_no_responders: no node serves vla.nobody.infer\n")
+	assert.Contains(t, stderr, "3 of 3 requests failed")
+
+	// --json: a plan a line, then the summary.
+	code, stdout, stderr = runCLI("replay", "--nats-url", url, "--node", "cli", "--fast", "--no-progress", "--print-plans", "--json", writeCLIClip(t, 3))
+	require.Equal(t, 0, code, stderr)
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	require.Len(t, lines, 3, stdout)
+	var plan struct {
+		Plan struct {
+			ID        string `json:"id"`
+			Reasoning string `json:"reasoning"`
+		} `json:"plan"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &plan))
+	assert.Equal(t, "replay-1", plan.Plan.ID)
+	assert.Equal(t, "ok", plan.Plan.Reasoning)
+	var sum struct {
+		Summary struct {
+			Plans  int            `json:"plans"`
+			Errors map[string]int `json:"errors"`
+		} `json:"summary"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[2]), &sum))
+	assert.Equal(t, 2, sum.Summary.Plans)
+
 	// An unknown node is reported by name.
 	code, _, stderr = runCLI("replay", "--nats-url", url, "--node", "nope", "--discover-timeout", "300ms", writeCLIClip(t, 2))
 	assert.Equal(t, 1, code)
@@ -138,4 +170,33 @@ func TestReplaySourceErrors(t *testing.T) {
 	code, _, stderr = runCLI("record", "--node", "n")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "--node and --stream are required")
+}
+
+// TestReplayWaitsForTheServer: replay started a moment before serve waits
+// for the NATS server (up to --discover-timeout) and says when none came.
+func TestReplayWaitsForTheServer(t *testing.T) {
+	code, _, stderr := runCLI("replay", "--nats-url", "nats://127.0.0.1:1", "--node", "n", "--discover-timeout", "300ms", writeCLIClip(t, 2))
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "nats://127.0.0.1:1")
+
+	var env engineEnv
+	var model string
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	done := make(chan int, 1)
+	var out, errOut syncBuffer
+	go func() {
+		done <- run(context.Background(), []string{"replay", "--nats-url", "nats://" + addr, "--node", "late", "--fast", "--no-progress", writeCLIClip(t, 3)}, &out, &errOut)
+	}()
+	time.Sleep(300 * time.Millisecond) // replay is waiting by now
+	serving(t, cliSpec(&env, &model), "--name", "late", "--listen", addr)
+	select {
+	case code := <-done:
+		require.Equal(t, 0, code, errOut.String())
+	case <-time.After(20 * time.Second):
+		t.Fatal("replay did not finish")
+	}
+	assert.Contains(t, out.String(), "plans: 2")
 }

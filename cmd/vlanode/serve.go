@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -32,7 +34,7 @@ type engineSpec struct {
 // engineEnv is what serve hands to engineSpec.build.
 type engineEnv struct {
 	BudgetBytes uint64        // --budget resolved (auto: free VRAM − --budget-reserve); 0: unlimited
-	GPU         int           // --gpu: the device index; -1: none
+	GPU         int           // --gpu resolved: the CUDA ordinal; -1: none
 	Telemetry   gpu.Telemetry // NVML for that GPU, or nil
 	Log         *slog.Logger
 }
@@ -42,12 +44,37 @@ const errNoEngine = "no model engine yet: serve needs the model pipeline (vision
 
 // natsFlags are the connection flags that serve, replay and record share.
 type natsFlags struct {
-	url  string
-	auth node.Auth
+	url     string
+	fromEnv bool // url came from $NATS_URL
+	auth    node.Auth
+}
+
+// defaultNATSURL is where replay and record connect without --nats-url or
+// $NATS_URL: serve's embedded server on this machine.
+const defaultNATSURL = "nats://127.0.0.1:4222"
+
+// useEnv takes the URL from $NATS_URL, as the nats CLI does, when
+// --nats-url was not given.
+func (f *natsFlags) useEnv() {
+	if f.url == "" {
+		if u := os.Getenv("NATS_URL"); u != "" {
+			f.url, f.fromEnv = u, true
+		}
+	}
+}
+
+// clientURL is the URL of a client command (replay, record): --nats-url,
+// $NATS_URL, or the local default.
+func (f *natsFlags) clientURL() string {
+	f.useEnv()
+	if f.url == "" {
+		f.url = defaultNATSURL
+	}
+	return f.url
 }
 
 func (f *natsFlags) register(fs *flag.FlagSet, urlHelp string) {
-	fs.StringVar(&f.url, "nats-url", "", urlHelp)
+	fs.StringVar(&f.url, "nats-url", "", urlHelp+" (default: $NATS_URL)")
 	fs.StringVar(&f.auth.User, "user", "", "NATS user (with --password, or $VLANODE_NATS_PASSWORD)")
 	fs.StringVar(&f.auth.Password, "password", "", "NATS password")
 	fs.StringVar(&f.auth.Token, "token", "", "NATS token (or $VLANODE_NATS_TOKEN)")
@@ -171,7 +198,10 @@ func (b *budgetFlag) Set(s string) error {
 type serveConfig struct {
 	nats          natsFlags
 	name          string
+	listen        string // --listen HOST:PORT
 	port          int
+	insecure      bool // --insecure-no-auth
+	httpAddr      string
 	dataDir       string
 	maxPayload    byteSize
 	metricsAddr   string
@@ -181,7 +211,7 @@ type serveConfig struct {
 	syncTolerance time.Duration
 	staleAfter    time.Duration
 	ringCapacity  int
-	gpuIndex      int
+	gpu           string // --gpu: a CUDA ordinal, a UUID, or -1
 	budget        budgetFlag
 	reserve       byteSize
 	logLevel      string
@@ -191,9 +221,12 @@ type serveConfig struct {
 func parseServe(args []string, stderr io.Writer, spec engineSpec) (*serveConfig, error) {
 	fs := newFlags("serve", stderr)
 	c := &serveConfig{maxPayload: node.DefaultMaxPayload, reserve: gpu.DefaultReserve}
-	c.nats.register(fs, "NATS server to connect to (comma-separated list); empty: start an embedded server with JetStream on 127.0.0.1")
+	c.nats.register(fs, "NATS server to connect to (comma-separated list); empty: start an embedded server with JetStream")
 	fs.StringVar(&c.name, "name", defaultNodeName(), "node name: one NATS subject token (vla.<name>.*)")
-	fs.IntVar(&c.port, "port", 4222, "embedded server: port on 127.0.0.1 (0: any free port)")
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:4222", "embedded server: HOST:PORT to listen on (0.0.0.0:4222 for every interface, which needs --user/--password or --token; port 0: any free one)")
+	fs.IntVar(&c.port, "port", 4222, "embedded server: port on 127.0.0.1, short for --listen 127.0.0.1:PORT")
+	fs.BoolVar(&c.insecure, "insecure-no-auth", false, "let the embedded server listen beyond loopback without credentials: anyone who reaches the port can send frames and requests")
+	fs.StringVar(&c.httpAddr, "http-addr", "", "serve the HTTP API (POST /v1/infer, health, models, metrics; docs/http.md) at HOST:PORT, e.g. 127.0.0.1:8080; empty: off")
 	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir(), "embedded server: JetStream store directory")
 	fs.Var(&c.maxPayload, "max-payload", "largest request in bytes (e.g. 8MiB); the embedded server's max_payload; with --nats-url, capped by the server's")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464); empty: off")
@@ -203,7 +236,7 @@ func parseServe(args []string, stderr io.Writer, spec engineSpec) (*serveConfig,
 	fs.DurationVar(&c.syncTolerance, "sync-tolerance", 0, "sync window: how far a frame may be from its slot (0: half a frame period)")
 	fs.DurationVar(&c.staleAfter, "stale-after", 0, "sync window: a frame received longer ago is dropped (0: (frames per camera + 1) frame periods)")
 	fs.IntVar(&c.ringCapacity, "ring-capacity", 0, "frames kept per camera (0: 32)")
-	fs.IntVar(&c.gpuIndex, "gpu", 0, "GPU index for NVML telemetry and the engine; -1: none")
+	fs.StringVar(&c.gpu, "gpu", "0", "the GPU of the engine and of NVML telemetry: a CUDA ordinal (as CUDA_VISIBLE_DEVICES numbers them) or a UUID (GPU-…, nvidia-smi -L); -1: none")
 	fs.Var(&c.budget, "budget", "VRAM budget: a size (16G, 8GiB), unlimited, or auto (free VRAM minus --budget-reserve)")
 	fs.Var(&c.reserve, "budget-reserve", "VRAM --budget auto leaves free (CUDA context and headroom)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -213,26 +246,65 @@ func parseServe(args []string, stderr io.Writer, spec engineSpec) (*serveConfig,
 	if err := parse(fs, args); err != nil {
 		return nil, err
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := c.resolveListen(set); err != nil {
+		return nil, err
+	}
 	if err := c.check(); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
+// resolveListen settles where the node's NATS server is: --nats-url, else
+// $NATS_URL, else the embedded server at --listen (or 127.0.0.1:--port).
+func (c *serveConfig) resolveListen(set map[string]bool) error {
+	embeddedFlags := set["listen"] || set["port"] || set["insecure-no-auth"]
+	if c.nats.url != "" && embeddedFlags {
+		return usagef("--listen, --port and --insecure-no-auth are for the embedded server; --nats-url connects to another one")
+	}
+	if !embeddedFlags {
+		c.nats.useEnv()
+	}
+	if set["listen"] && set["port"] {
+		return usagef("give --listen HOST:PORT or --port PORT, not both")
+	}
+	if set["port"] {
+		c.listen = net.JoinHostPort("127.0.0.1", strconv.Itoa(c.port))
+	}
+	host, port, err := net.SplitHostPort(c.listen)
+	if err != nil {
+		return usagef("--listen %q: want HOST:PORT (e.g. 0.0.0.0:4222): %v", c.listen, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return usagef("--listen %q: port out of range 0..65535", c.listen)
+	}
+	c.port = p
+	c.listen = net.JoinHostPort(host, port)
+	return nil
+}
+
+// listenHost is the host part of --listen.
+func (c *serveConfig) listenHost() string {
+	host, _, _ := net.SplitHostPort(c.listen)
+	return host
+}
+
 func (c *serveConfig) check() error {
 	switch {
 	case c.queueBound < 1:
 		return usagef("--queue-bound must be at least 1")
-	case c.port < 0 || c.port > 65535:
-		return usagef("--port %d out of range 0..65535", c.port)
 	case c.maxPayload < 0 || c.maxPayload > 64<<20:
 		return usagef("--max-payload must be at most 64MiB (the NATS server's limit)")
 	case c.statusEvery <= 0 || c.grace < 0:
 		return usagef("--status-interval must be positive and --shutdown-grace not negative")
 	case c.syncTolerance < 0 || c.staleAfter < 0 || c.ringCapacity < 0:
 		return usagef("--sync-tolerance, --stale-after and --ring-capacity must not be negative")
-	case c.gpuIndex < -1:
-		return usagef("--gpu must be an index or -1")
+	}
+	if _, err := resolveGPU(c.gpu, nil, errNoCUDAYet); err != nil {
+		return err
 	}
 	if err := node.WithName(c.name)(&node.Options{}); err != nil {
 		return usagef("--name: %v", err)
@@ -240,7 +312,14 @@ func (c *serveConfig) check() error {
 	if _, err := parseLevel(c.logLevel); err != nil {
 		return usageError{err.Error()}
 	}
-	return c.nats.resolve(c.nats.url == "")
+	if err := c.nats.resolve(c.nats.url == ""); err != nil {
+		return err
+	}
+	a := c.nats.auth
+	if c.nats.url == "" && !node.Loopback(c.listenHost()) && a.User == "" && a.Token == "" && !c.insecure {
+		return usagef("--listen %s reaches beyond this machine: give --user and --password (or $VLANODE_NATS_PASSWORD) or --token, or --insecure-no-auth to let anyone who reaches the port send frames and requests", c.listen)
+	}
+	return nil
 }
 
 // options returns the node options of the command line.
@@ -255,7 +334,10 @@ func (c *serveConfig) options(log *slog.Logger, tel gpu.Telemetry) []node.Option
 		node.WithLogger(log),
 	)
 	if c.nats.url == "" {
-		opts = append(opts, node.WithEmbeddedServer(c.port, c.dataDir))
+		opts = append(opts, node.WithEmbeddedServer(c.port, c.dataDir), node.WithListenHost(c.listenHost(), c.insecure))
+	}
+	if c.httpAddr != "" {
+		opts = append(opts, node.WithHTTPAddr(c.httpAddr))
 	}
 	if tel != nil {
 		opts = append(opts, node.WithGPU(tel))
@@ -275,7 +357,11 @@ func serveCommand(spec engineSpec) func(ctx context.Context, args []string, stdo
 		}
 		level, _ := parseLevel(c.logLevel)
 		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-		tel := openTelemetry(c.gpuIndex, log)
+		sel, err := selectGPU(c.gpu)
+		if err != nil {
+			return err
+		}
+		tel := openTelemetry(sel, log)
 		if tel != nil {
 			defer tel.Close()
 		}
@@ -286,7 +372,11 @@ func serveCommand(spec engineSpec) func(ctx context.Context, args []string, stdo
 			}
 			log.Info("budget auto", "free_minus_reserve", budget, "reserve", int64(c.reserve))
 		}
-		engine, err := spec.build(ctx, engineEnv{BudgetBytes: budget, GPU: c.gpuIndex, Telemetry: tel, Log: log})
+		ordinal := sel.ordinal
+		if sel.none {
+			ordinal = -1
+		}
+		engine, err := spec.build(ctx, engineEnv{BudgetBytes: budget, GPU: ordinal, Telemetry: tel, Log: log})
 		if err != nil {
 			return fmt.Errorf("loading the model: %w", err)
 		}
@@ -298,6 +388,18 @@ func serveCommand(spec engineSpec) func(ctx context.Context, args []string, stdo
 			return err
 		}
 		fmt.Fprintf(stdout, "vlanode: node %s serving %s on %s (vla.infer, %s)\n", n.Name(), engine.Info().Model, n.URL(), node.InferSubject(n.Name()))
+		if c.nats.fromEnv {
+			fmt.Fprintf(stdout, "vlanode: NATS server from $NATS_URL\n")
+		}
+		if l := n.ListenAddr(); l != "" && !node.Loopback(c.listenHost()) {
+			fmt.Fprintf(stdout, "vlanode: the embedded NATS server listens on %s\n", l)
+			if c.insecure && c.nats.auth.User == "" && c.nats.auth.Token == "" {
+				fmt.Fprintf(stderr, "vlanode: WARNING: --insecure-no-auth: the NATS server on %s takes frames and requests from anyone who can reach it, without credentials\n", l)
+			}
+		}
+		if a := n.HTTPAddr(); a != "" {
+			fmt.Fprintf(stdout, "vlanode: HTTP API on http://%s (POST /v1/infer; docs/http.md)\n", a)
+		}
 		if a := n.MetricsAddr(); a != "" {
 			fmt.Fprintf(stdout, "vlanode: metrics on http://%s/metrics\n", a)
 		}
@@ -305,19 +407,9 @@ func serveCommand(spec engineSpec) func(ctx context.Context, args []string, stdo
 	}
 }
 
-// openTelemetry opens NVML for GPU index, or says once why there is none.
-func openTelemetry(index int, log *slog.Logger) gpu.Telemetry {
-	if index < 0 {
-		log.Info("no GPU telemetry (--gpu -1)")
-		return nil
-	}
-	t, err := gpu.OpenNVML(index)
-	if err != nil {
-		log.Warn("no GPU telemetry: status will report no GPU", "err", err)
-		return nil
-	}
-	return t
-}
+// errNoCUDAYet stands for the CUDA devices while the command line is
+// checked: --gpu's form is checked then, its GPU once serve starts.
+var errNoCUDAYet = errors.New("the GPUs are looked up when serve starts")
 
 func parseLevel(s string) (slog.Level, error) {
 	var l slog.Level

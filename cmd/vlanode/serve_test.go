@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -69,7 +72,10 @@ func serving(t *testing.T, spec engineSpec, args ...string) (string, *syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr syncBuffer
 	done := make(chan error, 1)
-	args = append([]string{"--port", "0", "--data-dir", t.TempDir(), "--gpu", "-1"}, args...)
+	args = append([]string{"--data-dir", t.TempDir(), "--gpu", "-1"}, args...)
+	if !slices.Contains(args, "--listen") && !slices.Contains(args, "--nats-url") {
+		args = append([]string{"--port", "0"}, args...)
+	}
 	go func() { done <- serveCommand(spec)(ctx, args, &stdout, &stderr) }()
 	re := regexp.MustCompile(`on (nats://\S+) `)
 	var url string
@@ -137,6 +143,10 @@ func TestServeFlagErrors(t *testing.T) {
 		{[]string{"--tls-ca", "ca.pem"}, "TLS needs an external server"},
 		{[]string{"--nats-url", "nats://x", "--tls-cert", "c.pem"}, "needs its key"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"--listen", "0.0.0.0:4222"}, "reaches beyond this machine"},
+		{[]string{"--listen", "4222"}, "want HOST:PORT"},
+		{[]string{"--listen", "127.0.0.1:1", "--port", "2"}, "not both"},
+		{[]string{"--nats-url", "nats://bus:4222", "--listen", "127.0.0.1:4222"}, "for the embedded server"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
@@ -199,4 +209,54 @@ func TestServeBudgetAutoNeedsGPU(t *testing.T) {
 	err := serveCommand(cliSpec(&env, &model))(context.Background(),
 		[]string{"--budget", "auto", "--gpu", "-1", "--port", "0", "--data-dir", t.TempDir()}, &stdout, &stderr)
 	assert.ErrorContains(t, err, "--budget auto: gpu: --budget auto needs GPU telemetry")
+}
+
+// TestNATSURLFromEnvironment: serve and the client commands read $NATS_URL
+// when --nats-url is not given; serve's embedded-server flags keep it
+// embedded.
+func TestNATSURLFromEnvironment(t *testing.T) {
+	t.Setenv("NATS_URL", "nats://bus:4222")
+	var stderr bytes.Buffer
+	c, err := parseServe([]string{"--gpu", "-1"}, &stderr, engineSpec{})
+	require.NoError(t, err)
+	assert.Equal(t, "nats://bus:4222", c.nats.url)
+	assert.True(t, c.nats.fromEnv)
+	c, err = parseServe([]string{"--gpu", "-1", "--listen", "127.0.0.1:0"}, &stderr, engineSpec{})
+	require.NoError(t, err)
+	assert.Equal(t, "", c.nats.url, "--listen: the embedded server")
+	c, err = parseServe([]string{"--gpu", "-1", "--nats-url", "nats://other:4222"}, &stderr, engineSpec{})
+	require.NoError(t, err)
+	assert.Equal(t, "nats://other:4222", c.nats.url, "the flag wins")
+
+	var f natsFlags
+	assert.Equal(t, "nats://bus:4222", f.clientURL())
+	t.Setenv("NATS_URL", "")
+	f = natsFlags{}
+	assert.Equal(t, defaultNATSURL, f.clientURL())
+}
+
+// TestServeHTTPAndListen serves with --listen and --http-addr: the NATS
+// URL is the listen address and the HTTP API answers.
+func TestServeHTTPAndListen(t *testing.T) {
+	var env engineEnv
+	var model string
+	url, stdout, stop := serving(t, cliSpec(&env, &model), "--name", "h", "--model", "/m", "--listen", "127.0.0.1:0", "--http-addr", "127.0.0.1:0")
+	assert.Contains(t, url, "nats://127.0.0.1:")
+	m := regexp.MustCompile(`HTTP API on (http://\S+) `).FindStringSubmatch(stdout.String())
+	require.NotNil(t, m, stdout.String())
+	resp, err := http.Get(m[1] + "/v1/models")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	var models struct {
+		Data []struct {
+			ID          string   `json:"id"`
+			CameraOrder []string `json:"camera_order"`
+		} `json:"data"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&models))
+	require.Len(t, models.Data, 1)
+	assert.Equal(t, "cli-test", models.Data[0].ID)
+	assert.Equal(t, []string{"front", "rear"}, models.Data[0].CameraOrder)
+	require.NoError(t, stop())
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,7 @@ func runSynth(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	seed := fs.Uint64("seed", 1, "random seed: the same seed writes the same files")
 	configOnly := fs.Bool("config-only", false, "write only the config.json files and tokenizer.json")
 	force := fs.Bool("force", false, "write into a non-empty folder, replacing files of the same names")
+	asJSON := fs.Bool("json", false, "print what was written as one JSON object instead of the tables")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -42,7 +44,7 @@ func runSynth(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if !*configOnly {
+	if !*configOnly && !*asJSON {
 		printBreakdown(stdout, layout)
 	}
 
@@ -69,6 +71,12 @@ func runSynth(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	took := time.Since(start)
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(map[string]any{
+			"arch": arch, "dir": filepath.Clean(*out), "files": res.Files,
+			"tensors": res.Tensors, "tensor_bytes": res.TensorBytes, "seconds": took.Seconds(),
+		})
+	}
 	fmt.Fprintf(stdout, "wrote %s to %s: %s\n", strings.Join(res.Files, ", "), filepath.Clean(*out), summary(res, took))
 	return nil
 }

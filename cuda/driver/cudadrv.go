@@ -69,7 +69,8 @@ type Driver struct {
 		eventCreate, eventDestroy, eventRecord, eventSynchronize, eventQuery, eventElapsedTime,
 		moduleLoadData, moduleUnload, moduleGetFunction, funcSetAttribute, launchKernel, launchKernelEx,
 		streamBeginCapture, streamEndCapture, streamIsCapturing,
-		graphInstantiate, graphLaunch, graphExecDestroy, graphDestroy, graphGetNodes unsafe.Pointer
+		graphInstantiate, graphLaunch, graphExecDestroy, graphDestroy, graphGetNodes,
+		deviceGetUUID unsafe.Pointer
 	}
 }
 
@@ -138,8 +139,9 @@ func OpenDriver() (*Driver, error) {
 		lib.Close()
 		return nil, err
 	}
-	f.graphGetNodes, _, _ = lib.Lookup("cuGraphGetNodes")   // optional: diagnostics only
-	f.launchKernelEx, _, _ = lib.Lookup("cuLaunchKernelEx") // optional: CUDA 12.0+ (LaunchPDL)
+	f.graphGetNodes, _, _ = lib.Lookup("cuGraphGetNodes")                       // optional: diagnostics only
+	f.deviceGetUUID, _, _ = lib.Lookup("cuDeviceGetUuid_v2", "cuDeviceGetUuid") // optional: GPU selection by UUID
+	f.launchKernelEx, _, _ = lib.Lookup("cuLaunchKernelEx")                     // optional: CUDA 12.0+ (LaunchPDL)
 	// Optional (CanWaitValue). Never the plain names: they are the V1
 	// API, disabled unless the kernel module enables it.
 	f.streamWaitValue32, _, _ = lib.Lookup("cuStreamWaitValue32_v2")
@@ -201,6 +203,30 @@ func (d *Driver) DeviceName(dev Device) (string, error) {
 		return "", err
 	}
 	return C.GoString(&buf[0]), nil
+}
+
+// DeviceUUID returns dev's UUID as NVML and nvidia-smi print it:
+// "GPU-" and 32 hex digits in groups of 8-4-4-4-12. It is how a CUDA
+// ordinal, which CUDA_VISIBLE_DEVICES renumbers, is matched with an NVML
+// device, which it does not.
+func (d *Driver) DeviceUUID(dev Device) (string, error) {
+	if d.f.deviceGetUUID == nil {
+		return "", fmt.Errorf("cuDeviceGetUuid: not in %s", d.lib.Name)
+	}
+	var b [16]C.uchar
+	if err := d.check("cuDeviceGetUuid", C.vla_cuDeviceGetUuid(d.f.deviceGetUUID, &b[0], C.int(dev))); err != nil {
+		return "", err
+	}
+	var raw [16]byte
+	for i := range b {
+		raw[i] = byte(b[i])
+	}
+	return FormatUUID(raw), nil
+}
+
+// FormatUUID writes a 16-byte device UUID as NVML does.
+func FormatUUID(b [16]byte) string {
+	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
 // Attribute returns one attribute of dev.

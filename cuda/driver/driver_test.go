@@ -164,3 +164,10 @@ func TestLtFunctionNames(t *testing.T) {
 		}
 	}
 }
+
+func TestFormatUUID(t *testing.T) {
+	b := [16]byte{0x5a, 0x1b, 0x2c, 0x3d, 0x4e, 0x5f, 0x60, 0x71, 0x82, 0x93, 0xa4, 0xb5, 0xc6, 0xd7, 0xe8, 0xf9}
+	if got, want := FormatUUID(b), "GPU-5a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"; got != want {
+		t.Fatalf("FormatUUID = %q, want %q", got, want)
+	}
+}

@@ -267,3 +267,28 @@ func upload32(t *testing.T, d *Driver, s Stream, v []float32) DevicePtr {
 	check(t, d.CopyHtoD(p, b, s))
 	return p
 }
+
+// TestGPUDeviceUUID: every device has a UUID in NVML's form, each its own.
+func TestGPUDeviceUUID(t *testing.T) {
+	d, _ := gpuContext(t)
+	n, err := d.DeviceCount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for i := range n {
+		dev, err := d.Device(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, err := d.DeviceUUID(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(u) != len("GPU-")+36 || !strings.HasPrefix(u, "GPU-") || seen[u] {
+			t.Fatalf("device %d: UUID %q", i, u)
+		}
+		seen[u] = true
+		t.Logf("CUDA device %d: %s", i, u)
+	}
+}

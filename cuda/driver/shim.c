@@ -46,6 +46,10 @@ vla_status vla_cuDeviceGetName(void *fn, char *name, int len, int dev) {
 vla_status vla_cuDeviceGetAttribute(void *fn, int *v, int attr, int dev) {
 	return ((vla_status(*)(int *, int, int))fn)(v, attr, dev);
 }
+vla_status vla_cuDeviceGetUuid(void *fn, unsigned char *uuid, int dev) {
+	// CUuuid is struct { char bytes[16]; }: uuid points at 16 bytes.
+	return ((vla_status(*)(unsigned char *, int))fn)(uuid, dev);
+}
 vla_status vla_cuDeviceTotalMem(void *fn, size_t *bytes, int dev) {
 	return ((vla_status(*)(size_t *, int))fn)(bytes, dev);
 }

@@ -33,6 +33,7 @@ vla_status vla_cuDeviceGetCount(void *fn, int *n);
 vla_status vla_cuDeviceGet(void *fn, int *dev, int ordinal);
 vla_status vla_cuDeviceGetName(void *fn, char *name, int len, int dev);
 vla_status vla_cuDeviceGetAttribute(void *fn, int *v, int attr, int dev);
+vla_status vla_cuDeviceGetUuid(void *fn, unsigned char *uuid, int dev);
 vla_status vla_cuDeviceTotalMem(void *fn, size_t *bytes, int dev);
 vla_status vla_cuDevicePrimaryCtxRetain(void *fn, uintptr_t *ctx, int dev);
 vla_status vla_cuDevicePrimaryCtxRelease(void *fn, int dev);

@@ -16,8 +16,10 @@ type NVML struct {
 	name string
 }
 
-// OpenNVML loads libnvidia-ml and opens GPU index. It fails, without
-// panicking, on a machine without the library or the GPU.
+// OpenNVML loads libnvidia-ml and opens GPU index, in NVML's numbering (all
+// the machine's GPUs, whatever CUDA_VISIBLE_DEVICES says: prefer
+// OpenNVMLByUUID). It fails, without panicking, on a machine without the
+// library or the GPU.
 func OpenNVML(index int) (*NVML, error) {
 	lib := nvml.New()
 	if ret := lib.Init(); ret != nvml.SUCCESS {
@@ -36,6 +38,23 @@ func OpenNVML(index int) (*NVML, error) {
 	if ret != nvml.SUCCESS {
 		lib.Shutdown()
 		return nil, fmt.Errorf("gpu: nvmlDeviceGetHandleByIndex(%d): %w", index, nvmlError(ret))
+	}
+	name, _ := lib.DeviceGetName(dev) // optional
+	return &NVML{lib: lib, dev: dev, name: name}, nil
+}
+
+// OpenNVMLByUUID loads libnvidia-ml and opens the GPU with uuid
+// ("GPU-…", as nvidia-smi -L and CUDA's cuDeviceGetUuid name it): the same
+// GPU whatever CUDA_VISIBLE_DEVICES says, unlike an index.
+func OpenNVMLByUUID(uuid string) (*NVML, error) {
+	lib := nvml.New()
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("gpu: nvmlInit: %w", nvmlError(ret))
+	}
+	dev, ret := lib.DeviceGetHandleByUUID(uuid)
+	if ret != nvml.SUCCESS {
+		lib.Shutdown()
+		return nil, fmt.Errorf("gpu: nvmlDeviceGetHandleByUUID(%s): %w", uuid, nvmlError(ret))
 	}
 	name, _ := lib.DeviceGetName(dev) // optional
 	return &NVML{lib: lib, dev: dev, name: name}, nil

@@ -38,7 +38,11 @@ type Config struct {
 	// positive.
 	MaxReasoningTokens int
 	KeepStamps         bool // publish the recorded stamps; otherwise shift them to now
-	MaxInflight        int  // real time: requests awaiting answers at once; 0 means 16
+	// MaxInflight bounds, in real time, the requests awaiting answers at
+	// once: a request due while that many wait is not made (counted in
+	// Summary.Skipped), as a robot's planning loop asks again only once it
+	// has its plan. 0 means 1.
+	MaxInflight int
 
 	Progress io.Writer // a progress bar is drawn here; nil: none
 	// OnPlan, when set, is called with every plan received and its round
@@ -69,10 +73,11 @@ type player struct {
 	nc    *nats.Conn
 	src   Source
 	cfg   Config
-	store *ingest.Store // what was published, for explicit frames
+	store *ingest.Store // what was published: the frames of explicit requests, and of use_latest ones in fast mode
 	bar   *progressbar.ProgressBar
 
-	offset     int64 // added to the clip's stamps
+	published  map[frameKey]time.Time // when each frame was published (fast mode, use_latest)
+	offset     int64                  // added to the clip's stamps
 	offsetSet  bool
 	lastStamp  int64 // newest frame stamp published (after the offset)
 	requestSeq int
@@ -95,7 +100,7 @@ func newPlayer(nc *nats.Conn, src Source, cfg Config) (*player, error) {
 		cfg.Timeout = 10 * time.Second
 	}
 	if cfg.MaxInflight == 0 {
-		cfg.MaxInflight = 16
+		cfg.MaxInflight = 1
 	}
 	if cfg.Subject == "" {
 		cfg.Subject = node.InferSubject(cfg.Node)
@@ -107,7 +112,8 @@ func newPlayer(nc *nats.Conn, src Source, cfg Config) (*player, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	p := &player{nc: nc, src: src, cfg: cfg, store: store, inflight: make(chan struct{}, cfg.MaxInflight), sum: newSummary(cfg)}
+	p := &player{nc: nc, src: src, cfg: cfg, store: store, inflight: make(chan struct{}, cfg.MaxInflight), sum: newSummary(cfg),
+		published: map[frameKey]time.Time{}}
 	if cfg.Progress != nil {
 		p.bar = progressbar.NewOptions(src.Len(),
 			progressbar.OptionSetWriter(cfg.Progress),
@@ -197,16 +203,91 @@ func (p *player) frame(f *msgs.Frame) error {
 	}
 	p.lastStamp = max(p.lastStamp, g.StampNs)
 	p.count(func(s *Summary) { s.Frames++ })
-	if p.cfg.Explicit {
-		if err := p.store.Add(&g, time.Unix(0, g.StampNs)); err != nil {
+	if p.cfg.Fast {
+		p.published[frameKey{g.Camera, g.StampNs}] = time.Now()
+	}
+	if err := p.store.Add(&g, time.Unix(0, g.StampNs)); err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	return nil
+}
+
+// frameKey names a published frame.
+type frameKey struct {
+	camera string
+	stamp  int64
+}
+
+// refresh publishes again those of the frames a use_latest request made now
+// would use that were published more than a frame period ago. In fast mode
+// the clip's time runs faster than the node's clock, and the node drops
+// frames by the time it received them (its --stale-after): frames published
+// before the previous answer came back may be stale by now, although they
+// are the clip's latest.
+func (p *player) refresh() error {
+	frames, _, err := p.store.Latest(time.Unix(0, p.lastStamp))
+	if err != nil {
+		return nil // not synchronized: the node will say so
+	}
+	now := time.Now()
+	for i := range frames {
+		key := frameKey{frames[i].Camera, frames[i].StampNs}
+		if now.Sub(p.published[key]) < p.cfg.Info.FramePeriod {
+			continue
+		}
+		p.published[key] = now
+		data, err := msgs.Marshal(&frames[i])
+		if err != nil {
 			return fmt.Errorf("replay: %w", err)
+		}
+		if err := p.nc.Publish(node.FramesSubject(p.cfg.Node, frames[i].Camera), data); err != nil {
+			return fmt.Errorf("replay: publishing a frame: %w", err)
 		}
 	}
 	return nil
 }
 
-// request sends one request built from a clip's request event.
+// SkipBusy is the Summary.Skipped reason of a real-time request not made
+// because Config.MaxInflight requests were awaiting answers.
+const SkipBusy = "node busy"
+
+// request sends one request built from a clip's request event. In real
+// time it is not made while MaxInflight requests await their answers.
 func (p *player) request(ctx context.Context, clip *msgs.InferRequest) {
+	if !p.cfg.Fast {
+		select {
+		case p.inflight <- struct{}{}:
+		default:
+			p.count(func(s *Summary) { s.Skipped[SkipBusy]++ })
+			return
+		}
+	}
+	data, ok := p.build(clip)
+	switch {
+	case !ok && !p.cfg.Fast:
+		<-p.inflight
+	case !ok:
+	case p.cfg.Fast:
+		if !p.cfg.Explicit {
+			if err := p.refresh(); err != nil {
+				p.count(func(s *Summary) { s.fail(ErrClient, err.Error()) })
+				return
+			}
+		}
+		p.send(ctx, data)
+	default:
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			defer func() { <-p.inflight }()
+			p.send(ctx, data)
+		}()
+	}
+}
+
+// build makes the request of a clip's request event. It reports false,
+// having counted why, when the request cannot be sent.
+func (p *player) build(clip *msgs.InferRequest) ([]byte, bool) {
 	p.requestSeq++
 	req := &msgs.InferRequest{
 		ID: fmt.Sprintf("replay-%d", p.requestSeq), Prompt: clip.Prompt,
@@ -229,7 +310,7 @@ func (p *player) request(ctx context.Context, clip *msgs.InferRequest) {
 		frames, _, err := p.store.Latest(time.Unix(0, p.lastStamp))
 		if err != nil {
 			p.count(func(s *Summary) { s.Skipped["not synchronized"]++ })
-			return
+			return nil, false
 		}
 		req.Frames = frames
 	} else {
@@ -237,63 +318,46 @@ func (p *player) request(ctx context.Context, clip *msgs.InferRequest) {
 	}
 	data, err := msgs.Marshal(req)
 	if err != nil {
-		p.count(func(s *Summary) { s.Errors[ErrClient]++ })
-		return
+		p.count(func(s *Summary) { s.fail(ErrClient, err.Error()) })
+		return nil, false
 	}
 	p.count(func(s *Summary) { s.Requests++ })
 	if max := p.nc.MaxPayload(); int64(len(data)) > max {
 		p.count(func(s *Summary) {
-			s.Errors[ErrMaxPayload]++
-			s.note(fmt.Sprintf("a request of %d bytes exceeds the server's max_payload of %d bytes: start the node with a larger --max-payload, or replay with use_latest", len(data), max))
+			s.fail(ErrMaxPayload, fmt.Sprintf("a request of %d bytes exceeds the server's max_payload of %d bytes: start the node with a larger --max-payload, or replay with use_latest", len(data), max))
 		})
-		return
+		return nil, false
 	}
-	if p.cfg.Fast {
-		p.send(ctx, req.ID, data)
-		return
-	}
-	select {
-	case p.inflight <- struct{}{}:
-	case <-ctx.Done():
-		return
-	}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		defer func() { <-p.inflight }()
-		p.send(ctx, req.ID, data)
-	}()
+	return data, true
 }
 
 // send makes one request and records its outcome.
-func (p *player) send(ctx context.Context, id string, data []byte) {
+func (p *player) send(ctx context.Context, data []byte) {
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
 	m, err := p.nc.RequestWithContext(rctx, p.cfg.Subject, data)
 	rtt := time.Since(start)
 	if err != nil {
-		kind := ErrClient
+		kind, msg := ErrClient, err.Error()
 		switch {
 		case errors.Is(err, nats.ErrNoResponders):
-			kind = ErrNoResponders
+			kind, msg = ErrNoResponders, "no node serves "+p.cfg.Subject
 		case errors.Is(err, nats.ErrMaxPayload):
 			kind = ErrMaxPayload
 		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
-			kind = ErrTimeout
+			kind, msg = ErrTimeout, fmt.Sprintf("no answer within %v (--timeout)", p.cfg.Timeout)
 		}
-		p.count(func(s *Summary) { s.Errors[kind]++; s.note(fmt.Sprintf("%s: %v", id, err)) })
+		p.count(func(s *Summary) { s.fail(kind, msg) })
 		return
 	}
 	plan, e, err := msgs.DecodeReply(m.Data)
 	p.count(func(s *Summary) {
 		switch {
 		case err != nil:
-			s.Errors[ErrClient]++
-			s.note(fmt.Sprintf("%s: unreadable reply: %v", id, err))
+			s.fail(ErrClient, "unreadable reply: "+err.Error())
 		case e != nil:
-			s.Errors[string(e.Err.Code)]++
-			s.note(fmt.Sprintf("%s: %s: %s", id, e.Err.Code, e.Err.Message))
+			s.fail(string(e.Err.Code), e.Err.Message)
 		default:
 			s.addPlan(plan, rtt)
 			if p.cfg.OnPlan != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"image"
 	"image/png"
@@ -168,13 +169,27 @@ func TestPercentileAndSummary(t *testing.T) {
 	s := newSummary(Config{Speed: 1})
 	s.Frames, s.Requests = 10, 3
 	s.addPlan(&msgs.Plan{TimingMs: msgs.Timing{Total: 7}}, 9*time.Millisecond)
-	s.Errors["overloaded"] = 2
+	s.fail("overloaded", `superseded by a newer use_latest request ("replay-3"): latest wins`)
+	s.fail("unsupported", "use_latest: no synchronized frames: camera rear has no frame within ±50ms of t0−100ms")
+	s.fail("overloaded", `superseded by a newer use_latest request ("replay-12"): latest wins`)
 	var b strings.Builder
 	s.Write(&b)
-	assert.Contains(t, b.String(), "replayed 10 frames and 3 requests")
-	assert.Contains(t, b.String(), "plans: 1")
-	assert.Contains(t, b.String(), "errors: 2 (overloaded 2)")
-	assert.Regexp(t, `round_trip\s+1\s+9.00`, b.String())
+	out := b.String()
+	assert.Contains(t, out, "replayed 10 frames and 3 requests")
+	assert.Contains(t, out, "plans: 1")
+	assert.Contains(t, out, "errors: 3 (overloaded 2, unsupported 1)")
+	assert.Contains(t, out, `  2 × overloaded: superseded by a newer use_latest request ("replay-3"): latest wins`+"\n")
+	assert.Contains(t, out, "  1 × unsupported: use_latest: no synchronized frames: camera rear")
+	assert.NotContains(t, out, "requests not made", "none were skipped")
+	assert.Regexp(t, `round_trip\s+1\s+9.00`, out)
+
+	b.Reset()
+	require.NoError(t, s.WriteJSON(&b))
+	var js map[string]any
+	require.NoError(t, json.Unmarshal([]byte(b.String()), &js))
+	assert.Equal(t, 2.0, js["errors"].(map[string]any)["overloaded"])
+	assert.Len(t, js["distinct_errors"], 2)
+	assert.Equal(t, 9.0, js["latency_ms"].(map[string]any)["round_trip"].(map[string]any)["p50"])
 }
 
 // setup runs a server with JetStream and a node on it.
@@ -224,23 +239,59 @@ func TestPlayFolder(t *testing.T) {
 			})
 			require.NoError(t, err)
 			assert.Equal(t, 10, sum.Frames)
-			assert.Equal(t, 4, sum.Requests)
 			assert.Contains(t, progress.String(), "14/14")
 			if !c.fast {
-				// In real time a request does not wait for the previous
-				// answer: on a slow machine a waiting use_latest request may
-				// be superseded (latest wins). Each gets one answer.
-				assert.Equal(t, 4, sum.Plans+sum.Errors["overloaded"], "errors: %v, notes: %v", sum.Errors, sum.Notes)
-				assert.Equal(t, sum.Errors["overloaded"], sum.ErrorCount())
+				// In real time a request due while the previous one awaits
+				// its answer is not made (--max-inflight 1).
+				assert.Equal(t, 4, sum.Requests+sum.Skipped[SkipBusy], "skipped: %v", sum.Skipped)
+				assert.Equal(t, sum.Requests, sum.Plans, "errors: %v", sum.Distinct)
+				assert.Equal(t, 0, sum.ErrorCount())
 				assert.Positive(t, sum.Plans)
 				return
 			}
-			assert.Equal(t, 4, sum.Plans, "errors: %v, notes: %v", sum.Errors, sum.Notes)
+			assert.Equal(t, 4, sum.Plans, "errors: %v", sum.Distinct)
 			assert.Equal(t, 0, sum.ErrorCount())
 			assert.Len(t, sum.Latency["round_trip"], 4)
 			assert.Equal(t, []float64{1, 1, 1, 1}, sum.Latency["preprocess"])
 		})
 	}
+}
+
+// slowEngine is echoEngine taking a while for each inference.
+type slowEngine struct {
+	echoEngine
+	d time.Duration
+}
+
+func (e slowEngine) Infer(ctx context.Context, obs *node.Observation) (*msgs.Plan, error) {
+	time.Sleep(e.d)
+	return e.echoEngine.Infer(ctx, obs)
+}
+
+// TestPlayFastUseLatestSlowNode: in fast mode each use_latest request finds
+// its frames although the node drops frames received longer ago than an
+// inference takes (the player publishes a request's frames again).
+func TestPlayFastUseLatestSlowNode(t *testing.T) {
+	opts := natstest.DefaultTestOptions
+	opts.Port = -1
+	srv := natstest.RunServer(&opts)
+	t.Cleanup(srv.Shutdown)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	n, err := node.Start(ctx, slowEngine{d: 150 * time.Millisecond}, node.WithName("gpu-a"), node.WithNATSURL(srv.ClientURL()),
+		node.WithSyncWindow(0, 100*time.Millisecond, 0))
+	require.NoError(t, err)
+	t.Cleanup(func() { n.Shutdown(context.Background()) })
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	info := discover(t, nc)
+	src, err := OpenFolder(writeClip(t, 5), FolderConfig{Info: info})
+	require.NoError(t, err)
+	sum, err := Play(context.Background(), nc, src, Config{Node: "gpu-a", Info: info, Fast: true})
+	require.NoError(t, err)
+	assert.Equal(t, 4, sum.Requests)
+	assert.Equal(t, 4, sum.Plans, "errors: %v", sum.Distinct)
 }
 
 func TestPlayMaxPayload(t *testing.T) {
@@ -251,8 +302,9 @@ func TestPlayMaxPayload(t *testing.T) {
 	sum, err := Play(context.Background(), nc, src, Config{Node: "gpu-a", Info: info, Explicit: true, Fast: true})
 	require.NoError(t, err)
 	assert.Equal(t, 2, sum.Errors[ErrMaxPayload])
-	require.NotEmpty(t, sum.Notes)
-	assert.Contains(t, sum.Notes[0], "exceeds the server's max_payload of 4096 bytes: start the node with a larger --max-payload")
+	require.Len(t, sum.Distinct, 1, "two requests, one kind of error")
+	assert.Equal(t, 2, sum.Distinct[0].Count)
+	assert.Contains(t, sum.Distinct[0].Example, "exceeds the server's max_payload of 4096 bytes: start the node with a larger --max-payload")
 }
 
 func TestRecordThenReplayStream(t *testing.T) {
@@ -308,7 +360,7 @@ func TestRecordThenReplayStream(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 10, sum.Frames)
 	assert.Equal(t, 4, sum.Requests)
-	assert.Equal(t, 4, sum.Plans, "%v %v", sum.Errors, sum.Notes)
+	assert.Equal(t, 4, sum.Plans, "%v %v", sum.Errors, sum.Distinct)
 	assert.Equal(t, 4, sum.RecordedPlans)
 	assert.Equal(t, before+4, n.Status().Counters["plans"])
 }

@@ -1,10 +1,12 @@
 package replay
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -26,12 +28,21 @@ type Summary struct {
 	// Latency holds, by stage, one value in ms for each plan: the client's
 	// round trip and the plan's timing_ms stages.
 	Latency map[string][]float64
-	Notes   []string // the first few error messages
-	Elapsed time.Duration
+	// Distinct holds each kind of error once, with its count, in the order
+	// first seen: errors whose messages differ only in numbers and quoted
+	// names (request ids, byte counts) are one kind.
+	Distinct []ErrorKind
+	Elapsed  time.Duration
+
+	kinds map[string]int // the index in Distinct of each kind's key
 }
 
-// maxNotes bounds Summary.Notes.
-const maxNotes = 5
+// ErrorKind is one kind of error a replay met.
+type ErrorKind struct {
+	Code    string `json:"code"`    // the protocol's code or the client's (ErrTimeout …)
+	Example string `json:"example"` // the message of the first one
+	Count   int    `json:"count"`
+}
 
 // Stages in the order the summary prints them.
 var stages = []string{"round_trip", "total", "preprocess", "vision", "prefill", "decode", "diffusion"}
@@ -46,7 +57,7 @@ func newSummary(cfg Config) *Summary {
 	} else {
 		mode += fmt.Sprintf(", real time ×%g", cfg.Speed)
 	}
-	return &Summary{Mode: mode, Errors: map[string]int{}, Skipped: map[string]int{}, Latency: map[string][]float64{}}
+	return &Summary{Mode: mode, Errors: map[string]int{}, Skipped: map[string]int{}, Latency: map[string][]float64{}, kinds: map[string]int{}}
 }
 
 func (s *Summary) addPlan(p *msgs.Plan, rtt time.Duration) {
@@ -60,10 +71,20 @@ func (s *Summary) addPlan(p *msgs.Plan, rtt time.Duration) {
 	}
 }
 
-func (s *Summary) note(msg string) {
-	if len(s.Notes) < maxNotes {
-		s.Notes = append(s.Notes, msg)
+// variable matches the parts of an error message that differ between
+// errors of one kind: quoted names and numbers.
+var variable = regexp.MustCompile(`"[^"]*"|\d+(\.\d+)?`)
+
+// fail counts one failed request: its code and the kind of its message.
+func (s *Summary) fail(code, msg string) {
+	s.Errors[code]++
+	key := code + "\x00" + variable.ReplaceAllString(msg, "#")
+	if i, ok := s.kinds[key]; ok {
+		s.Distinct[i].Count++
+		return
 	}
+	s.kinds[key] = len(s.Distinct)
+	s.Distinct = append(s.Distinct, ErrorKind{Code: code, Example: msg, Count: 1})
 }
 
 // ErrorCount returns the number of requests answered with an error or lost.
@@ -87,13 +108,24 @@ func Percentile(xs []float64, p float64) float64 {
 	return s[min(max(rank, 1), len(s))-1]
 }
 
-// Write prints the summary for people.
+// Write prints the summary for people: counts, every kind of error once
+// with its count, and the latency percentiles.
 func (s *Summary) Write(w io.Writer) {
 	fmt.Fprintf(w, "replayed %d frames and %d requests in %v (%s)\n", s.Frames, s.Requests, s.Elapsed.Round(time.Millisecond), s.Mode)
 	fmt.Fprintf(w, "plans: %d\n", s.Plans)
 	fmt.Fprintf(w, "errors: %d%s\n", s.ErrorCount(), countsLine(s.Errors))
-	if len(s.Skipped) > 0 {
-		fmt.Fprintf(w, "requests not made:%s\n", countsLine(s.Skipped))
+	for _, k := range s.Distinct {
+		fmt.Fprintf(w, "  %d × %s: %s\n", k.Count, k.Code, k.Example)
+	}
+	if line := countsLine(s.Skipped); line != "" {
+		n := 0
+		for _, c := range s.Skipped {
+			n += c
+		}
+		fmt.Fprintf(w, "requests not made: %d%s\n", n, line)
+		if s.Skipped[SkipBusy] > 0 {
+			fmt.Fprintln(w, "  node busy: due while --max-inflight requests awaited their answers (a robot asks again once it has its plan)")
+		}
 	}
 	if s.RecordedPlans > 0 || s.Invalid > 0 {
 		fmt.Fprintf(w, "recorded plans (not replayed): %d; unreadable recorded messages: %d\n", s.RecordedPlans, s.Invalid)
@@ -108,9 +140,51 @@ func (s *Summary) Write(w io.Writer) {
 		}
 		tw.Flush()
 	}
-	for _, n := range s.Notes {
-		fmt.Fprintf(w, "  %s\n", n)
+}
+
+// summaryJSON is the summary as JSON (WriteJSON).
+type summaryJSON struct {
+	Mode          string                  `json:"mode"`
+	Frames        int                     `json:"frames"`
+	Requests      int                     `json:"requests"`
+	Plans         int                     `json:"plans"`
+	Errors        map[string]int          `json:"errors"`
+	Distinct      []ErrorKind             `json:"distinct_errors"`
+	Skipped       map[string]int          `json:"requests_not_made"`
+	RecordedPlans int                     `json:"recorded_plans,omitempty"`
+	Invalid       int                     `json:"unreadable_recorded,omitempty"`
+	ElapsedS      float64                 `json:"elapsed_s"`
+	LatencyMs     map[string]latencyStats `json:"latency_ms"`
+}
+
+type latencyStats struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+// WriteJSON prints the summary as one JSON object on a line.
+func (s *Summary) WriteJSON(w io.Writer) error { return json.NewEncoder(w).Encode(s.JSON()) }
+
+// JSON returns the summary in the form WriteJSON prints: counts, the kinds
+// of errors, and the latency percentiles by stage.
+func (s *Summary) JSON() any {
+	out := summaryJSON{
+		Mode: s.Mode, Frames: s.Frames, Requests: s.Requests, Plans: s.Plans, Errors: s.Errors,
+		Distinct: s.Distinct, Skipped: s.Skipped, RecordedPlans: s.RecordedPlans, Invalid: s.Invalid,
+		ElapsedS: s.Elapsed.Seconds(), LatencyMs: map[string]latencyStats{},
 	}
+	if out.Distinct == nil {
+		out.Distinct = []ErrorKind{}
+	}
+	for _, st := range stages {
+		if xs := s.Latency[st]; len(xs) > 0 {
+			out.LatencyMs[st] = latencyStats{N: len(xs), P50: Percentile(xs, 50), P90: Percentile(xs, 90), P99: Percentile(xs, 99), Max: Percentile(xs, 100)}
+		}
+	}
+	return out
 }
 
 // countsLine formats counts as " (a 2, b 1)", sorted by name.

@@ -1,0 +1,103 @@
+package node
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"vlanode/msgs"
+)
+
+// TestMicroStatsTrue sends a mix of requests (plans, refusals at once, a
+// request superseded while it waits, one refused for a full queue) and
+// checks that $SRV.STATS.vlanode counts every one when it is answered:
+// requests, errors with the last one's text, and processing time from
+// receipt to answer, which covers the time the engine was held.
+func TestMicroStatsTrue(t *testing.T) {
+	srv := runServer(t)
+	eng := gated()
+	n := startNode(t, srv, eng, WithName("gpu-a"), WithQueueBound(1))
+	nc := connect(t, srv.ClientURL())
+	subj := InferSubject("gpu-a")
+
+	running := sendAsync(t, nc, subj, goodRequest("running", 1e9))
+	eng.awaitStart(t, "running")
+	first := sendAsync(t, nc, subj, latestRequest("latest-1"))
+	eventually(t, func() bool { return n.sched.depth() == 1 }, "latest-1 queued")
+	second := sendAsync(t, nc, subj, latestRequest("latest-2")) // supersedes latest-1
+	_, e := first.one(t)
+	require.NotNil(t, e)
+	assert.Equal(t, msgs.CodeOverloaded, e.Err.Code)
+	full := sendAsync(t, nc, subj, goodRequest("full", 2e9)) // the queue holds latest-2
+	_, e = full.one(t)
+	require.NotNil(t, e)
+
+	// A request the node refuses at once carries the micro error headers.
+	m, err := nc.Request(subj, []byte("not msgpack"), waitFor)
+	require.NoError(t, err)
+	assert.Equal(t, "400", m.Header.Get(micro.ErrorCodeHeader))
+	assert.Contains(t, m.Header.Get(micro.ErrorHeader), "bad_request: ")
+
+	const held = 150 * time.Millisecond
+	time.Sleep(held) // the engine holds "running" at least this long
+	eng.release()
+	p, e := running.one(t)
+	require.Nil(t, e)
+	assert.Equal(t, "running", p.ID)
+	_, e = second.one(t) // no frames were published: unsupported, before the engine
+	require.NotNil(t, e)
+	assert.Equal(t, msgs.CodeUnsupported, e.Err.Code)
+
+	stats := microStats(t, nc)
+	var requests, errs int
+	var total time.Duration
+	var last string
+	for _, ep := range stats.Endpoints {
+		requests += ep.NumRequests
+		errs += ep.NumErrors
+		total += ep.ProcessingTime
+		if ep.Subject == subj {
+			last = ep.LastError
+			assert.Equal(t, ep.ProcessingTime/time.Duration(ep.NumRequests), ep.AverageProcessingTime)
+		}
+	}
+	assert.Equal(t, 5, requests, "running, latest-1, latest-2, full, not msgpack")
+	assert.Equal(t, 4, errs, "all but running")
+	assert.GreaterOrEqual(t, total, 2*held, "running and latest-2 waited while the engine was held")
+	assert.Contains(t, last, "unsupported: use_latest")
+
+	// PING answers on all three forms of its subject with the same id.
+	for _, id := range []string{"", stats.ID} {
+		for _, name := range []string{"", ServiceName} {
+			if name == "" && id != "" {
+				continue
+			}
+			subj, err := micro.ControlSubject(micro.PingVerb, name, id)
+			require.NoError(t, err)
+			m, err := nc.Request(subj, nil, waitFor)
+			require.NoError(t, err, subj)
+			var ping micro.Ping
+			require.NoError(t, json.Unmarshal(m.Data, &ping))
+			assert.Equal(t, micro.PingResponseType, ping.Type)
+			assert.Equal(t, stats.ID, ping.ID)
+			assert.Equal(t, ServiceName, ping.Name)
+		}
+	}
+}
+
+func microStats(t *testing.T, nc *nats.Conn) micro.Stats {
+	t.Helper()
+	subj, err := micro.ControlSubject(micro.StatsVerb, ServiceName, "")
+	require.NoError(t, err)
+	m, err := nc.Request(subj, nil, waitFor)
+	require.NoError(t, err)
+	var stats micro.Stats
+	require.NoError(t, json.Unmarshal(m.Data, &stats))
+	assert.Equal(t, micro.StatsResponseType, stats.Type)
+	return stats
+}
