@@ -18,6 +18,7 @@ import (
 	"unsafe"
 
 	"vlanode/backend"
+	"vlanode/cpu/kern"
 	"vlanode/tensor"
 )
 
@@ -29,6 +30,21 @@ type Option func(*options) error
 
 type options struct {
 	threads int
+	kern    *kern.Pool
+}
+
+// WithKernels makes the backend compute MLP shares (MLPShare) with the
+// pinned-thread bf16 kernels of pool (AMX, AVX-512-BF16 or AVX2, as the
+// CPU has them): a CPU engine's backend. The caller keeps pool and MUST
+// close it after the backend.
+func WithKernels(pool *kern.Pool) Option {
+	return func(o *options) error {
+		if pool == nil {
+			return fmt.Errorf("cpu: no kernel pool")
+		}
+		o.kern = pool
+		return nil
+	}
 }
 
 // WithThreads sets the number of threads (worker goroutines, the calling one
@@ -46,6 +62,7 @@ func WithThreads(n int) Option {
 // Backend is the cpu implementation of backend.Backend. Like every backend
 // it serves one goroutine at a time; Usage may be called concurrently.
 type Backend struct {
+	kern    *kern.Pool // the bf16 kernels for MLPShare, when given (WithKernels)
 	pool    *pool
 	scratch *scratch
 	closed  atomic.Bool
@@ -66,6 +83,7 @@ func New(opts ...Option) (*Backend, error) {
 		}
 	}
 	return &Backend{
+		kern:    o.kern,
 		pool:    newPool(o.threads),
 		scratch: newScratch(o.threads),
 		usage:   map[string]int64{},

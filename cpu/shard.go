@@ -1,9 +1,11 @@
 package cpu
 
 import (
+	"errors"
 	"fmt"
 
 	"vlanode/backend"
+	"vlanode/cpu/kern"
 	"vlanode/tensor"
 )
 
@@ -39,6 +41,11 @@ func (b *Backend) MLPShare(dst, x, gate, up, down backend.Tensor, lo, hi int) er
 	}
 	if dw.dt == tensor.F16 {
 		return fmt.Errorf("cpu: mlp share: down is %v, want F32 or BF16", dw.dt)
+	}
+	if b.kern != nil {
+		if ok, err := b.mlpShareKern(d, xt, gate, up, dw, lo, hi); ok || err != nil {
+			return err
+		}
 	}
 	g, err := b.Rows(gate, lo, hi-lo)
 	if err != nil {
@@ -83,4 +90,59 @@ func (b *Backend) MLPShare(dst, x, gate, up, down backend.Tensor, lo, hi int) er
 			}
 		}
 	})
+}
+
+// mlpShareKern is MLPShare on the kernel pool, for bf16 weights: gate's
+// and up's rows and down's columns [lo, hi) read in place, the SwiGLU
+// rounded to bf16 before down as the GPU's products round their inputs.
+// ok is false when the operands are not the kernels' (they stay with the
+// Go code).
+func (b *Backend) mlpShareKern(d, x *Tensor, gate, up backend.Tensor, down *Tensor, lo, hi int) (bool, error) {
+	g, ok1 := gate.(*Tensor)
+	u, ok2 := up.(*Tensor)
+	if !ok1 || !ok2 || g.dt != tensor.BF16 || u.dt != tensor.BF16 || down.dt != tensor.BF16 {
+		return false, nil
+	}
+	m, k := x.matrix()
+	gn, gk := g.matrix()
+	un, uk := u.matrix()
+	h, n := down.matrix()
+	if gk != k || uk != k || gn != n || un != n {
+		return false, fmt.Errorf("cpu: mlp share: gate %v, up %v, down %v for x %v", g, u, down, x)
+	}
+	gw, err := kern.NewWeights(g.u16, gn, gk)
+	if err == nil {
+		gw, err = gw.RowRange(lo, hi)
+	}
+	uw, err2 := kern.NewWeights(u.u16, un, uk)
+	if err2 == nil {
+		uw, err2 = uw.RowRange(lo, hi)
+	}
+	dw, err3 := kern.NewWeights(down.u16, h, n)
+	if err3 == nil {
+		dw, err3 = dw.ColRange(lo, hi)
+	}
+	if err := errors.Join(err, err2, err3); err != nil {
+		return false, fmt.Errorf("cpu: mlp share: %w", err)
+	}
+	if err := b.kern.MLP(kern.MLP{Y: d.f32, X: x.f32, M: m, Gate: gw, Up: uw, Down: dw}); err != nil {
+		return false, fmt.Errorf("cpu: mlp share: %w", err)
+	}
+	return true, nil
+}
+
+// KernelThreads is the kernel pool's worker count (0 without one).
+func (b *Backend) KernelThreads() int {
+	if b.kern == nil {
+		return 0
+	}
+	return b.kern.Threads()
+}
+
+// KernelPath names the kernels' path for m rows ("" without a pool).
+func (b *Backend) KernelPath(m int) string {
+	if b.kern == nil {
+		return ""
+	}
+	return b.kern.PathFor(m).String()
 }

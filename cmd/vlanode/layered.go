@@ -5,11 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"runtime"
 	"sync"
 
 	"vlanode/backend"
-	"vlanode/cpu"
 	"vlanode/cuda"
 	"vlanode/device"
 	"vlanode/layering"
@@ -174,15 +172,11 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 	b.closers = append(b.closers, be.Close)
 	lay := &alpamayo.Layering{Plan: plan, Mode: mode, Profile: s.profile}
 	if planUsesCPU(plan) {
-		threads := s.layers.cpuThreads
-		if threads <= 0 {
-			threads = max(1, runtime.NumCPU()-2)
-		}
-		engine, err := cpu.New(cpu.WithThreads(threads))
+		engine, closeEngine, err := newCPUEngine(s.layers.cpuThreads)
 		if err != nil {
-			return nil, errors.Join(fmt.Errorf("the CPU engine: %w", err), b.Close())
+			return nil, errors.Join(err, b.Close())
 		}
-		b.closers = append(b.closers, engine.Close)
+		b.closers = append(b.closers, closeEngine)
 		lay.CPU = engine
 	}
 	if cb, ok := be.(*cuda.Backend); ok {

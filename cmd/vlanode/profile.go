@@ -31,6 +31,8 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	vlm := fs.String("vlm", "", "the VLM's config folder, overriding the checkpoint's vlm_name_or_path")
 	out := fs.String("out", "", "where to write the profile JSON (default: stdout)")
 	runs := fs.Int("runs", 2, "profiled inferences (after one warm-up); each unit's time is its median")
+	cpuProfile := fs.Bool("cpu", true, "profile the CPU engine too (its kernels' rates per token tier with copies in flight, the copy rate meanwhile, the hand-off)")
+	cpuThreads := fs.Int("cpu-threads", 0, "threads of the CPU engine (default: all cores but two)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -57,6 +59,12 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		p.H2DGBps, p.Roofline.MemGBps, p.Roofline.TFLOPs)
 	if err := profileUnits(ctx, p, *dir, *vlm, *runs, stderr); err != nil {
 		return err
+	}
+	if *cpuProfile {
+		fmt.Fprintln(stderr, "vlanode profile: the CPU engine, alone and with copies in flight…")
+		if err := measureCPU(p, *cpuThreads, stderr); err != nil {
+			return fmt.Errorf("the CPU engine: %w", err)
+		}
 	}
 	raw, err := p.Marshal()
 	if err != nil {

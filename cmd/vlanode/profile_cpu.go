@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"vlanode/backend"
+	"vlanode/cuda"
+	"vlanode/layering"
+	"vlanode/residency"
+	"vlanode/tensor"
+	"vlanode/weights"
+)
+
+// cpuTiers are the token tiers profiled on the CPU.
+var cpuTiers = []int{1, 4, 16, 64, 512}
+
+// measureCPU profiles the CPU engine for the planner (paper 2's
+// install-time profile, taken under contention): the MLP share of a
+// VLM-shaped layer (4096 → 12288 → 4096, bf16, 302 MB, read in place)
+// through the engine's kernels at each token tier, alone and while pinned
+// host-to-device copies run on the GPU (the rates the planner uses), the
+// copy rate meanwhile, and one hand-off of activations each way through a
+// backend.Exchange.
+func measureCPU(p *residency.Profile, threads int, log io.Writer) error {
+	engine, closeEngine, err := newCPUEngine(threads)
+	if err != nil {
+		return err
+	}
+	defer closeEngine()
+	const h, n = 4096, 12288
+	rng := rand.New(rand.NewPCG(3, 4))
+	weight := func(rows, cols int) (backend.Tensor, error) {
+		b := make([]byte, rows*cols*2)
+		for i := 0; i < len(b); i += 2 {
+			v := tensor.F32ToBF16(float32(rng.NormFloat64() * 0.02))
+			b[i], b[i+1] = byte(v), byte(v>>8)
+		}
+		return engine.Weight("weights", tensor.BF16, []int{rows, cols}, b)
+	}
+	gate, err := weight(n, h)
+	if err != nil {
+		return err
+	}
+	up, err := weight(n, h)
+	if err != nil {
+		return err
+	}
+	down, err := weight(h, n)
+	if err != nil {
+		return err
+	}
+	bytes := int64(3 * n * h * 2)
+	rate := func(rows int) (ms float64, err error) {
+		x, err := engine.Alloc("x", tensor.F32, rows, h)
+		if err != nil {
+			return 0, err
+		}
+		defer engine.Free(x)
+		y, err := engine.Alloc("y", tensor.F32, rows, h)
+		if err != nil {
+			return 0, err
+		}
+		defer engine.Free(y)
+		xs := make([]float32, rows*h)
+		for i := range xs {
+			xs[i] = float32(rng.NormFloat64())
+		}
+		if err := engine.Upload(x, xs); err != nil {
+			return 0, err
+		}
+		reps := 12
+		if rows >= 512 {
+			reps = 4
+		}
+		var t []float64
+		for i := range reps + 2 {
+			start := time.Now()
+			if err := engine.MLPShare(y, x, gate, up, down, 0, n); err != nil {
+				return 0, err
+			}
+			if i >= 2 {
+				t = append(t, float64(time.Since(start))/1e6)
+			}
+		}
+		sort.Float64s(t)
+		return t[len(t)/2], nil
+	}
+	sweep := func() (map[int]float64, error) {
+		out := map[int]float64{}
+		for _, rows := range cpuTiers {
+			ms, err := rate(rows)
+			if err != nil {
+				return nil, fmt.Errorf("the CPU's MLP share at %d rows: %w", rows, err)
+			}
+			out[rows] = ms
+		}
+		return out, nil
+	}
+	alone, err := sweep()
+	if err != nil {
+		return err
+	}
+	cp, err := startCopier(386 << 20)
+	if err != nil {
+		return fmt.Errorf("copies in flight: %w", err)
+	}
+	busy, err := sweep()
+	copyGBps, cerr := cp.stop()
+	if err != nil {
+		return err
+	}
+	if cerr != nil {
+		return fmt.Errorf("copies in flight: %w", cerr)
+	}
+	hop, err := measureHandoff()
+	if err != nil {
+		return fmt.Errorf("hand-off: %w", err)
+	}
+	c := &residency.CPUProfile{Threads: engine.KernelThreads(), H2DBusyGBps: round1(copyGBps), HandoffMs: math.Round(hop*1e4) / 1e4}
+	var aloneText []string
+	for _, rows := range cpuTiers {
+		flops := 2 * float64(rows) * 3 * n * h
+		c.Rates = append(c.Rates, residency.CPURate{Rows: rows,
+			GBps: round1(float64(bytes) / busy[rows] / 1e6), TFLOPs: math.Round(flops/busy[rows]/1e9*1000) / 1000})
+		aloneText = append(aloneText, fmt.Sprintf("%d rows %.1f GB/s %.3f TFLOP/s", rows,
+			float64(bytes)/alone[rows]/1e6, flops/alone[rows]/1e9))
+		fmt.Fprintf(log, "vlanode profile: CPU MLP share, %d rows: alone %.2f ms (%.1f GB/s), with copies in flight %.2f ms (%.1f GB/s)\n",
+			rows, alone[rows], float64(bytes)/alone[rows]/1e6, busy[rows], float64(bytes)/busy[rows]/1e6)
+	}
+	c.Source = fmt.Sprintf("vlanode profile, %s: the CPU engine (%d pinned kernel threads, %s) computing a 4096 → 12288 → 4096 "+
+		"bf16 MLP share (302 MB read in place, median of 12 calls, 4 at 512 rows) while pinned 386 MiB host-to-device copies ran "+
+		"(the rates here; alone: %s); h2d_busy_gbps: those copies meanwhile; handoff_ms: half the median round trip of a "+
+		"4096-value exchange (Send, engine Wait and Post, Receive with add, Sync) over 200",
+		time.Now().UTC().Format("2006-01-02"), engine.KernelThreads(), engine.KernelPath(1), joinComma(aloneText))
+	p.CPU = c
+	return nil
+}
+
+func round1(v float64) float64 { return math.Round(v*10) / 10 }
+
+func joinComma(s []string) string {
+	out := ""
+	for i, v := range s {
+		if i > 0 {
+			out += ", "
+		}
+		out += v
+	}
+	return out
+}
+
+// copier keeps pinned host-to-device copies running on a GPU of its own
+// backend until stopped, counting what they moved.
+type copier struct {
+	stopFlag atomic.Bool
+	done     sync.WaitGroup
+	bytes    int64
+	elapsed  time.Duration
+	err      error
+}
+
+// startCopier starts copies of size bytes, back to back.
+func startCopier(size int64) (*copier, error) {
+	c := &copier{}
+	ready := make(chan error, 1)
+	c.done.Add(1)
+	go func() {
+		defer c.done.Done()
+		be, err := cuda.New()
+		if err != nil {
+			ready <- err
+			return
+		}
+		defer be.Close()
+		dev := be.NewDFBDevice()
+		defer dev.Close()
+		buf, err := cuda.HostAlloc(size)
+		if err != nil {
+			ready <- err
+			return
+		}
+		defer cuda.HostFree(buf)
+		blob := &weights.Blob{Name: "copier", Data: buf}
+		slot, err := dev.AllocSlot(size)
+		if err == nil {
+			err = dev.PinHost(blob)
+		}
+		var st layering.Stream
+		if err == nil {
+			st, err = dev.NewStream("copier")
+		}
+		ready <- err
+		if err != nil {
+			return
+		}
+		start := time.Now()
+		for !c.stopFlag.Load() {
+			if err := dev.CopyAsync(slot, blob, st); err != nil {
+				c.err = err
+				return
+			}
+			if err := dev.Synchronize(); err != nil {
+				c.err = err
+				return
+			}
+			c.bytes += size
+		}
+		c.elapsed = time.Since(start)
+	}()
+	if err := <-ready; err != nil {
+		c.done.Wait()
+		return nil, err
+	}
+	time.Sleep(50 * time.Millisecond) // copies under way
+	return c, nil
+}
+
+// stop ends the copies and returns their rate in GB/s.
+func (c *copier) stop() (float64, error) {
+	c.stopFlag.Store(true)
+	c.done.Wait()
+	if c.err != nil {
+		return 0, c.err
+	}
+	if c.elapsed <= 0 {
+		return 0, fmt.Errorf("no copy ran")
+	}
+	return float64(c.bytes) / c.elapsed.Seconds() / 1e9, nil
+}
+
+// measureHandoff is one hand-off each way, in ms: half the median round
+// trip of a 4096-value exchange on the GPU with a host goroutine posting.
+func measureHandoff() (float64, error) {
+	be, err := cuda.New()
+	if err != nil {
+		return 0, err
+	}
+	defer be.Close()
+	x, err := be.Alloc("activations", tensor.F32, 1, 4096)
+	if err != nil {
+		return 0, err
+	}
+	defer be.Free(x)
+	ex, err := be.NewExchange(4096, 4096)
+	if err != nil {
+		return 0, err
+	}
+	defer ex.Close()
+	var ms []float64
+	for i := range 220 {
+		start := time.Now()
+		t, err := ex.Send(x)
+		if err != nil {
+			return 0, err
+		}
+		errc := make(chan error, 1)
+		go func() {
+			if err := ex.Wait(context.Background(), t); err != nil {
+				errc <- err
+				return
+			}
+			errc <- ex.Post(t)
+		}()
+		if err := ex.Receive(x, t, true); err != nil {
+			return 0, err
+		}
+		if err := be.Sync(); err != nil {
+			return 0, err
+		}
+		if err := <-errc; err != nil {
+			return 0, err
+		}
+		if i >= 20 {
+			ms = append(ms, float64(time.Since(start))/1e6)
+		}
+	}
+	sort.Float64s(ms)
+	return ms[len(ms)/2] / 2, nil
+}
