@@ -25,9 +25,10 @@ const SlotPurpose = "dfb-slots"
 type Compute struct {
 	// Unit names the unit, for timelines and errors.
 	Unit string
-	// Slot is where the unit's weights are: a DFB slot, or NoSlot for a
-	// resident unit.
-	Slot Slot
+	// Slot is where the unit's weights are: a DFB slot, a home's arena
+	// (from Offset on), or NoSlot for a resident unit.
+	Slot   Slot
+	Offset int64
 	// Run queues the unit's ops on the compute stream (for cuda: calls
 	// backend ops, which the Backend queues on its stream). It may be nil.
 	Run func(slot Slot) error

@@ -16,6 +16,9 @@ type Shard struct {
 	// slot, or the unit's home in this stage; NoSlot for a resident unit
 	// and for one the CPU computes whole.
 	Slot Slot
+	// Offset is where the weights start in Slot: a home is carved from
+	// its stage's arena (0 in a DFB slot).
+	Offset int64
 	// CPU is the CPU's share of the unit's split dimension (0: none).
 	CPU int
 	// Whole says the CPU computes the whole unit: the GPU reads none of

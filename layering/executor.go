@@ -136,8 +136,11 @@ type Executor struct {
 	// homes are the units' homes of the current stage (they outlive a Run:
 	// the next Run's first stage keeps those it needs); homeReady is each
 	// unit's event recorded after the copy into its home (-1: none yet).
-	homes     map[*Unit]Slot
+	homes     map[*Unit]home
 	homeReady map[*Unit]Event
+	// arenas are the allocations the homes are carved from, with the
+	// number of homes each still holds.
+	arenas map[Slot]int
 	// engine is the CPU engine, started by the first offloaded task.
 	engine *engine
 }
@@ -150,7 +153,7 @@ func New(dev Device, cfg Config, units []*Unit) (*Executor, error) {
 		return nil, fmt.Errorf("layering: unknown mode %v", cfg.Mode)
 	}
 	e := &Executor{cfg: cfg, dev: dev, known: map[*Unit]bool{}, compute: dev.ComputeStream(),
-		homes: map[*Unit]Slot{}, homeReady: map[*Unit]Event{}}
+		homes: map[*Unit]home{}, homeReady: map[*Unit]Event{}, arenas: map[Slot]int{}}
 	e.copy = e.compute
 	for _, u := range units {
 		if err := e.add(u); err != nil {
@@ -244,6 +247,12 @@ func (e *Executor) allocSlots() error {
 		e.dmaDone, e.computeDone = append(e.dmaDone, dma), append(e.computeDone, done)
 	}
 	return nil
+}
+
+// home is where a unit's home is: at off in an arena.
+type home struct {
+	arena Slot
+	off   int64
 }
 
 // drainEngine waits for the CPU engine's tasks and returns their busy

@@ -56,6 +56,9 @@ type Op struct {
 	// Unit is the blob's name for a copy, the unit's for a compute.
 	Unit string
 	Slot Slot
+	// Offset is where in the slot a copy writes or a compute reads;
+	// Bytes is what a copy writes.
+	Offset, Bytes int64
 	// Start and End are in ms from the Fake's creation.
 	Start, End float64
 }
@@ -191,7 +194,7 @@ func (f *Fake) CopyAsync(dst Slot, src *weights.Blob, s Stream) error {
 	}
 	start := max(st.tail, f.copyFree)
 	st.tail, f.copyFree = start+d, start+d
-	f.Timeline = append(f.Timeline, Op{Kind: OpCopy, Stream: st.name, Unit: src.Name, Slot: dst, Start: start, End: start + d})
+	f.Timeline = append(f.Timeline, Op{Kind: OpCopy, Stream: st.name, Unit: src.Name, Slot: dst, Bytes: src.Size(), Start: start, End: start + d})
 	return nil
 }
 
@@ -217,7 +220,8 @@ func (f *Fake) CopyRectAsync(dst Slot, src *weights.Blob, r weights.Rect, s Stre
 	}
 	start := max(st.tail, f.copyFree)
 	st.tail, f.copyFree = start+d, start+d
-	f.Timeline = append(f.Timeline, Op{Kind: OpCopy, Stream: st.name, Unit: src.Name, Slot: dst, Start: start, End: start + d})
+	f.Timeline = append(f.Timeline, Op{Kind: OpCopy, Stream: st.name, Unit: src.Name, Slot: dst, Offset: r.DstOffset,
+		Bytes: r.DstOffset + (r.Height-1)*r.DstPitch + r.Width - r.DstOffset, Start: start, End: start + d})
 	return nil
 }
 
@@ -270,7 +274,7 @@ func (f *Fake) Launch(s Stream, c Compute) error {
 	}
 	start := max(st.tail, f.exe)
 	st.tail, f.exe = start+d, start+d
-	f.Timeline = append(f.Timeline, Op{Kind: OpCompute, Stream: st.name, Unit: c.Unit, Slot: c.Slot, Start: start, End: start + d})
+	f.Timeline = append(f.Timeline, Op{Kind: OpCompute, Stream: st.name, Unit: c.Unit, Slot: c.Slot, Offset: c.Offset, Start: start, End: start + d})
 	return nil
 }
 
@@ -294,19 +298,34 @@ func (f *Fake) Elapsed(from, to Event) (float64, error) {
 }
 
 // Verify checks the DFB invariants on the timeline: every compute that
-// reads a slot finds there, from its start to its end, the blob of its
-// own unit (blobs are named as their units), fully copied, and no copy
-// into that slot in flight.
+// reads a slot finds there, at its offset and from its start to its end,
+// the blob of its own unit (blobs are named as their units), fully
+// copied, and no copy into those bytes in flight. The bytes a compute
+// reads are those its unit's last copy to its offset wrote (a home in an
+// arena is one range of it; the GPU's share of a split unit, copied as
+// rectangles, is checked by its first).
 func (f *Fake) Verify() error {
 	var errs []error
+	overlaps := func(w *Op, lo, hi int64) bool { return w.Offset < hi && lo < w.Offset+max(w.Bytes, 1) }
 	for _, c := range f.Timeline {
 		if c.Kind != OpCompute || c.Slot == NoSlot {
 			continue
 		}
-		var last *Op // the latest copy into the slot finished by c's start
+		var own *Op // the unit's last copy to the compute's offset before it
 		for i := range f.Timeline {
 			w := &f.Timeline[i]
-			if w.Kind != OpCopy || w.Slot != c.Slot {
+			if w.Kind == OpCopy && w.Slot == c.Slot && w.Offset == c.Offset && w.Unit == c.Unit && w.End <= c.Start && (own == nil || w.End >= own.End) {
+				own = w
+			}
+		}
+		lo, hi := c.Offset, c.Offset+1
+		if own != nil {
+			hi = c.Offset + max(own.Bytes, 1)
+		}
+		var last *Op // the latest copy into those bytes finished by c's start
+		for i := range f.Timeline {
+			w := &f.Timeline[i]
+			if w.Kind != OpCopy || w.Slot != c.Slot || !overlaps(w, lo, hi) {
 				continue
 			}
 			switch {

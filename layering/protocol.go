@@ -1,6 +1,10 @@
 package layering
 
-import "fmt"
+import (
+	"fmt"
+
+	"vlanode/weights"
+)
 
 // The protocol, for slotted turn j in slot s = j mod 2 (Pipelined):
 // the copy waits compute-done[s], copies, records dma-done[s]; the
@@ -27,11 +31,18 @@ func (e *Executor) copyTurn(t *turn) error {
 	if err := e.stamp(t.copyStart, e.copy); err != nil {
 		return e.fail(t, "timing", err)
 	}
-	if t.rects == nil {
+	switch {
+	case t.rects == nil && t.off == 0:
 		if err := e.dev.CopyAsync(t.slot, t.unit.Blob, e.copy); err != nil {
 			return e.fail(t, "copy", err)
 		}
-	} else {
+	case t.rects == nil:
+		n := t.unit.Blob.Size()
+		r := weights.Rect{SrcPitch: n, DstOffset: t.off, DstPitch: n, Width: n, Height: 1}
+		if err := e.dev.CopyRectAsync(t.slot, t.unit.Blob, r, e.copy); err != nil {
+			return e.fail(t, "copy into its home", err)
+		}
+	default:
 		for _, rc := range t.rects {
 			if err := e.dev.CopyRectAsync(t.slot, t.unit.Blob, rc, e.copy); err != nil {
 				return e.fail(t, "copy of the GPU's share", err)
@@ -68,8 +79,8 @@ func (e *Executor) computeTurn(r *Runner, t *turn, run func(Shard) error) error 
 	if err := e.stamp(t.exeStart, e.compute); err != nil {
 		return e.fail(t, "timing", err)
 	}
-	sh := Shard{Slot: t.slot, CPU: t.cpu, Whole: t.kind == cpuWhole, unit: t.unit.ID, r: r, t: t}
-	if err := e.dev.Launch(e.compute, Compute{Unit: t.unit.ID.String(), Slot: t.slot, Run: func(Slot) error {
+	sh := Shard{Slot: t.slot, Offset: t.off, CPU: t.cpu, Whole: t.kind == cpuWhole, unit: t.unit.ID, r: r, t: t}
+	if err := e.dev.Launch(e.compute, Compute{Unit: t.unit.ID.String(), Slot: t.slot, Offset: t.off, Run: func(Slot) error {
 		if run != nil {
 			if err := run(sh); err != nil {
 				return err

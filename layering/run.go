@@ -26,7 +26,8 @@ type turn struct {
 	kind  kind
 	home  bool // it computes from its home (entering, or in its home already)
 	j     int  // position among the slotted turns; -1 if not slotted
-	slot  Slot // slot j mod len(slots), the home, or NoSlot
+	slot  Slot  // slot j mod len(slots), the home's arena, or NoSlot
+	off   int64 // where its home starts in the arena
 	cpu   int  // the CPU's share of the split dimension
 	rects []weights.Rect
 	bytes int64 // what its copy moves
@@ -248,34 +249,67 @@ func (r *Runner) enter(k int) error {
 			return fmt.Errorf("layering: entering stage %s: %w", st.name, err)
 		}
 		for _, u := range leaving {
-			if err := e.dev.FreeSlot(e.homes[u]); err != nil {
-				return fmt.Errorf("layering: freeing the home of %s: %w", u.ID, err)
-			}
+			h := e.homes[u]
 			delete(e.homes, u)
 			e.homeReady[u] = -1
+			if e.arenas[h.arena]--; e.arenas[h.arena] > 0 {
+				continue
+			}
+			delete(e.arenas, h.arena)
+			if err := e.dev.FreeSlot(h.arena); err != nil {
+				return fmt.Errorf("layering: freeing the homes of stage %s: %w", st.name, err)
+			}
 		}
 	}
-	refused := map[*Unit]bool{}
+	// The stage's new homes: one arena for them all (one allocation, not
+	// one a unit), each at an aligned offset; if the budget refuses it,
+	// one allocation each, and a unit refused its own is streamed.
+	var newHomes []*Unit
+	seen := map[*Unit]bool{}
 	for _, t := range r.turns[r.cur:] {
-		if t.stage != k || !t.home || t.kind != entering {
+		if t.stage != k || !t.home || t.kind != entering || seen[t.unit] {
 			continue
 		}
 		if _, ok := e.homes[t.unit]; ok {
 			continue
 		}
-		s, err := e.dev.AllocSlot(roundUp(t.unit.Blob.Size(), weights.Align))
-		if err != nil {
-			r.homeErrors = append(r.homeErrors, fmt.Errorf("home of %s in %s: %w", t.unit.ID, st.name, err))
-			refused[t.unit] = true
-			continue
+		seen[t.unit] = true
+		newHomes = append(newHomes, t.unit)
+	}
+	refused := map[*Unit]bool{}
+	if len(newHomes) > 0 {
+		var total int64
+		for _, u := range newHomes {
+			total += roundUp(u.Blob.Size(), weights.Align)
 		}
-		e.homes[t.unit] = s
-		if e.homeReady[t.unit] < 0 {
-			ev, err := e.dev.NewEvent("home-ready " + t.unit.ID.String())
+		if a, err := e.dev.AllocSlot(total); err == nil {
+			var off int64
+			for _, u := range newHomes {
+				e.homes[u] = home{arena: a, off: off}
+				off += roundUp(u.Blob.Size(), weights.Align)
+			}
+			e.arenas[a] = len(newHomes)
+		} else {
+			for _, u := range newHomes {
+				a, err := e.dev.AllocSlot(roundUp(u.Blob.Size(), weights.Align))
+				if err != nil {
+					r.homeErrors = append(r.homeErrors, fmt.Errorf("home of %s in %s: %w", u.ID, st.name, err))
+					refused[u] = true
+					continue
+				}
+				e.homes[u] = home{arena: a}
+				e.arenas[a] = 1
+			}
+		}
+		for _, u := range newHomes {
+			if refused[u] || e.homeReady[u] >= 0 {
+				continue
+			}
+			ev, err := e.dev.NewEvent("home-ready " + u.ID.String())
 			if err != nil {
 				return fmt.Errorf("layering: %w", err)
 			}
-			e.homeReady[t.unit] = ev
+			e.homeReady[u] = ev
 		}
 	}
 	for _, t := range r.turns[r.cur:] {
@@ -289,7 +323,8 @@ func (r *Runner) enter(k int) error {
 			t.kind, t.home, t.bytes = slotted, false, t.unit.Blob.Size()
 			continue
 		}
-		t.slot = e.homes[t.unit]
+		h := e.homes[t.unit]
+		t.slot, t.off = h.arena, h.off
 	}
 	if len(refused) > 0 {
 		kept := r.order[:r.next:r.next]

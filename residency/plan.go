@@ -211,6 +211,7 @@ func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 		for k, v := range pl.fixed[s] {
 			sp.Bytes[k] = v
 		}
+		arenas := map[placement.Stage]int64{} // the homes of s by the stage they entered with
 		for i, it := range pl.items {
 			w, ok := it.WorkIn(s)
 			if ok {
@@ -218,8 +219,10 @@ func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 			}
 			switch {
 			case it.HostOnly:
-			case c.homes[i].has(s):
+			case c.homes[i] == pl.all:
 				sp.Bytes[PurposeResident] += it.Bytes
+			case c.homes[i].has(s):
+				arenas[pl.entry(c.homes[i], s)] += (it.Bytes + 255) / 256 * 256
 			case ok:
 				share := 0.0
 				if it.SplitDim > 0 {
@@ -232,8 +235,11 @@ func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 				}
 			}
 		}
+		for _, n := range arenas {
+			sp.Bytes[PurposeResident] += pages(n)
+		}
 		sp.Tier = placement.Tier(sp.Rows)
-		sp.Bytes[PurposeSlots] = dfbSlots * p.SlotBytes
+		sp.Bytes[PurposeSlots] = dfbSlots * pages(p.SlotBytes)
 		var used int64
 		for _, n := range sp.Bytes {
 			used += n

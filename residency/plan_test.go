@@ -3,6 +3,7 @@ package residency_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -82,15 +83,35 @@ func checkAccounts(t *testing.T, p *residency.Plan) {
 	}
 	assert.Equal(t, slot, p.SlotBytes)
 	var total float64
+	var stages []placement.Stage
+	for _, sp := range p.Stages {
+		stages = append(stages, sp.Stage)
+	}
+	pages := func(n int64) int64 { return (n + 2<<20 - 1) / (2 << 20) * (2 << 20) }
 	for _, sp := range p.Stages {
 		var resident, sum int64
+		arenas := map[placement.Stage]int64{} // homes carved from one arena per stage they entered with
 		for _, u := range p.Units {
-			if u.HomeIn(sp.Stage) {
+			switch {
+			case u.Weights == placement.Resident:
 				resident += u.Bytes
+			case u.HomeIn(sp.Stage):
+				k := slices.Index(stages, sp.Stage)
+				for range stages {
+					prev := stages[(k+len(stages)-1)%len(stages)]
+					if !u.HomeIn(prev) {
+						break
+					}
+					k = slices.Index(stages, prev)
+				}
+				arenas[stages[k]] += (u.Bytes + 255) / 256 * 256
 			}
 		}
+		for _, n := range arenas {
+			resident += pages(n)
+		}
 		assert.Equal(t, resident, sp.Bytes[residency.PurposeResident], sp.Stage)
-		assert.Equal(t, 2*slot, sp.Bytes[residency.PurposeSlots])
+		assert.Equal(t, 2*pages(slot), sp.Bytes[residency.PurposeSlots])
 		for _, n := range sp.Bytes {
 			sum += n
 		}
@@ -212,7 +233,7 @@ func TestPlanMinimum(t *testing.T) {
 	for _, sp := range p.Stages {
 		fixed = max(fixed, sp.Bytes[residency.PurposeKV]+sp.Bytes[residency.PurposeActivations]+sp.Bytes[residency.PurposeWorkspaces]+sp.Bytes[residency.PurposeContext])
 	}
-	assert.Equal(t, fixed+2*301998080, p.MinBudgetBytes)
+	assert.Equal(t, fixed+2*((301998080+2<<20-1)/(2<<20)*(2<<20)), p.MinBudgetBytes, "two slots of the largest part, in whole pages")
 	pre, _ := p.Stage(placement.StagePrefill)
 	assert.Equal(t, int64(461373440), pre.Bytes[residency.PurposeKV])
 	dec, _ := p.Stage(placement.StageDecode)

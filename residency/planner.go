@@ -48,6 +48,12 @@ func (o Options) Validate() error {
 	return nil
 }
 
+// homeArenas bounds the arenas a stage's homes are carved from (the
+// executor allocates the homes that enter at a stage's start as one): the
+// homes that entered with the prefill and those the decode adds; each may
+// take up to a page more than its homes.
+const homeArenas = 3
+
 // splitAlign is the granularity of a CPU/GPU split of a unit's split
 // dimension: whole tiles of the CPU kernels and of the copies.
 const splitAlign = 128
@@ -134,7 +140,7 @@ func (pl *planner) plan() (*choice, int64, error) {
 	for _, s := range pl.stages {
 		fixedMax = max(fixedMax, pl.fixedSum(s))
 	}
-	minimum := fixedMax + dfbSlots*slot
+	minimum := fixedMax + dfbSlots*pages(slot)
 	if pl.budget == 0 || fixedMax+all <= pl.budget {
 		homes := make([]stageSet, len(pl.items))
 		for i, it := range pl.items {
@@ -198,7 +204,7 @@ func (pl *planner) streamedSlot(homes []stageSet) int64 {
 func (pl *planner) rooms(slot int64) map[placement.Stage]int64 {
 	out := map[placement.Stage]int64{}
 	for _, s := range pl.stages {
-		out[s] = pl.budget - pl.fixedSum(s) - dfbSlots*slot
+		out[s] = pl.budget - pl.fixedSum(s) - dfbSlots*pages(slot) - homeArenas*pageBytes
 	}
 	return out
 }
@@ -394,6 +400,19 @@ func (pl *planner) upgrade(homes []stageSet, rooms map[placement.Stage]int64) {
 		}
 		homes[c.i] = pl.all
 	}
+}
+
+// entry is the stage at which a unit home in s (by homes h) entered its
+// home: the first of the run of h's stages that holds s, cyclically.
+func (pl *planner) entry(h stageSet, s placement.Stage) placement.Stage {
+	for range pl.stages {
+		p := pl.prev(s)
+		if !h.has(p) {
+			return s
+		}
+		s = p
+	}
+	return s
 }
 
 // prev is the stage that runs before s, cyclically: an inference's first

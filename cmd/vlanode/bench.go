@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -119,6 +120,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 				first = res
 			}
 			r.Identical = sameResult(first, res)
+			r.SameReasoning = slices.Equal(first.ReasoningIDs, res.ReasoningIDs)
+			r.MaxActionDiff = maxAbsDiff(first.Normalized, res.Normalized)
 			rep.Runs = append(rep.Runs, r)
 			predicted := ""
 			if r.Backend == "cuda" {
@@ -246,6 +249,12 @@ type benchRun struct {
 	DiffusionGraph bool   `json:"diffusion_graph"`
 	GraphError     string `json:"graph_error,omitempty"`
 	Identical      bool   `json:"identical"` // reasoning and trajectory equal the first run's
+	// SameReasoning says the greedy reasoning ids equal the first run's;
+	// MaxActionDiff is the largest difference of a normalized action from
+	// the first run's (a plan with CPU shards sums its MLPs in two parts:
+	// deterministic, not bit-identical).
+	SameReasoning bool    `json:"same_reasoning"`
+	MaxActionDiff float64 `json:"max_action_diff"`
 	// ResultSHA256 digests reasoning ids, actions and trajectory, to
 	// compare runs of different calls.
 	ResultSHA256 string  `json:"result_sha256"`
@@ -429,6 +438,18 @@ func resultDigest(r *alpamayo.Result) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// maxAbsDiff is the largest |a[i] − b[i]| (+Inf for different lengths).
+func maxAbsDiff(a, b []float32) float64 {
+	if len(a) != len(b) {
+		return math.Inf(1)
+	}
+	var m float64
+	for i := range a {
+		m = max(m, math.Abs(float64(a[i])-float64(b[i])))
+	}
+	return m
+}
+
 // sameResult reports whether two inferences agree bit for bit.
 func sameResult(a, b *alpamayo.Result) bool {
 	return slices.Equal(a.ReasoningIDs, b.ReasoningIDs) && slices.Equal(a.Normalized, b.Normalized) &&
@@ -485,7 +506,7 @@ func (rep *benchReport) print(w io.Writer) {
 		fmt.Fprintf(w, "pinned host-to-device: %.1f GB/s; bound: %s\n", rep.H2DGBps, rep.BoundSource)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "budget\tmode\tresident\tstreamed\tvision ms\tprefill ms\tdecode ms\tdiffusion ms\ttotal ms\tpredicted ms\tvs plan\tbound ms\tvs bound\tpeak alloc GB\tpeak NVML GB\twithin\tidentical\taccelerate s\tspeedup\t")
+	fmt.Fprintln(tw, "budget\tmode\tresident\tstreamed\tvision ms\tprefill ms\tdecode ms\tdiffusion ms\ttotal ms\tpredicted ms\tvs plan\tbound ms\tvs bound\tpeak alloc GB\tpeak NVML GB\twithin\tidentical\tsame ids\tmax action diff\taccelerate s\tspeedup\t")
 	for _, r := range rep.Runs {
 		if r.Error != "" {
 			fmt.Fprintf(tw, "%s\t%s\tfailed: %s\t\n", shortBudget(r.Budget), r.Mode, r.Error)

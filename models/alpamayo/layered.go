@@ -55,8 +55,8 @@ type layered struct {
 	cpu  backend.Backend // the CPU engine's, for shares of units
 	// place is each unit's placement per stage, from the plan.
 	place map[*models.Unit]map[placement.Stage]placement.Placement
-	// home is the home each unit's views were last bound to.
-	home map[*models.Unit]layering.Slot
+	// home is the key of the home each unit's views were last bound to.
+	home map[*models.Unit]string
 	// resident says the plan streams nothing: with profiling off, an
 	// inference then needs no executor run, and each unit's compute runs
 	// in place (Direct), which lets the model replay captured graphs.
@@ -112,7 +112,7 @@ func (l *Layering) configureLoader(ld *models.Loader) error {
 func (m *Model) newLayered(l *Layering, units []*models.Unit) error {
 	places, _ := placementOf(l.Plan)
 	lay := &layered{units: map[*models.Unit]*layering.Unit{}, slot: map[layering.Slot]int{}, be: m.be, dev: l.Device, view: l.View,
-		cpu: l.CPU, place: map[*models.Unit]map[placement.Stage]placement.Placement{}, home: map[*models.Unit]layering.Slot{},
+		cpu: l.CPU, place: map[*models.Unit]map[placement.Stage]placement.Placement{}, home: map[*models.Unit]string{},
 		resident: true, profile: l.Profile}
 	var all []*layering.Unit
 	var errs []error
@@ -192,14 +192,20 @@ func (l *layered) bind(u *models.Unit, sh layering.Shard) error {
 			}
 			break
 		}
-		// Its home in this stage: new views when the home is new.
-		if old, ok := l.home[u]; ok && old != sh.Slot {
-			for _, t := range u.DropAt(homeKey(old)) {
+		// Its home in this stage, at an offset of the stage's arena: new
+		// views when the home is new.
+		key := fmt.Sprintf("home %d+%d", sh.Slot, sh.Offset)
+		if old, ok := l.home[u]; ok && old != key {
+			for _, t := range u.DropAt(old) {
 				l.be.Free(t)
 			}
 		}
-		l.home[u] = sh.Slot
-		if err := u.UseAt(homeKey(sh.Slot), nil, view); err != nil {
+		l.home[u] = key
+		entries := append([]weights.Entry(nil), u.Blob.Entries...)
+		for i := range entries {
+			entries[i].Offset += sh.Offset
+		}
+		if err := u.UseAt(key, entries, view); err != nil {
 			return err
 		}
 	}
@@ -216,7 +222,6 @@ func (l *layered) bind(u *models.Unit, sh layering.Shard) error {
 	return nil
 }
 
-func homeKey(s layering.Slot) string { return fmt.Sprintf("home %d", s) }
 
 // Do runs u's compute in the inference in progress (models.Runner).
 func (l *layered) Do(u *models.Unit, run func() error) error {

@@ -406,6 +406,12 @@ def build_model(nvm: dict[str, Any], work: str, tok_path: str, seed: int, device
             return Processor(load_tokenizer(tok_path))
 
     base.AutoProcessor = AutoProcessorFromVLMFolder
+    # transformers 5.17's post_init calls tie_weights(recompute_mapping=...),
+    # which ReasoningVLA's override (written for 4.57) does not take.
+    def tie_weights(self: Any, *args: Any, **kwargs: Any) -> None:
+        if hasattr(self.vlm, "tie_weights"):
+            self.vlm.tie_weights(*args, **kwargs)
+    base.ReasoningVLA.tie_weights = tie_weights
     ccls.has_no_defaults_at_init = True
     torch.distributions.Distribution.set_default_validate_args(False)
 
