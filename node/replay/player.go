@@ -103,6 +103,7 @@ func newPlayer(nc *nats.Conn, src Source, cfg Config) (*player, error) {
 	store, err := ingest.New(ingest.Config{
 		Cameras: cfg.Info.Cameras, FramesPerCamera: cfg.Info.FramesPerCamera, Period: cfg.Info.FramePeriod,
 		StaleAfter: time.Duration(1<<62 - 1), // stamps, not arrival, decide in a replay
+		MaxSkew:    time.Duration(1<<63 - 1), // and a clip may have gaps
 	})
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
