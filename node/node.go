@@ -21,6 +21,16 @@ import (
 // when Start's context has no deadline.
 const startFlushTimeout = 10 * time.Second
 
+// abandonAfter is how long Shutdown waits, once the grace period is over
+// and the inference in flight was cancelled, for the engine to return
+// before it answers the request and stops without it.
+const abandonAfter = 500 * time.Millisecond
+
+// ErrInferenceAbandoned is part of Shutdown's error when the engine did not
+// return from a cancelled inference: it may still be running, so its owner
+// must not free what it uses (vlanode serve exits without closing it).
+var ErrInferenceAbandoned = errors.New("the inference in flight did not stop when cancelled and was left running")
+
 // Node serves one Engine over NATS. Create it with Start; stop it with
 // Shutdown.
 type Node struct {
@@ -40,6 +50,7 @@ type Node struct {
 	store *ingest.Store
 	sched *scheduler
 	m     *nodeMetrics
+	jobs  *jobRunner // nil without WithJobs
 
 	metricsLn  net.Listener
 	metricsSrv *http.Server
@@ -47,6 +58,7 @@ type Node struct {
 	hardCtx    context.Context // cancelled when in-flight work must stop
 	hardCancel context.CancelFunc
 	workerDone chan struct{}
+	running    atomic.Pointer[job] // the job the worker runs, or nil
 	statusStop chan struct{}
 	statusDone chan struct{}
 
@@ -72,6 +84,7 @@ func Start(ctx context.Context, engine Engine, opts ...Option) (*Node, error) {
 	store, err := ingest.New(ingest.Config{
 		Cameras: info.Cameras, FramesPerCamera: info.FramesPerCamera, Period: info.FramePeriod,
 		Tolerance: o.SyncTolerance, StaleAfter: o.StaleAfter, Capacity: o.RingCapacity,
+		MaxBytes: o.RingBytes, MaxSkew: o.MaxFrameSkew,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -116,6 +129,11 @@ func (n *Node) start(ctx context.Context) error {
 	go n.work()
 	if err := n.register(); err != nil {
 		return err
+	}
+	if n.opts.Jobs != nil {
+		if err := n.startJobs(ctx); err != nil {
+			return err
+		}
 	}
 	fctx, cancel := ctx, context.CancelFunc(func() {})
 	if _, ok := ctx.Deadline(); !ok {
@@ -240,6 +258,9 @@ func (n *Node) shutdown(ctx context.Context) error {
 	n.closing.Store(true)
 	n.log.Info("shutting down: no new requests; finishing the one in flight")
 	var errs []error
+	if n.jobs != nil {
+		n.jobs.stop() // no new jobs
+	}
 	if err := n.svc.Stop(); err != nil { // unsubscribes the infer endpoints
 		errs = append(errs, fmt.Errorf("stopping the micro service: %w", err))
 	}
@@ -252,8 +273,20 @@ func (n *Node) shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		n.log.Warn("shutdown: grace period over; cancelling the inference in flight")
 		n.hardCancel()
-		<-n.workerDone // the worker answers the cancelled request
 		errs = append(errs, ctx.Err())
+		select {
+		case <-n.workerDone: // the worker answered the cancelled request
+		case <-time.After(abandonAfter):
+			// The engine does not return: answer its request and leave it.
+			n.log.Error("shutdown: the inference in flight did not stop when cancelled; leaving it", "after", abandonAfter)
+			if j := n.running.Load(); j != nil {
+				n.stopped(j, context.Canceled)
+			}
+			errs = append(errs, ErrInferenceAbandoned)
+		}
+	}
+	if err := n.stopJobs(ctx); err != nil && ctx.Err() == nil {
+		errs = append(errs, err)
 	}
 	close(n.statusStop)
 	<-n.statusDone

@@ -27,6 +27,10 @@ type Options struct {
 
 	Port    int    // the embedded server's port on 127.0.0.1; 0 picks a free one
 	DataDir string // the embedded server's JetStream store; "" uses a temporary directory
+	// ServerConfig is a nats-server config file for the embedded server:
+	// its accounts, users and permissions (docs/security.md). The node
+	// connects with Auth as one of its users.
+	ServerConfig string
 
 	// MaxPayload is the largest request the node takes, in bytes. With an
 	// embedded server it is also the server's max_payload; with an external
@@ -42,6 +46,10 @@ type Options struct {
 	SyncTolerance time.Duration // sync window: how far a frame may be from its slot; 0: half a frame period
 	StaleAfter    time.Duration // sync window: age at which a received frame is dropped; 0: (frames+1) periods
 	RingCapacity  int           // frames kept per camera; 0: ingest.DefaultCapacity
+	RingBytes     int64         // frame data kept per camera; 0: ingest.DefaultMaxBytes
+	MaxFrameSkew  time.Duration // how far ahead of the newest frame a frame may be stamped; 0: ingest's default
+
+	Jobs *JobsConfig // the jobs path (WithJobs); nil: off
 
 	GPU    gpu.Telemetry // GPU telemetry for Status and metrics; nil: no GPU
 	Logger *slog.Logger  // nil: discard
@@ -80,6 +88,14 @@ func WithEmbeddedServer(port int, dataDir string) Option {
 		o.Port, o.DataDir = port, dataDir
 		return nil
 	}
+}
+
+// WithEmbeddedConfig gives the embedded server a nats-server config file
+// (accounts, users, permissions; its host if it names one); the node's
+// port, store and max payload still apply, and the node connects with its
+// own credentials (WithUserInfo, WithToken) as one of the file's users.
+func WithEmbeddedConfig(file string) Option {
+	return func(o *Options) error { o.ServerConfig = file; return nil }
 }
 
 // WithMaxPayload sets the largest request the node takes (see
@@ -141,6 +157,20 @@ func WithSyncWindow(tolerance, staleAfter time.Duration, ringCapacity int) Optio
 			return errors.New("sync window: negative tolerance, staleness or capacity")
 		}
 		o.SyncTolerance, o.StaleAfter, o.RingCapacity = tolerance, staleAfter, ringCapacity
+		return nil
+	}
+}
+
+// WithFrameLimits sets how far ahead of a camera's newest frame a published
+// frame may be stamped (0: the longer of 1 s and two stale-after windows)
+// and how many bytes of frame data each camera keeps (0:
+// ingest.DefaultMaxBytes). Frames beyond either are dropped and counted.
+func WithFrameLimits(maxSkew time.Duration, ringBytes int64) Option {
+	return func(o *Options) error {
+		if maxSkew < 0 || ringBytes < 0 {
+			return errors.New("frame limits: negative skew or ring bytes")
+		}
+		o.MaxFrameSkew, o.RingBytes = maxSkew, ringBytes
 		return nil
 	}
 }
@@ -212,6 +242,9 @@ func buildOptions(opts []Option) (Options, error) {
 	}
 	if err := o.Auth.Check(o.NATSURL == ""); err != nil {
 		return o, fmt.Errorf("node: %w", err)
+	}
+	if o.ServerConfig != "" && o.NATSURL != "" {
+		return o, errors.New("node: a server config file is for the embedded server; with an external server (WithNATSURL) configure that server")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -18,6 +18,7 @@ type job struct {
 	unmarshal time.Duration // decoding and checking the request
 	timer     *time.Timer   // fires at the deadline while the job waits
 	answered  atomic.Bool   // set by the one reply (Node.answer)
+	stored    *storedJob    // a job from the jobs queue (jobs.go); nil for a request
 }
 
 // latest reports whether the job asks for the node's latest frames.
