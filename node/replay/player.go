@@ -39,6 +39,11 @@ type Config struct {
 	MaxReasoningTokens int
 	KeepStamps         bool // publish the recorded stamps; otherwise shift them to now
 	MaxInflight        int  // real time: requests awaiting answers at once; 0 means 16
+	// Jobs, when set, sends each request as a job on the jobs queue
+	// (at-least-once, answered from the results stream) with an id of its
+	// own; requests carry their frames (Explicit is implied) and frames are
+	// not published on the frame subjects.
+	Jobs *node.JobClient
 
 	Progress io.Writer // a progress bar is drawn here; nil: none
 	// OnPlan, when set, is called with every plan received and its round
@@ -99,6 +104,9 @@ func newPlayer(nc *nats.Conn, src Source, cfg Config) (*player, error) {
 	}
 	if cfg.Subject == "" {
 		cfg.Subject = node.InferSubject(cfg.Node)
+	}
+	if cfg.Jobs != nil {
+		cfg.Explicit = true
 	}
 	store, err := ingest.New(ingest.Config{
 		Cameras: cfg.Info.Cameras, FramesPerCamera: cfg.Info.FramesPerCamera, Period: cfg.Info.FramePeriod,
@@ -193,8 +201,10 @@ func (p *player) frame(f *msgs.Frame) error {
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
-	if err := p.nc.Publish(node.FramesSubject(p.cfg.Node, g.Camera), data); err != nil {
-		return fmt.Errorf("replay: publishing a frame: %w", err)
+	if p.cfg.Jobs == nil {
+		if err := p.nc.Publish(node.FramesSubject(p.cfg.Node, g.Camera), data); err != nil {
+			return fmt.Errorf("replay: publishing a frame: %w", err)
+		}
 	}
 	p.lastStamp = max(p.lastStamp, g.StampNs)
 	p.count(func(s *Summary) { s.Frames++ })
@@ -209,8 +219,12 @@ func (p *player) frame(f *msgs.Frame) error {
 // request sends one request built from a clip's request event.
 func (p *player) request(ctx context.Context, clip *msgs.InferRequest) {
 	p.requestSeq++
+	id := fmt.Sprintf("replay-%d", p.requestSeq)
+	if p.cfg.Jobs != nil {
+		id = p.cfg.Jobs.ID(fmt.Sprint(p.requestSeq))
+	}
 	req := &msgs.InferRequest{
-		ID: fmt.Sprintf("replay-%d", p.requestSeq), Prompt: clip.Prompt,
+		ID: id, Prompt: clip.Prompt,
 		MaxReasoningTokens: clip.MaxReasoningTokens, DeadlineMs: p.cfg.DeadlineMs,
 		EgoHistory: make([]msgs.EgoPose, len(clip.EgoHistory)),
 	}
@@ -248,7 +262,7 @@ func (p *player) request(ctx context.Context, clip *msgs.InferRequest) {
 		return
 	}
 	if p.cfg.Fast {
-		p.send(ctx, req.ID, data)
+		p.send(ctx, req, data)
 		return
 	}
 	select {
@@ -260,16 +274,30 @@ func (p *player) request(ctx context.Context, clip *msgs.InferRequest) {
 	go func() {
 		defer p.wg.Done()
 		defer func() { <-p.inflight }()
-		p.send(ctx, req.ID, data)
+		p.send(ctx, req, data)
 	}()
 }
 
-// send makes one request and records its outcome.
-func (p *player) send(ctx context.Context, id string, data []byte) {
+// send makes one request (data is req encoded), or submits it as a job
+// and waits for its answer, and records the outcome.
+func (p *player) send(ctx context.Context, req *msgs.InferRequest, data []byte) {
+	id := req.ID
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
-	m, err := p.nc.RequestWithContext(rctx, p.cfg.Subject, data)
+	var plan *msgs.Plan
+	var e *msgs.Error
+	var err, unreadable error
+	if p.cfg.Jobs != nil {
+		if err = p.cfg.Jobs.Submit(rctx, req); err == nil {
+			plan, e, err = p.cfg.Jobs.Wait(rctx, id)
+		}
+	} else {
+		var m *nats.Msg
+		if m, err = p.nc.RequestWithContext(rctx, p.cfg.Subject, data); err == nil {
+			plan, e, unreadable = msgs.DecodeReply(m.Data)
+		}
+	}
 	rtt := time.Since(start)
 	if err != nil {
 		kind := ErrClient
@@ -284,12 +312,11 @@ func (p *player) send(ctx context.Context, id string, data []byte) {
 		p.count(func(s *Summary) { s.Errors[kind]++; s.note(fmt.Sprintf("%s: %v", id, err)) })
 		return
 	}
-	plan, e, err := msgs.DecodeReply(m.Data)
 	p.count(func(s *Summary) {
 		switch {
-		case err != nil:
+		case unreadable != nil:
 			s.Errors[ErrClient]++
-			s.note(fmt.Sprintf("%s: unreadable reply: %v", id, err))
+			s.note(fmt.Sprintf("%s: unreadable reply: %v", id, unreadable))
 		case e != nil:
 			s.Errors[string(e.Err.Code)]++
 			s.note(fmt.Sprintf("%s: %s: %s", id, e.Err.Code, e.Err.Message))
