@@ -107,6 +107,9 @@ func (e *Alpamayo) Infer(ctx context.Context, obs *node.Observation) (*msgs.Plan
 func (e *Alpamayo) Run(ctx context.Context, frames []msgs.Frame, ego []msgs.EgoPose, maxTokens int, opt Options) (*alpamayo.Result, time.Duration, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if err := ctx.Err(); err != nil { // cancelled (deadline, shutdown) while waiting for the lock
+		return nil, 0, err
+	}
 	start := time.Now()
 	if err := e.proc.ProcessFrames(&e.batch, frames); err != nil {
 		if errors.Is(err, vision.ErrInvalidFrame) {

@@ -44,10 +44,11 @@ func (n *Node) register() error {
 	}
 	n.svc = svc
 	handler := micro.HandlerFunc(n.onInfer)
-	if err := svc.AddEndpoint("infer", handler, micro.WithEndpointSubject(AnyInferSubject), micro.WithEndpointQueueGroup(QueueGroup)); err != nil {
+	limits := micro.WithEndpointPendingLimits(n.pendingLimits())
+	if err := svc.AddEndpoint("infer", handler, micro.WithEndpointSubject(AnyInferSubject), micro.WithEndpointQueueGroup(QueueGroup), limits); err != nil {
 		return fmt.Errorf("node: endpoint %s: %w", AnyInferSubject, err)
 	}
-	if err := svc.AddEndpoint("infer_node", handler, micro.WithEndpointSubject(InferSubject(n.opts.Name)), micro.WithEndpointQueueGroup(QueueGroup)); err != nil {
+	if err := svc.AddEndpoint("infer_node", handler, micro.WithEndpointSubject(InferSubject(n.opts.Name)), micro.WithEndpointQueueGroup(QueueGroup), limits); err != nil {
 		return fmt.Errorf("node: endpoint %s: %w", InferSubject(n.opts.Name), err)
 	}
 	return nil

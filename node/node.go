@@ -122,6 +122,9 @@ func (n *Node) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node: subscribing to frames: %w", err)
 	}
+	if err := sub.SetPendingLimits(n.pendingLimits()); err != nil {
+		return fmt.Errorf("node: subscribing to frames: %w", err)
+	}
 	n.framesSub = sub
 	if err := n.startMetrics(); err != nil {
 		return err
@@ -182,6 +185,19 @@ func (n *Node) connect(ctx context.Context, url string) error {
 	}
 	n.nc = nc
 	return ctx.Err()
+}
+
+// Pending limits: what each subscription (frames, and each infer endpoint)
+// may hold that its handler has not taken yet. Handlers only decode and
+// queue, so this fills only under a flood; past it NATS drops messages
+// (a slow consumer, logged) rather than the node growing without bound.
+const (
+	pendingPayloads = 4       // bytes: this many of the largest message
+	pendingMsgs     = 1 << 16 // messages
+)
+
+func (n *Node) pendingLimits() (msgs, bytes int) {
+	return pendingMsgs, int(pendingPayloads * n.maxPayload)
 }
 
 // effectiveMaxPayload returns the request size limit: the option, bounded by
