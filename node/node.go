@@ -263,7 +263,10 @@ func (n *Node) MaxPayload() int64 { return n.maxPayload }
 // answers the waiting ones overloaded, lets the one in flight finish and
 // sends its reply, then drains the connection and stops the embedded server.
 // When ctx ends first, the in-flight inference is cancelled (its request is
-// still answered) and Shutdown returns ctx's error after cleaning up.
+// still answered) and Shutdown returns ctx's error after cleaning up; if the
+// engine has not returned abandonAfter later, the request is answered
+// without it and the error includes ErrInferenceAbandoned. Jobs taken from
+// the jobs queue have their answers stored, or go back to the queue.
 // Calling it again returns the first call's result.
 func (n *Node) Shutdown(ctx context.Context) error {
 	n.shutdownOnce.Do(func() { n.shutdownErr = n.shutdown(ctx) })
