@@ -113,3 +113,35 @@ func TestWorstCaseCost(t *testing.T) {
 	t.Logf("%d-byte request with %d empty maps in ego_history: %d bytes allocated (%.1f× its size)", len(b), room, cost, float64(cost)/float64(len(b)))
 	require.Less(t, cost, uint64(4*len(b)))
 }
+
+// A skipped value is still checked: malformed msgpack inside it is refused
+// with its path, as anywhere else.
+func TestSkippedValuesAreChecked(t *testing.T) {
+	valid := mustMarshal(t, sampleRequest())
+	cases := []struct {
+		name  string
+		value []byte
+		want  string
+	}{
+		{"invalid code in an array", []byte{0x93, 0x01, 0x02, 0xc1}, "junk[2]: malformed msgpack: invalid code 0xc1"},
+		{"short string in a map in a map", []byte{0x81, 0xa1, 'a', 0x81, 0xa1, 'b', 0xa5, 'x'},
+			"junk.a.b: malformed msgpack: 5 bytes announced, 1 bytes left"},
+		{"short value under a non-string key", []byte{0x81, 0x07, 0x92, 0x01},
+			"junk[<non-string key>]: malformed msgpack: 2 array elements announced, 1 bytes left"},
+		{"short key", []byte{0x81, 0xa4, 'k'}, "junk: malformed msgpack: 4 bytes announced, 1 bytes left"},
+		{"huge map", []byte{0xdf, 0xff, 0xff, 0xff, 0xff}, "junk: malformed msgpack: 4294967295 map entries announced, 0 bytes left"},
+		{"truncated float", []byte{0x91, 0xcb, 0x01}, "junk[0]: malformed msgpack: unexpected end of data"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := msgs.DecodeInferRequest(withKey(t, valid, "junk", c.value))
+			requireFieldError(t, err, c.want, msgs.CodeBadRequest)
+		})
+	}
+	// Well-formed values of every kind are skipped: nil, bool, ext, a map
+	// with a bin key, a float.
+	b := withKey(t, valid, "junk", []byte{0x94, 0xc0, 0xc3, 0xd4, 0x01, 0x02, 0x81, 0xc4, 0x01, 0x00, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0})
+	got, err := msgs.DecodeInferRequest(b)
+	require.NoError(t, err)
+	require.Equal(t, "req-1", got.ID)
+}

@@ -129,11 +129,17 @@ func TestJobSurvivesNodeKill(t *testing.T) {
 	c := jobClient(t, nc, "eval-2")
 	submit(t, c, goodRequest(c.ID("x"), 1e9))
 	a.awaitStart(t, "eval-2.x")
-	time.Sleep(testJobs.AckWait) // held past the ack wait: the heartbeat keeps it
-	kill(nodeA)
 
+	// While node A lives its heartbeat keeps the job, past the ack wait.
 	b := gated()
 	startNode(t, srv, b, WithName("gpu-b"), WithJobs(testJobs))
+	time.Sleep(2 * testJobs.AckWait)
+	select {
+	case id := <-b.started:
+		t.Fatalf("node B took %s while node A was running it", id)
+	default:
+	}
+	kill(nodeA)
 	b.awaitStart(t, "eval-2.x") // once the ack wait passes without node A
 	b.release()
 	p, er := waitJob(t, c, c.ID("x"))
