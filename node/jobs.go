@@ -267,15 +267,8 @@ func (n *Node) takeJob(ctx context.Context, m jetstream.Msg) {
 	}
 	s := &storedJob{msg: m, done: make(chan struct{})}
 	j := &job{req: req, received: received, stored: s}
-	if req == nil {
+	if e := n.refuseJob(m, req, id, err); e != nil {
 		j.req = &msgs.InferRequest{ID: id}
-		n.answerStored(j, msgs.ErrorReply(id, err))
-	} else if md, err := m.Metadata(); err == nil && md.NumDelivered > uint64(n.jobs.cfg.MaxDeliveries) {
-		n.answerStored(j, msgs.NewError(id, msgs.CodeInternal, fmt.Sprintf(
-			"the job was handed out %d times without an answer (the nodes that took it stopped); it is not run again", md.NumDelivered-1)))
-	} else if req.UseLatest {
-		n.answerStored(j, msgs.NewError(id, msgs.CodeBadRequest, "use_latest: a job must carry its frames (the node's latest frames are for live requests)"))
-	} else if e := n.checkRequest(req); e != nil {
 		n.answerStored(j, e)
 	} else {
 		if req.DeadlineMs > 0 {
@@ -289,6 +282,23 @@ func (n *Node) takeJob(ctx context.Context, m jetstream.Msg) {
 	case <-s.done:
 	case <-n.hardCtx.Done():
 	}
+}
+
+// refuseJob returns the answer to a job that will not run, or nil: one
+// that did not decode (err), one given out too often, one without frames,
+// one that does not fit the model.
+func (n *Node) refuseJob(m jetstream.Msg, req *msgs.InferRequest, id string, err error) *msgs.Error {
+	if req == nil {
+		return msgs.ErrorReply(id, err)
+	}
+	if md, err := m.Metadata(); err == nil && md.NumDelivered > uint64(n.jobs.cfg.MaxDeliveries) {
+		return msgs.NewError(id, msgs.CodeInternal, fmt.Sprintf(
+			"the job was given out %d times without an answer (the nodes that took it stopped); it is not run again", md.NumDelivered-1))
+	}
+	if req.UseLatest {
+		return msgs.NewError(id, msgs.CodeBadRequest, "use_latest: a job must carry its frames (the node's latest frames are for live requests)")
+	}
+	return n.checkRequest(req)
 }
 
 // heartbeat tells JetStream that the job is being worked on, every third

@@ -167,7 +167,7 @@ func TestJobMaxDeliveries(t *testing.T) {
 	b := &testEngine{}
 	startNode(t, srv, b, WithName("gpu-b"), WithJobs(cfg))
 	p, er := waitJob(t, c, c.ID("poison"))
-	wantError(t, p, er, msgs.CodeInternal, "handed out 1 times without an answer")
+	wantError(t, p, er, msgs.CodeInternal, "given out 1 times without an answer")
 	assert.Empty(t, b.callIDs())
 }
 
