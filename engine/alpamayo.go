@@ -215,6 +215,9 @@ func observationOptions(obs *node.Observation) (Options, error) {
 func (e *Alpamayo) Run(ctx context.Context, frames []msgs.Frame, ego []msgs.EgoPose, maxTokens int, opt Options) (*alpamayo.Result, time.Duration, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if err := ctx.Err(); err != nil { // cancelled (deadline, shutdown) while waiting for the lock
+		return nil, 0, err
+	}
 	start := time.Now()
 	frames, cameras, err := modelOrder(frames, opt.Cameras)
 	if err != nil {

@@ -32,6 +32,11 @@ type service struct {
 	started  time.Time
 	data     func() any // the STATS data of each endpoint: the node's counters
 
+	// pendingMsgs and pendingBytes bound what each of the service's
+	// subscriptions may hold that its handler has not taken yet
+	// (Node.pendingLimits); 0: NATS's defaults.
+	pendingMsgs, pendingBytes int
+
 	endpoints []*endpoint // fixed once start returns
 
 	mu      sync.Mutex // guards subs and stopped; a leaf
@@ -99,11 +104,27 @@ func (s *service) addEndpoint(name, subject, queueGroup string, handler func(*en
 	if err != nil {
 		return fmt.Errorf("node: endpoint %s (%s): %w", name, subject, err)
 	}
+	s.keep(sub)
+	if err := s.limit(sub); err != nil {
+		return fmt.Errorf("node: endpoint %s (%s): %w", name, subject, err)
+	}
+	s.endpoints = append(s.endpoints, e)
+	return nil
+}
+
+// keep records sub, to be drained by stop.
+func (s *service) keep(sub *nats.Subscription) {
 	s.mu.Lock()
 	s.subs = append(s.subs, sub)
 	s.mu.Unlock()
-	s.endpoints = append(s.endpoints, e)
-	return nil
+}
+
+// limit sets sub's pending limits, when the service has them.
+func (s *service) limit(sub *nats.Subscription) error {
+	if s.pendingMsgs == 0 && s.pendingBytes == 0 {
+		return nil
+	}
+	return sub.SetPendingLimits(s.pendingMsgs, s.pendingBytes)
 }
 
 // start subscribes the control subjects. Endpoints are added before.
@@ -128,9 +149,10 @@ func (s *service) start() error {
 			if err != nil {
 				return fmt.Errorf("node: micro service: subscribing to %s: %w", subject, err)
 			}
-			s.mu.Lock()
-			s.subs = append(s.subs, sb)
-			s.mu.Unlock()
+			s.keep(sb)
+			if err := s.limit(sb); err != nil {
+				return fmt.Errorf("node: micro service: subscribing to %s: %w", subject, err)
+			}
 		}
 	}
 	return nil
