@@ -101,3 +101,21 @@ func microStats(t *testing.T, nc *nats.Conn) micro.Stats {
 	assert.Equal(t, micro.StatsResponseType, stats.Type)
 	return stats
 }
+
+// Every subscription the node makes holds at most its pending limits: the
+// frames subscription, the infer endpoints and the micro control subjects.
+func TestPendingLimitsOnEverySubscription(t *testing.T) {
+	srv := runServer(t)
+	n := startNode(t, srv, &testEngine{}, WithName("gpu-a"), WithMaxPayload(1<<20))
+	wantMsgs, wantBytes := n.pendingLimits()
+	assert.Equal(t, 1<<16, wantMsgs)
+	assert.Equal(t, 4<<20, wantBytes)
+	subs := append([]*nats.Subscription{n.framesSub}, n.svc.subs...)
+	assert.Len(t, subs, 1+2+9, "frames, two infer endpoints, three verbs in three forms")
+	for _, sub := range subs {
+		msgs, bytes, err := sub.PendingLimits()
+		require.NoError(t, err)
+		assert.Equal(t, wantMsgs, msgs, sub.Subject)
+		assert.Equal(t, wantBytes, bytes, sub.Subject)
+	}
+}
