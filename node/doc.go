@@ -42,7 +42,9 @@
 // node before it has been stored (a connection barrier), and its frames are
 // taken when the engine is about to run. Published frames stamped too far
 // ahead, out of sequence or too large are dropped and counted by reason
-// (package ingest), so that they cannot push the kept frames out.
+// (package ingest), so that they cannot push the kept frames out; so are
+// those an engine's FrameChecker refuses (a header that lies about the
+// size), so that no use_latest request gets them.
 //
 // # Memory
 //

@@ -20,10 +20,11 @@ const (
 	frameAhead          = "ahead"           // stamped beyond the skew ahead of the newest frame
 	frameOutOfSequence  = "out_of_sequence" // its seq disagrees with its stamp's place
 	frameTooLarge       = "too_large"       // more data than a camera keeps
+	frameBadHeader      = "bad_header"      // the engine's FrameChecker refused its data
 )
 
 // frameReasons lists the reasons, in the order metrics and Status show them.
-var frameReasons = []string{frameBadRequest, frameCameraMismatch, frameUnknownCamera, frameAhead, frameOutOfSequence, frameTooLarge}
+var frameReasons = []string{frameBadRequest, frameCameraMismatch, frameUnknownCamera, frameAhead, frameOutOfSequence, frameTooLarge, frameBadHeader}
 
 // onFrame keeps a frame published on vla.<node>.frames.<camera> for
 // use_latest requests. A bad frame is counted and logged (at warn level the
@@ -41,6 +42,12 @@ func (n *Node) onFrame(m *nats.Msg) {
 		n.rejectFrame(m, frameCameraMismatch, msgs.NewError("", msgs.CodeBadRequest,
 			fmt.Sprintf("camera: %q does not match the subject's camera %q", f.Camera, camera)))
 		return
+	}
+	if c, ok := n.engine.(FrameChecker); ok {
+		if err := c.CheckFrame(f); err != nil {
+			n.rejectFrame(m, frameBadHeader, msgs.NewError("", msgs.CodeBadRequest, "data: "+err.Error()))
+			return
+		}
 	}
 	if err := n.store.Add(f, now); err != nil {
 		reason, where := frameUnknownCamera, "camera: "
