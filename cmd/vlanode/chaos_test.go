@@ -85,7 +85,8 @@ func TestChaos(t *testing.T) {
 	var wg sync.WaitGroup
 	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
 	run(func() { robot(ctx, t, chaosConn(t, srv.ClientURL()), frames) })
-	run(func() { floodFrames(ctx, t, chaosConn(t, srv.ClientURL()), frames) })
+	poison := poisonedFrames(t, frames)
+	run(func() { floodFrames(ctx, t, chaosConn(t, srv.ClientURL()), frames, poison) })
 	for i := range 2 {
 		run(func() { validRequests(ctx, l, nc, i, frames, ego) })
 	}
@@ -187,8 +188,9 @@ func robot(ctx context.Context, t *testing.T, nc *nats.Conn, frames []msgs.Frame
 // floodFrames publishes, every 400 ms, 32 frames a camera stamped an hour
 // ahead, and frames of every other kind the node drops: not msgpack, an
 // unknown camera, a camera that is not the subject's, a stale sequence
-// number, more data than a camera keeps.
-func floodFrames(ctx context.Context, t *testing.T, nc *nats.Conn, frames []msgs.Frame) {
+// number, more data than a camera keeps, and the poisoned frames, stamped
+// now (kept, they would reach use_latest requests).
+func floodFrames(ctx context.Context, t *testing.T, nc *nats.Conn, frames, poison []msgs.Frame) {
 	tick := time.NewTicker(400 * time.Millisecond)
 	defer tick.Stop()
 	for ctx.Err() == nil {
@@ -211,6 +213,10 @@ func floodFrames(ctx context.Context, t *testing.T, nc *nats.Conn, frames []msgs
 			publish(t, nc, subject, &old)
 			big := msgs.Frame{Camera: cam, StampNs: now, Encoding: msgs.EncodingMono8, Width: 1024, Height: 1025, Data: make([]byte, 1024*1025)}
 			publish(t, nc, subject, &big)
+			for _, f := range poison {
+				f.Camera, f.StampNs = cam, now
+				publish(t, nc, subject, &f)
+			}
 		}
 		select {
 		case <-tick.C:
@@ -287,6 +293,7 @@ func badCases(t *testing.T, frames []msgs.Frame, ego []msgs.EgoPose) []badCase {
 	deep = append(deep, 0x01)
 	idInt, err := msgpack.Marshal(map[string]any{"v": 1, "id": 7, "use_latest": true, "ego_history": []any{}})
 	require.NoError(t, err)
+	headerBomb, oneBitBomb, jpegBomb := pngHeaderBomb(t), pngOneBitBomb(t), jpegTruncatedBomb(t)
 	return []badCase{
 		{"malformed", []byte{0xc1}, []string{bad}},
 		{"not a map", []byte{0x93, 1, 2, 3}, []string{bad}},
@@ -303,6 +310,22 @@ func badCases(t *testing.T, frames []msgs.Frame, ego []msgs.EgoPose) []badCase {
 		{"corrupt png", edit(func(r *msgs.InferRequest) { r.Frames[5].Data = []byte("not a png at all") }), []string{bad}},
 		{"truncated png", edit(func(r *msgs.InferRequest) { r.Frames[6].Data = r.Frames[6].Data[:40] }), []string{bad}},
 		{"png size lie", edit(func(r *msgs.InferRequest) { r.Frames[7].Width, r.Frames[7].Height = 100, 100 }), []string{bad}},
+		// Decoder bombs, refused before anything is decoded: msgs refuses a
+		// width over 16,384, vision a header that differs from the declared
+		// size and a JPEG without its end-of-image marker.
+		{"png header 60000x60000 in a 128x96 frame", edit(func(r *msgs.InferRequest) {
+			r.Frames[9].Width, r.Frames[9].Height, r.Frames[9].Data = 128, 96, headerBomb
+		}), []string{bad}},
+		{"1-bit png bomb 30000x30000", edit(func(r *msgs.InferRequest) {
+			r.Frames[10].Width, r.Frames[10].Height, r.Frames[10].Data = 30000, 30000, oneBitBomb
+		}), []string{bad}},
+		{"jpeg 16384x16384 truncated", edit(func(r *msgs.InferRequest) {
+			f := &r.Frames[11]
+			f.Encoding, f.Width, f.Height, f.Data = msgs.EncodingJPEG, 16384, 16384, jpegBomb
+		}), []string{bad}},
+		{"png header differs from the declared size", edit(func(r *msgs.InferRequest) {
+			r.Frames[12].Data = pngHeaderShrunk(t, r.Frames[12].Data, 96, 54)
+		}), []string{bad}},
 		{"over the node's max payload", withKey(base, "pad", append([]byte{0xc6, 0, 0x21, 0, 0}, make([]byte, 0x210000)...)), []string{bad}},
 		{"deadline 1 ms", edit(func(r *msgs.InferRequest) { r.DeadlineMs = 1 }), []string{string(msgs.CodeDeadlineExceeded)}},
 	}
