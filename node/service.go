@@ -32,9 +32,9 @@ type service struct {
 	started  time.Time
 	data     func() any // the STATS data of each endpoint: the node's counters
 
-	// pendingMsgs and pendingBytes bound what each of the service's
-	// subscriptions may hold that its handler has not taken yet
-	// (Node.pendingLimits); 0: NATS's defaults.
+	// pendingMsgs and pendingBytes bound what each endpoint's subscription
+	// may hold that its handler has not taken yet (Node.pendingLimits); 0:
+	// NATS's defaults. The control subjects have limits of their own.
 	pendingMsgs, pendingBytes int
 
 	endpoints []*endpoint // fixed once start returns
@@ -119,7 +119,16 @@ func (s *service) keep(sub *nats.Subscription) {
 	s.mu.Unlock()
 }
 
-// limit sets sub's pending limits, when the service has them.
+// Pending limits of each control subject: a PING, INFO or STATS request
+// carries nothing, so a backlog of small ones may wait and a large message
+// is dropped by NATS (a slow consumer, logged) rather than held.
+const (
+	controlPendingMsgs  = 1024
+	controlPendingBytes = 1 << 20
+)
+
+// limit sets an endpoint subscription's pending limits, when the service
+// has them.
 func (s *service) limit(sub *nats.Subscription) error {
 	if s.pendingMsgs == 0 && s.pendingBytes == 0 {
 		return nil
@@ -150,7 +159,7 @@ func (s *service) start() error {
 				return fmt.Errorf("node: micro service: subscribing to %s: %w", subject, err)
 			}
 			s.keep(sb)
-			if err := s.limit(sb); err != nil {
+			if err := sb.SetPendingLimits(controlPendingMsgs, controlPendingBytes); err != nil {
 				return fmt.Errorf("node: micro service: subscribing to %s: %w", subject, err)
 			}
 		}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,7 +104,8 @@ func microStats(t *testing.T, nc *nats.Conn) micro.Stats {
 }
 
 // Every subscription the node makes holds at most its pending limits: the
-// frames subscription, the infer endpoints and the micro control subjects.
+// frames subscription and the infer endpoints 4 × max payload, the micro
+// control subjects 1 MiB.
 func TestPendingLimitsOnEverySubscription(t *testing.T) {
 	srv := runServer(t)
 	n := startNode(t, srv, &testEngine{}, WithName("gpu-a"), WithMaxPayload(1<<20))
@@ -111,11 +113,20 @@ func TestPendingLimitsOnEverySubscription(t *testing.T) {
 	assert.Equal(t, 1<<16, wantMsgs)
 	assert.Equal(t, 4<<20, wantBytes)
 	subs := append([]*nats.Subscription{n.framesSub}, n.svc.subs...)
-	assert.Len(t, subs, 1+2+9, "frames, two infer endpoints, three verbs in three forms")
-	for _, sub := range subs {
+	require.Len(t, subs, 1+2+9, "frames, two infer endpoints, three verbs in three forms")
+	for i, sub := range subs {
 		msgs, bytes, err := sub.PendingLimits()
 		require.NoError(t, err)
-		assert.Equal(t, wantMsgs, msgs, sub.Subject)
-		assert.Equal(t, wantBytes, bytes, sub.Subject)
+		if i < 3 {
+			assert.Equal(t, [2]int{wantMsgs, wantBytes}, [2]int{msgs, bytes}, sub.Subject)
+		} else {
+			assert.True(t, strings.HasPrefix(sub.Subject, "$SRV."), sub.Subject)
+			assert.Equal(t, [2]int{1024, 1 << 20}, [2]int{msgs, bytes}, sub.Subject)
+		}
 	}
+	// The control subjects still answer.
+	nc := connect(t, srv.ClientURL())
+	m, err := nc.Request("$SRV.PING.vlanode", nil, waitFor)
+	require.NoError(t, err)
+	assert.Contains(t, string(m.Data), `"name":"vlanode"`)
 }
