@@ -171,6 +171,14 @@ func (e *Alpamayo) Info() node.EngineInfo {
 	}
 }
 
+// CheckFrame checks a frame without decoding it (vision.CheckFrame: its
+// declared size, encoding and data length, and a JPEG's or PNG's header
+// against the declared size). The node calls it on every published frame
+// (node.FrameChecker) and drops one that fails.
+func (e *Alpamayo) CheckFrame(f *msgs.Frame) error { return vision.CheckFrame(f) }
+
+var _ node.FrameChecker = (*Alpamayo)(nil)
+
 // Infer answers the node's observation with a plan (or with its question,
 // an answer). Without temperature it samples at the model's defaults;
 // temperature 0 decodes greedily. The seed is the request's, or t0.
@@ -215,6 +223,9 @@ func observationOptions(obs *node.Observation) (Options, error) {
 func (e *Alpamayo) Run(ctx context.Context, frames []msgs.Frame, ego []msgs.EgoPose, maxTokens int, opt Options) (*alpamayo.Result, time.Duration, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if err := ctx.Err(); err != nil { // cancelled (deadline, shutdown) while waiting for the lock
+		return nil, 0, err
+	}
 	start := time.Now()
 	frames, cameras, err := modelOrder(frames, opt.Cameras)
 	if err != nil {

@@ -2,45 +2,45 @@ package msgs
 
 import "fmt"
 
-// Decoding: parse the msgpack into generic values, then read each field by
-// name with the converters of fields.go, so that every error names its
-// field. Decoders that receive (DecodeFrame, DecodeInferRequest) also
+// Decoding: parse the msgpack into generic values, keeping only the keys
+// the message's shape names (shape.go), then read each field by name with
+// the converters of fields.go, so that every error names its field. Decoders that receive (DecodeFrame, DecodeInferRequest) also
 // validate; so do the client decoders, so that a caller never sees a
 // message that breaks the contract.
 
 // DecodeFrame decodes and validates a Frame published on
 // vla.<node>.frames.<camera>. Every error is a *FieldError.
 func DecodeFrame(b []byte) (*Frame, error) {
-	return decode(b, frameFrom)
+	return decode(b, frameShape, frameFrom)
 }
 
 // DecodeInferRequest decodes and validates an InferRequest. Every error is
 // a *FieldError; ErrorReply turns it into the reply.
 func DecodeInferRequest(b []byte) (*InferRequest, error) {
-	return decode(b, inferRequestFrom)
+	return decode(b, requestShape, inferRequestFrom)
 }
 
 // DecodePlan decodes and validates a Plan, as published on vla.<node>.plans.
 func DecodePlan(b []byte) (*Plan, error) {
-	return decode(b, planFrom)
+	return decode(b, planShape, planFrom)
 }
 
 // DecodeError decodes and validates an Error reply.
 func DecodeError(b []byte) (*Error, error) {
-	return decode(b, errorFrom)
+	return decode(b, errorShape, errorFrom)
 }
 
 // DecodeStatus decodes and validates a Status, as published on
 // vla.<node>.status.
 func DecodeStatus(b []byte) (*Status, error) {
-	return decode(b, statusFrom)
+	return decode(b, statusShape, statusFrom)
 }
 
 // DecodeReply decodes the reply to an InferRequest: an Error when the
 // message has the key "error", a Plan otherwise. Exactly one of the three
 // results is non-nil.
 func DecodeReply(b []byte) (*Plan, *Error, error) {
-	m, err := parse(b)
+	m, err := parse(b, replyShape)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -56,7 +56,7 @@ func DecodeReply(b []byte) (*Plan, *Error, error) {
 // and "" otherwise, so that an Error reply to a request that failed to
 // decode can still carry the request's id.
 func RequestID(b []byte) string {
-	m, err := parse(b)
+	m, err := parse(b, idShape)
 	if err != nil {
 		return ""
 	}
@@ -67,12 +67,12 @@ func RequestID(b []byte) string {
 // validator is a message that can check its own semantics.
 type validator interface{ Validate() error }
 
-// decode parses b and extracts and validates a message with from.
+// decode parses b as s asks and extracts and validates a message with from.
 func decode[T any, PT interface {
 	*T
 	validator
-}](b []byte, from func(object) T) (PT, error) {
-	m, err := parse(b)
+}](b []byte, s *shape, from func(object) T) (PT, error) {
+	m, err := parse(b, s)
 	if err != nil {
 		return nil, err
 	}
@@ -145,14 +145,14 @@ func inferRequestFrom(o object) InferRequest {
 		V:  Version,
 		ID: field(o, "id", required, asString),
 	}
-	for _, fo := range children(o, "frames", optional) {
+	for fo := range children(o, "frames", optional) {
 		version(fo, optional)
 		r.Frames = append(r.Frames, frameFrom(fo))
 	}
 	r.UseLatest = field(o, "use_latest", optional, asBool)
 	// Required, but may be empty: how many poses a model needs is the
 	// model's business.
-	for _, po := range children(o, "ego_history", required) {
+	for po := range children(o, "ego_history", required) {
 		r.EgoHistory = append(r.EgoHistory, egoPoseFrom(po))
 	}
 	r.Prompt = field(o, "prompt", optional, asString)

@@ -1,6 +1,7 @@
 package msgs
 
 import (
+	"iter"
 	"maps"
 	"math"
 	"slices"
@@ -98,17 +99,27 @@ func child(o object, key string, req bool) (c object, ok bool) {
 	return object{x: o.x, path: joinKey(o.path, key), m: m}, true
 }
 
-// children returns the array of maps at key as objects.
-func children(o object, key string, req bool) []object {
-	ms := list(o, key, req, asMap)
-	if ms == nil {
-		return nil
+// children yields the maps of the array at key as objects, in order, and
+// stops at the first error: a long array of bad elements costs one.
+func children(o object, key string, req bool) iter.Seq[object] {
+	return func(yield func(object) bool) {
+		a := field(o, key, req, asArray)
+		path := joinKey(o.path, key)
+		for i, v := range a {
+			if o.x.err != nil {
+				return
+			}
+			at := joinIndex(path, i)
+			m, err := asMap(at, v)
+			if err != nil {
+				o.x.fail(err)
+				return
+			}
+			if !yield(object{x: o.x, path: at, m: m}) {
+				return
+			}
+		}
 	}
-	out := make([]object, len(ms))
-	for i, m := range ms {
-		out[i] = object{x: o.x, path: joinIndex(joinKey(o.path, key), i), m: m}
-	}
-	return out
 }
 
 // Converters, one for each wire type.

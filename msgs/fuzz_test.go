@@ -32,6 +32,8 @@ func FuzzDecodeInferRequest(f *testing.F) {
 	}, "extra": map[string]any{"k": []any{nil, true}}}))
 	f.Add([]byte{0x81, 0xa1, 'v', 0x01})
 	f.Add([]byte{0xc1})
+	// Unknown keys, skipped unread: containers, a non-string key, an ext.
+	f.Add(withKey(f, mustMarshal(f, small), "junk", []byte{0x93, 0x80, 0x90, 0x81, 0x07, 0xd4, 0x01, 0x02}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := msgs.DecodeInferRequest(b)
 		if err != nil {

@@ -1,9 +1,11 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
 
@@ -96,4 +98,57 @@ func Connect(url, clientName string, auth Auth, extra ...nats.Option) (*nats.Con
 		return nil, fmt.Errorf("connecting to %s: %w", url, err)
 	}
 	return nc, nil
+}
+
+// CheckCredentials connects once with the credentials in opts, as Start
+// will, and disconnects: to the external server, or to a throwaway copy of
+// the embedded server made from its config file (WithEmbeddedConfig, on a
+// free port, without JetStream). Without either there is nothing to check:
+// the embedded server takes the node's own credentials. vlanode serve calls
+// it before loading the model, so that wrong credentials are found at once
+// rather than after the load.
+func CheckCredentials(ctx context.Context, opts ...Option) error {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return err
+	}
+	url := o.NATSURL
+	if url == "" {
+		if o.ServerConfig == "" {
+			return nil
+		}
+		sopts, err := embeddedOptions(&o)
+		if err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+		sopts.Host, sopts.Port, sopts.JetStream, sopts.StoreDir = "127.0.0.1", server.RANDOM_PORT, false, ""
+		srv, err := server.NewServer(sopts)
+		if err != nil {
+			return fmt.Errorf("node: embedded server config %s: %w", o.ServerConfig, err)
+		}
+		go srv.Start()
+		defer func() {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+		}()
+		if !srv.ReadyForConnections(embeddedReadyTimeout) {
+			return fmt.Errorf("node: checking credentials: a server from %s did not start", o.ServerConfig)
+		}
+		url = srv.ClientURL()
+	}
+	nopts, err := o.Auth.NATSOptions()
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	nc, err := nats.Connect(url, append(nopts, nats.Name("vlanode "+o.Name+" (credentials check)"))...)
+	if err != nil {
+		return fmt.Errorf("node: connecting to %s: %w", url, err)
+	}
+	defer nc.Close()
+	fctx, cancel := context.WithTimeout(ctx, startFlushTimeout)
+	defer cancel()
+	if err := nc.FlushWithContext(fctx); err != nil {
+		return fmt.Errorf("node: connecting to %s: %w", url, err)
+	}
+	return nil
 }

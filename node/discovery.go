@@ -31,6 +31,7 @@ func (n *Node) register() error {
 	svc := newService(n.nc, n.log, ServiceName, ServiceVersion,
 		"vlanode: plans from a vision-language-action model over NATS (protocol v1, msgpack)",
 		n.metadata(), func() any { return n.m.counters(n.info.Cameras) })
+	svc.pendingMsgs, svc.pendingBytes = n.pendingLimits()
 	if err := svc.addEndpoint("infer", AnyInferSubject, QueueGroup, n.onInfer); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@
 //	vla.<node>.infer            requests for this node
 //	vla.<node>.plans            every plan out
 //	vla.<node>.status           Status every second
+//	vla.jobs, vla.results.<id>  with WithJobs: jobs in, their answers stored (jobs.go)
 //
 // The node registers as the NATS micro service "vlanode" (PING, INFO,
 // STATS); its metadata describes the model (Discover reads it).
@@ -39,20 +40,35 @@
 //
 // A use_latest request is queued only after every frame that reached the
 // node before it has been stored (a connection barrier), and its frames are
-// taken when the engine is about to run.
+// taken when the engine is about to run. Published frames stamped too far
+// ahead, out of sequence or too large are dropped and counted by reason
+// (package ingest), so that they cannot push the kept frames out; so are
+// those an engine's FrameChecker refuses (a header that lies about the
+// size), so that no use_latest request gets them.
+//
+// # Memory
+//
+// What a request can make the node hold is bounded: msgs skips unknown keys
+// unread and bounds the fields a message fills by its size; every
+// subscription has pending limits; the queue holds QueueBound requests; each
+// camera's ring holds RingBytes. docs/node.md states the sum.
 //
 // # Reconnection and shutdown
 //
 // The connection reconnects forever. Replies sent while the server is away
 // are buffered by nats.go and sent on reconnection; they reach the client if
-// it has resubscribed by then. Shutdown stops taking requests, answers the
-// waiting ones overloaded, lets the running one finish, then drains the
-// connection.
+// it has resubscribed by then; replies that must not be lost go through the
+// jobs path (jobs.go), which JetStream keeps on disk. Shutdown stops taking
+// requests, answers the waiting ones overloaded, lets the running one
+// finish, then drains the connection; past the grace period it cancels the
+// inference, and if the engine does not return within abandonAfter it
+// answers the request and returns without it (ErrInferenceAbandoned).
 //
 // # Lock order
 //
 // The node's locks are all leaves: scheduler.mu (the queue), the ingest
-// store's mutex (the rings) and each metric's mutex. None is held while
-// another is taken, while publishing to NATS, or while the engine runs.
-// Cross-goroutine state otherwise is atomic (Node.closing, job.answered).
+// store's mutex (the rings), service.mu and each endpoint's mu (the micro
+// service), JobClient.mu and each metric's mutex. None is held while
+// another is taken, while publishing to NATS, or while the engine runs. Cross-goroutine state otherwise is atomic (Node.closing,
+// Node.running, job.answered) or a channel closed once (storedJob.done).
 package node

@@ -47,27 +47,12 @@ func startEmbedded(o *Options) (*embedded, error) {
 		e.removeTemp()
 		return nil, fmt.Errorf("embedded server: %w", err)
 	}
-	maxPayload := o.MaxPayload
-	if maxPayload == 0 {
-		maxPayload = DefaultMaxPayload
+	sopts, err := embeddedOptions(o)
+	if err != nil {
+		e.removeTemp()
+		return nil, err
 	}
-	sopts := &server.Options{
-		ServerName: "vlanode-" + o.Name,
-		Host:       e.host,
-		Port:       port,
-		NoSigs:     true,
-		NoLog:      true,
-		MaxPayload: int32(maxPayload),
-		JetStream:  true,
-		StoreDir:   dir,
-		// Leave room for a few requests of the largest size in flight to a
-		// subscriber before the server calls it slow.
-		MaxPending:     max(server.MAX_PENDING_SIZE, 4*maxPayload),
-		Username:       o.Auth.User,
-		Password:       o.Auth.Password,
-		Authorization:  o.Auth.Token,
-		MaxControlLine: 4096,
-	}
+	sopts.Port, sopts.JetStream, sopts.StoreDir = port, true, dir
 	srv, err := server.NewServer(sopts)
 	if err != nil {
 		e.removeTemp()
@@ -81,6 +66,40 @@ func startEmbedded(o *Options) (*embedded, error) {
 	}
 	e.srv = srv
 	return e, nil
+}
+
+// embeddedOptions returns the embedded server's options but its port and
+// store: the config file's (accounts, users, permissions; docs/security.md)
+// with the node's settings over them (its listen host, o.Host, among
+// them), or, without one, a single user (or token) that is the node's own
+// credentials.
+func embeddedOptions(o *Options) (*server.Options, error) {
+	sopts := &server.Options{Username: o.Auth.User, Password: o.Auth.Password, Authorization: o.Auth.Token}
+	if o.ServerConfig != "" {
+		fo, err := server.ProcessConfigFile(o.ServerConfig)
+		if err != nil {
+			return nil, fmt.Errorf("embedded server: config %s: %w", o.ServerConfig, err)
+		}
+		sopts = fo
+	}
+	maxPayload := o.MaxPayload
+	if maxPayload == 0 {
+		maxPayload = DefaultMaxPayload
+	}
+	if sopts.ServerName == "" {
+		sopts.ServerName = "vlanode-" + o.Name
+	}
+	sopts.Host = o.Host
+	if sopts.Host == "" {
+		sopts.Host = "127.0.0.1"
+	}
+	sopts.NoSigs, sopts.NoLog = true, true
+	sopts.MaxPayload = int32(maxPayload)
+	// Leave room for a few requests of the largest size in flight to a
+	// subscriber before the server calls it slow.
+	sopts.MaxPending = max(server.MAX_PENDING_SIZE, 4*maxPayload)
+	sopts.MaxControlLine = 4096
+	return sopts, nil
 }
 
 // portFree checks that host:port can be listened on, so that a taken port

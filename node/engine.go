@@ -121,6 +121,17 @@ var ErrBadInput = errors.New("bad input")
 // cannot serve: the node answers unsupported with its text.
 var ErrUnsupported = errors.New("unsupported")
 
+// FrameChecker is an Engine that can check a frame without decoding it (a
+// JPEG's or PNG's header against the frame's declared size, say). The node
+// checks every frame published on its frame subjects with it before keeping
+// the frame, and drops one that fails (counted as bad_header), so that a
+// frame no request could use never reaches a use_latest request. CheckFrame
+// is called on the frames subscription's goroutine, concurrently with
+// Infer, for every frame: it must be cheap and must not decode.
+type FrameChecker interface {
+	CheckFrame(f *msgs.Frame) error
+}
+
 // FrameError reports that Observation.Frames[Index] could not be used.
 // It matches ErrBadInput with errors.Is.
 type FrameError struct {

@@ -1,12 +1,14 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 
 	"vlanode/msgs"
+	"vlanode/node/ingest"
 )
 
 // Reasons a published frame is dropped, the label of
@@ -15,7 +17,14 @@ const (
 	frameBadRequest     = "bad_request"     // not a valid Frame
 	frameCameraMismatch = "camera_mismatch" // its camera is not the subject's last token
 	frameUnknownCamera  = "unknown_camera"  // the model does not take that camera
+	frameAhead          = "ahead"           // stamped beyond the skew ahead of the newest frame
+	frameOutOfSequence  = "out_of_sequence" // its seq disagrees with its stamp's place
+	frameTooLarge       = "too_large"       // more data than a camera keeps
+	frameBadHeader      = "bad_header"      // the engine's FrameChecker refused its data
 )
+
+// frameReasons lists the reasons, in the order metrics and Status show them.
+var frameReasons = []string{frameBadRequest, frameCameraMismatch, frameUnknownCamera, frameAhead, frameOutOfSequence, frameTooLarge, frameBadHeader}
 
 // onFrame keeps a frame published on vla.<node>.frames.<camera> for
 // use_latest requests. A bad frame is counted and logged (at warn level the
@@ -34,8 +43,23 @@ func (n *Node) onFrame(m *nats.Msg) {
 			fmt.Sprintf("camera: %q does not match the subject's camera %q", f.Camera, camera)))
 		return
 	}
+	if c, ok := n.engine.(FrameChecker); ok {
+		if err := c.CheckFrame(f); err != nil {
+			n.rejectFrame(m, frameBadHeader, msgs.NewError("", msgs.CodeBadRequest, "data: "+err.Error()))
+			return
+		}
+	}
 	if err := n.store.Add(f, now); err != nil {
-		n.rejectFrame(m, frameUnknownCamera, msgs.NewError("", msgs.CodeBadRequest, "camera: "+err.Error()))
+		reason, where := frameUnknownCamera, "camera: "
+		switch {
+		case errors.Is(err, ingest.ErrAhead):
+			reason, where = frameAhead, "stamp_ns: "
+		case errors.Is(err, ingest.ErrOutOfSequence):
+			reason, where = frameOutOfSequence, "seq: "
+		case errors.Is(err, ingest.ErrTooLarge):
+			reason, where = frameTooLarge, "data: "
+		}
+		n.rejectFrame(m, reason, msgs.NewError("", msgs.CodeBadRequest, where+err.Error()))
 		return
 	}
 	n.m.framesReceived.Inc(camera)

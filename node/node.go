@@ -20,6 +20,16 @@ import (
 // when Start's context has no deadline.
 const startFlushTimeout = 10 * time.Second
 
+// abandonAfter is how long Shutdown waits, once the grace period is over
+// and the inference in flight was cancelled, for the engine to return
+// before it answers the request and stops without it.
+const abandonAfter = 500 * time.Millisecond
+
+// ErrInferenceAbandoned is part of Shutdown's error when the engine did not
+// return from a cancelled inference: it may still be running, so its owner
+// must not free what it uses (vlanode serve exits without closing it).
+var ErrInferenceAbandoned = errors.New("the inference in flight did not stop when cancelled and was left running")
+
 // Node serves one Engine over NATS. Create it with Start; stop it with
 // Shutdown.
 type Node struct {
@@ -39,6 +49,7 @@ type Node struct {
 	store *ingest.Store
 	sched *scheduler
 	m     *nodeMetrics
+	jobs  *jobRunner // nil without WithJobs
 
 	metricsLn  net.Listener
 	metricsSrv *http.Server
@@ -50,6 +61,7 @@ type Node struct {
 	hardCtx    context.Context // cancelled when in-flight work must stop
 	hardCancel context.CancelFunc
 	workerDone chan struct{}
+	running    atomic.Pointer[job] // the job the worker runs, or nil
 	statusStop chan struct{}
 	statusDone chan struct{}
 
@@ -75,6 +87,7 @@ func Start(ctx context.Context, engine Engine, opts ...Option) (*Node, error) {
 	store, err := ingest.New(ingest.Config{
 		Cameras: info.Cameras, FramesPerCamera: info.FramesPerCamera, Period: info.FramePeriod,
 		Tolerance: o.SyncTolerance, StaleAfter: o.StaleAfter, Capacity: o.RingCapacity,
+		MaxBytes: o.RingBytes, MaxSkew: o.MaxFrameSkew,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -112,6 +125,9 @@ func (n *Node) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node: subscribing to frames: %w", err)
 	}
+	if err := sub.SetPendingLimits(n.pendingLimits()); err != nil {
+		return fmt.Errorf("node: subscribing to frames: %w", err)
+	}
 	n.framesSub = sub
 	if err := n.startMetrics(); err != nil {
 		return err
@@ -123,6 +139,11 @@ func (n *Node) start(ctx context.Context) error {
 	n.started = n.now()
 	if err := n.startHTTP(); err != nil {
 		return err
+	}
+	if n.opts.Jobs != nil {
+		if err := n.startJobs(ctx); err != nil {
+			return err
+		}
 	}
 	fctx, cancel := ctx, context.CancelFunc(func() {})
 	if _, ok := ctx.Deadline(); !ok {
@@ -171,6 +192,19 @@ func (n *Node) connect(ctx context.Context, url string) error {
 	}
 	n.nc = nc
 	return ctx.Err()
+}
+
+// Pending limits: what each subscription (frames, and each infer endpoint)
+// may hold that its handler has not taken yet. Handlers only decode and
+// queue, so this fills only under a flood; past it NATS drops messages
+// (a slow consumer, logged) rather than the node growing without bound.
+const (
+	pendingPayloads = 4       // bytes: this many of the largest message
+	pendingMsgs     = 1 << 16 // messages
+)
+
+func (n *Node) pendingLimits() (msgs, bytes int) {
+	return pendingMsgs, int(pendingPayloads * n.maxPayload)
 }
 
 // effectiveMaxPayload returns the request size limit: the option, bounded by
@@ -245,7 +279,10 @@ func (n *Node) MaxPayload() int64 { return n.maxPayload }
 // answers the waiting ones overloaded, lets the one in flight finish and
 // sends its reply, then drains the connection and stops the embedded server.
 // When ctx ends first, the in-flight inference is cancelled (its request is
-// still answered) and Shutdown returns ctx's error after cleaning up.
+// still answered) and Shutdown returns ctx's error after cleaning up; if the
+// engine has not returned abandonAfter later, the request is answered
+// without it and the error includes ErrInferenceAbandoned. Jobs taken from
+// the jobs queue have their answers stored, or go back to the queue.
 // Calling it again returns the first call's result.
 func (n *Node) Shutdown(ctx context.Context) error {
 	n.shutdownOnce.Do(func() { n.shutdownErr = n.shutdown(ctx) })
@@ -256,6 +293,9 @@ func (n *Node) shutdown(ctx context.Context) error {
 	n.closing.Store(true)
 	n.log.Info("shutting down: no new requests; finishing the one in flight")
 	var errs []error
+	if n.jobs != nil {
+		n.jobs.stop() // no new jobs
+	}
 	if err := n.svc.stop(); err != nil { // unsubscribes the infer endpoints
 		errs = append(errs, fmt.Errorf("stopping the micro service: %w", err))
 	}
@@ -268,8 +308,20 @@ func (n *Node) shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		n.log.Warn("shutdown: grace period over; cancelling the inference in flight")
 		n.hardCancel()
-		<-n.workerDone // the worker answers the cancelled request
 		errs = append(errs, ctx.Err())
+		select {
+		case <-n.workerDone: // the worker answered the cancelled request
+		case <-time.After(abandonAfter):
+			// The engine does not return: answer its request and leave it.
+			n.log.Error("shutdown: the inference in flight did not stop when cancelled; leaving it", "after", abandonAfter)
+			if j := n.running.Load(); j != nil {
+				n.stopped(j, context.Canceled)
+			}
+			errs = append(errs, ErrInferenceAbandoned)
+		}
+	}
+	if err := n.stopJobs(ctx); err != nil && ctx.Err() == nil {
+		errs = append(errs, err)
 	}
 	if n.httpSrv != nil {
 		// Every request is answered by now; let the handlers write.

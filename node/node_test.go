@@ -1,7 +1,9 @@
 package node
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -113,6 +115,51 @@ func TestUseLatest(t *testing.T) {
 	publishFrames(t, nc, "gpu-a", rawFrame("right", base+603*ms))
 	p, e = request(t, nc, subject, latestRequest("gap"))
 	wantError(t, p, e, msgs.CodeUnsupported, "camera right has no frame within ±50ms of t0−100ms")
+}
+
+// checkingEngine is a test engine with a FrameChecker that refuses frames
+// whose data starts with "bomb".
+type checkingEngine struct{ testEngine }
+
+func (e *checkingEngine) CheckFrame(f *msgs.Frame) error {
+	if bytes.HasPrefix(f.Data, []byte("bomb")) {
+		return errors.New("the header says 60000×60000")
+	}
+	return nil
+}
+
+// A published frame the engine's FrameChecker refuses is dropped and
+// counted as bad_header; it never reaches a use_latest request, which is
+// planned from the good frames around it.
+func TestFramesBadHeader(t *testing.T) {
+	srv := runServer(t)
+	n := startNode(t, srv, &checkingEngine{}, WithName("gpu-a"))
+	nc := connect(t, srv.ClientURL())
+	base := time.Now().UnixNano()
+	ms := int64(time.Millisecond)
+	poisoned := func(camera string, stamp int64) msgs.Frame {
+		f := rawFrame(camera, stamp)
+		f.Data = []byte("bomb")
+		return f
+	}
+	publishFrames(t, nc, "gpu-a", rawFrame("left", base), rawFrame("right", base+3*ms),
+		rawFrame("left", base+100*ms), rawFrame("right", base+103*ms),
+		poisoned("left", base+200*ms), poisoned("right", base+203*ms))
+	eventually(t, func() bool { return counter(n, "frames_rejected_bad_header") == 2 }, "2 frames dropped for their header")
+	assert.Equal(t, uint64(2), counter(n, "frames_rejected"))
+	assert.Equal(t, uint64(4), counter(n, "frames_received"))
+
+	p := mustPlan(t, nc, InferSubject("gpu-a"), latestRequest("latest"))
+	assert.Equal(t, fmt.Sprintf("%d %d %d %d", base, base+100*ms, base+3*ms, base+103*ms), p.Reasoning, "the good frames")
+
+	// A poisoned frame sent as a request is answered with the checker's error.
+	f := poisoned("left", base+300*ms)
+	m, err := nc.Request(FramesSubject("gpu-a", "left"), marshal(t, &f), waitFor)
+	require.NoError(t, err)
+	_, e, err := msgs.DecodeReply(m.Data)
+	require.NoError(t, err)
+	wantError(t, nil, e, msgs.CodeBadRequest, "data: the header says 60000×60000")
+	assert.Equal(t, uint64(3), counter(n, "frames_rejected_bad_header"))
 }
 
 func TestFramesRejected(t *testing.T) {

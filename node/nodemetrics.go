@@ -24,6 +24,7 @@ type nodeMetrics struct {
 	shed           *metrics.CounterVec // by reason
 	framesReceived *metrics.CounterVec // by camera
 	framesRejected *metrics.CounterVec // by reason
+	jobs           *metrics.CounterVec // by outcome
 	queueDepth     *metrics.Gauge
 	inflight       *metrics.Gauge
 	stages         *metrics.HistogramVec
@@ -45,7 +46,8 @@ func newNodeMetrics(cameras []string) *nodeMetrics {
 		errors:         r.NewCounterVec("vlanode_errors_total", "Error replies sent, by code.", "code", codes...),
 		shed:           r.NewCounterVec("vlanode_shed_total", "Requests answered without inference because of load, deadline or shutdown, by reason.", "reason", shedQueueFull, shedSuperseded, shedDeadline, shedShutdown),
 		framesReceived: r.NewCounterVec("vlanode_frames_received_total", "Frames kept for use_latest, by camera.", "camera", cameras...),
-		framesRejected: r.NewCounterVec("vlanode_frames_rejected_total", "Frames dropped, by reason.", "reason", frameBadRequest, frameCameraMismatch, frameUnknownCamera),
+		framesRejected: r.NewCounterVec("vlanode_frames_rejected_total", "Frames dropped, by reason.", "reason", frameReasons...),
+		jobs:           r.NewCounterVec("vlanode_jobs_total", "Jobs taken from the jobs queue, by outcome.", "outcome", jobOutcomes...),
 		queueDepth:     r.NewGauge("vlanode_queue_depth", "Requests waiting for the engine."),
 		inflight:       r.NewGauge("vlanode_inflight", "Inferences running (0 or 1)."),
 		stages:         r.NewHistogramVec("vlanode_stage_seconds", "Time spent in each stage of a request: the node's (unmarshal, queue, assemble, engine, reply, total) and the model's (preprocess, vision, prefill, decode, diffusion).", "stage", stageBuckets),
@@ -86,8 +88,13 @@ func (m *nodeMetrics) counters(cameras []string) msgs.Counters {
 	for _, cam := range cameras {
 		received += uint64(m.framesReceived.Value(cam))
 	}
-	for _, r := range []string{frameBadRequest, frameCameraMismatch, frameUnknownCamera} {
-		rejected += uint64(m.framesRejected.Value(r))
+	for _, r := range frameReasons {
+		n := uint64(m.framesRejected.Value(r))
+		c["frames_rejected_"+r] = n
+		rejected += n
+	}
+	for _, o := range jobOutcomes {
+		c["jobs_"+o] = uint64(m.jobs.Value(o))
 	}
 	c["frames_received"] = received
 	c["frames_rejected"] = rejected

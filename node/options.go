@@ -32,6 +32,10 @@ type Options struct {
 	// InsecureNoAuth lets the embedded server listen beyond loopback
 	// without credentials.
 	InsecureNoAuth bool
+	// ServerConfig is a nats-server config file for the embedded server:
+	// its accounts, users and permissions (docs/security.md). The node
+	// connects with Auth as one of its users.
+	ServerConfig string
 
 	// MaxPayload is the largest request the node takes, in bytes. With an
 	// embedded server it is also the server's max_payload; with an external
@@ -48,6 +52,10 @@ type Options struct {
 	SyncTolerance time.Duration // sync window: how far a frame may be from its slot; 0: half a frame period
 	StaleAfter    time.Duration // sync window: age at which a received frame is dropped; 0: (frames+1) periods
 	RingCapacity  int           // frames kept per camera; 0: ingest.DefaultCapacity
+	RingBytes     int64         // frame data kept per camera; 0: ingest.DefaultMaxBytes
+	MaxFrameSkew  time.Duration // how far ahead of the newest frame a frame may be stamped; 0: ingest's default
+
+	Jobs *JobsConfig // the jobs path (WithJobs); nil: off
 
 	GPU    gpu.Telemetry // GPU telemetry for Status and metrics; nil: no GPU
 	Logger *slog.Logger  // nil: discard
@@ -98,6 +106,15 @@ func WithListenHost(host string, insecureNoAuth bool) Option {
 		o.Host, o.InsecureNoAuth = host, insecureNoAuth
 		return nil
 	}
+}
+
+// WithEmbeddedConfig gives the embedded server a nats-server config file
+// (accounts, users, permissions); the node's listen address (WithListenHost,
+// WithEmbeddedServer), store and max payload still apply, and the node
+// connects with its own credentials (WithUserInfo, WithToken) as one of the
+// file's users.
+func WithEmbeddedConfig(file string) Option {
+	return func(o *Options) error { o.ServerConfig = file; return nil }
 }
 
 // WithMaxPayload sets the largest request the node takes (see
@@ -165,6 +182,20 @@ func WithSyncWindow(tolerance, staleAfter time.Duration, ringCapacity int) Optio
 			return errors.New("sync window: negative tolerance, staleness or capacity")
 		}
 		o.SyncTolerance, o.StaleAfter, o.RingCapacity = tolerance, staleAfter, ringCapacity
+		return nil
+	}
+}
+
+// WithFrameLimits sets how far ahead of a camera's newest frame a published
+// frame may be stamped (0: the longer of 1 s and two stale-after windows)
+// and how many bytes of frame data each camera keeps (0:
+// ingest.DefaultMaxBytes). Frames beyond either are dropped and counted.
+func WithFrameLimits(maxSkew time.Duration, ringBytes int64) Option {
+	return func(o *Options) error {
+		if maxSkew < 0 || ringBytes < 0 {
+			return errors.New("frame limits: negative skew or ring bytes")
+		}
+		o.MaxFrameSkew, o.RingBytes = maxSkew, ringBytes
 		return nil
 	}
 }
@@ -239,6 +270,9 @@ func buildOptions(opts []Option) (Options, error) {
 	}
 	if o.NATSURL == "" && !Loopback(o.Host) && o.Auth.User == "" && o.Auth.Token == "" && !o.InsecureNoAuth {
 		return o, fmt.Errorf("node: the embedded NATS server would listen on %s without authentication: anyone who reaches it could publish frames and requests; give a user and password or a token (--user/--password, --token), or accept that with --insecure-no-auth", o.Host)
+	}
+	if o.ServerConfig != "" && o.NATSURL != "" {
+		return o, errors.New("node: a server config file is for the embedded server; with an external server (WithNATSURL) configure that server")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -12,7 +12,9 @@ import (
 )
 
 // Every accepted request (a job) is answered exactly once, through answer;
-// requests refused before they became jobs are answered with sendError.
+// requests refused before they became jobs are answered with sendError. A
+// job from the jobs queue (job.stored) has its answer stored instead
+// (jobs.go), or is handed back to the queue when it was shed for load.
 
 // answerTo is where a request's one answer goes: a NATS reply subject
 // (natsReply) or an HTTP response (httpReply).
@@ -95,6 +97,10 @@ func (n *Node) shed(j *job, reason, msg string) {
 		return
 	}
 	n.m.shed.Inc(reason)
+	if j.stored != nil {
+		n.shedStored(j, code, msg)
+		return
+	}
 	n.send(j.to, msgs.NewError(j.req.ID, code, msg))
 	n.m.stage("total", n.now().Sub(j.received))
 }
@@ -102,6 +108,10 @@ func (n *Node) shed(j *job, reason, msg string) {
 // sendJobError answers j with e.
 func (n *Node) sendJobError(j *job, e *msgs.Error) {
 	if !n.answer(j) {
+		return
+	}
+	if j.stored != nil {
+		n.answerStored(j, e)
 		return
 	}
 	n.send(j.to, e)
@@ -116,10 +126,17 @@ func (n *Node) sendPlan(j *job, p *msgs.Plan) {
 	start := n.now()
 	data, err := msgs.Marshal(p)
 	if err != nil {
-		n.send(j.to, msgs.NewError(j.req.ID, msgs.CodeInternal, "encoding the plan: "+err.Error()))
+		e := msgs.NewError(j.req.ID, msgs.CodeInternal, "encoding the plan: "+err.Error())
+		if j.stored != nil {
+			n.answerStored(j, e)
+			return
+		}
+		n.send(j.to, e)
 		return
 	}
-	if err := j.to.plan(p, data); err != nil {
+	if j.stored != nil {
+		n.storeAnswer(j, data)
+	} else if err := j.to.plan(p, data); err != nil {
 		n.log.Error("sending a plan failed", "request", j.req.ID, "err", err)
 	}
 	if err := n.nc.Publish(PlansSubject(n.opts.Name), data); err != nil {

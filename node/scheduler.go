@@ -11,13 +11,14 @@ import (
 // job is one accepted request, from admission to its one reply.
 type job struct {
 	req       *msgs.InferRequest
-	to        answerTo      // where the one answer goes
+	to        answerTo      // where the one answer goes; nil for a job from the jobs queue (stored)
 	received  time.Time     // when the node got the request
 	admitted  time.Time     // when it entered the queue
 	deadline  time.Time     // zero: none
 	unmarshal time.Duration // decoding and checking the request
 	timer     *time.Timer   // fires at the deadline while the job waits
 	answered  atomic.Bool   // set by the one reply (Node.answer)
+	stored    *storedJob    // a job from the jobs queue (jobs.go); nil for a request
 }
 
 // latest reports whether the job asks for the node's latest frames.

@@ -32,6 +32,11 @@ type service struct {
 	started  time.Time
 	data     func() any // the STATS data of each endpoint: the node's counters
 
+	// pendingMsgs and pendingBytes bound what each endpoint's subscription
+	// may hold that its handler has not taken yet (Node.pendingLimits); 0:
+	// NATS's defaults. The control subjects have limits of their own.
+	pendingMsgs, pendingBytes int
+
 	endpoints []*endpoint // fixed once start returns
 
 	mu      sync.Mutex // guards subs and stopped; a leaf
@@ -99,11 +104,36 @@ func (s *service) addEndpoint(name, subject, queueGroup string, handler func(*en
 	if err != nil {
 		return fmt.Errorf("node: endpoint %s (%s): %w", name, subject, err)
 	}
+	s.keep(sub)
+	if err := s.limit(sub); err != nil {
+		return fmt.Errorf("node: endpoint %s (%s): %w", name, subject, err)
+	}
+	s.endpoints = append(s.endpoints, e)
+	return nil
+}
+
+// keep records sub, to be drained by stop.
+func (s *service) keep(sub *nats.Subscription) {
 	s.mu.Lock()
 	s.subs = append(s.subs, sub)
 	s.mu.Unlock()
-	s.endpoints = append(s.endpoints, e)
-	return nil
+}
+
+// Pending limits of each control subject: a PING, INFO or STATS request
+// carries nothing, so a backlog of small ones may wait and a large message
+// is dropped by NATS (a slow consumer, logged) rather than held.
+const (
+	controlPendingMsgs  = 1024
+	controlPendingBytes = 1 << 20
+)
+
+// limit sets an endpoint subscription's pending limits, when the service
+// has them.
+func (s *service) limit(sub *nats.Subscription) error {
+	if s.pendingMsgs == 0 && s.pendingBytes == 0 {
+		return nil
+	}
+	return sub.SetPendingLimits(s.pendingMsgs, s.pendingBytes)
 }
 
 // start subscribes the control subjects. Endpoints are added before.
@@ -128,9 +158,10 @@ func (s *service) start() error {
 			if err != nil {
 				return fmt.Errorf("node: micro service: subscribing to %s: %w", subject, err)
 			}
-			s.mu.Lock()
-			s.subs = append(s.subs, sb)
-			s.mu.Unlock()
+			s.keep(sb)
+			if err := sb.SetPendingLimits(controlPendingMsgs, controlPendingBytes); err != nil {
+				return fmt.Errorf("node: micro service: subscribing to %s: %w", subject, err)
+			}
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package node
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,4 +101,32 @@ func microStats(t *testing.T, nc *nats.Conn) micro.Stats {
 	require.NoError(t, json.Unmarshal(m.Data, &stats))
 	assert.Equal(t, micro.StatsResponseType, stats.Type)
 	return stats
+}
+
+// Every subscription the node makes holds at most its pending limits: the
+// frames subscription and the infer endpoints 4 × max payload, the micro
+// control subjects 1 MiB.
+func TestPendingLimitsOnEverySubscription(t *testing.T) {
+	srv := runServer(t)
+	n := startNode(t, srv, &testEngine{}, WithName("gpu-a"), WithMaxPayload(1<<20))
+	wantMsgs, wantBytes := n.pendingLimits()
+	assert.Equal(t, 1<<16, wantMsgs)
+	assert.Equal(t, 4<<20, wantBytes)
+	subs := append([]*nats.Subscription{n.framesSub}, n.svc.subs...)
+	require.Len(t, subs, 1+2+9, "frames, two infer endpoints, three verbs in three forms")
+	for i, sub := range subs {
+		msgs, bytes, err := sub.PendingLimits()
+		require.NoError(t, err)
+		if i < 3 {
+			assert.Equal(t, [2]int{wantMsgs, wantBytes}, [2]int{msgs, bytes}, sub.Subject)
+		} else {
+			assert.True(t, strings.HasPrefix(sub.Subject, "$SRV."), sub.Subject)
+			assert.Equal(t, [2]int{1024, 1 << 20}, [2]int{msgs, bytes}, sub.Subject)
+		}
+	}
+	// The control subjects still answer.
+	nc := connect(t, srv.ClientURL())
+	m, err := nc.Request("$SRV.PING.vlanode", nil, waitFor)
+	require.NoError(t, err)
+	assert.Contains(t, string(m.Data), `"name":"vlanode"`)
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"slices"
@@ -23,7 +24,9 @@ func (n *Node) work() {
 		if j.timer != nil {
 			j.timer.Stop()
 		}
+		n.running.Store(j)
 		n.run(j)
+		n.running.Store(nil)
 	}
 }
 
@@ -53,8 +56,8 @@ func (n *Node) run(j *job) {
 	end := n.now()
 	n.m.stage("engine", end.Sub(engineStart))
 	switch {
-	case err != nil && n.hardCtx.Err() != nil:
-		n.sendJobError(j, msgs.NewError(j.req.ID, msgs.CodeInternal, "the node shut down before the plan was ready: "+err.Error()))
+	case err != nil && n.hardCtx.Err() != nil && !errors.Is(err, ErrBadInput) && !errors.Is(err, ErrUnsupported):
+		n.stopped(j, err)
 		return
 	case err != nil:
 		n.sendJobError(j, engineErrorReply(j.req.ID, err, obs))
@@ -70,6 +73,18 @@ func (n *Node) run(j *job) {
 		return
 	}
 	n.sendPlan(j, plan)
+}
+
+// stopped answers a job whose inference the node's shutdown cancelled: a
+// request with internal, a job from the queue by handing it back.
+func (n *Node) stopped(j *job, err error) {
+	if j.stored != nil {
+		if n.answer(j) {
+			n.handBack(j)
+		}
+		return
+	}
+	n.sendJobError(j, msgs.NewError(j.req.ID, msgs.CodeInternal, "the node shut down before the plan was ready: "+err.Error()))
 }
 
 // observation builds the engine's input: the request's frames, or the

@@ -47,6 +47,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	maxTokens := fs.Int("max-reasoning-tokens", 0, "max_reasoning_tokens of every request (0: as recorded, or the model's default)")
 	printPlans := fs.Bool("print-plans", false, "print each plan as it arrives: trajectory, reasoning, latency per stage")
 	asJSON := fs.Bool("json", false, "print JSON lines instead: each plan (with --print-plans) as {\"plan\": …}, then {\"summary\": …}")
+	jobs := fs.Bool("jobs", false, "send the requests as jobs on vla.jobs (at-least-once, answers read from vla.results.<id>; a node must run with --jobs); implies --explicit")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: vlanode replay --node NAME [flags] SOURCE\n\nSOURCE: a clip folder (<camera>/<stamp_ns>.jpg|png, ego.csv; see docs/node.md) or jetstream:STREAM (made by vlanode record).\n\nflags:")
 		fs.PrintDefaults()
@@ -112,6 +113,14 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	case *printPlans:
 		cfg.OnPlan = func(p *msgs.Plan, rtt time.Duration) { printReplayPlan(stdout, p, rtt) }
+	}
+	if *jobs {
+		jc, err := node.NewJobClient(ctx, nc, fmt.Sprintf("replay-%d", time.Now().UnixNano()))
+		if err != nil {
+			return err
+		}
+		defer jc.Close()
+		cfg.Jobs = jc
 	}
 	if *subject == "any" {
 		cfg.Subject = node.AnyInferSubject

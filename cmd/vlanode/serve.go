@@ -211,6 +211,11 @@ type serveConfig struct {
 	syncTolerance time.Duration
 	staleAfter    time.Duration
 	ringCapacity  int
+	ringBytes     byteSize
+	frameSkew     time.Duration
+	serverConfig  string
+	jobs          bool
+	jobAckWait    time.Duration
 	gpu           string // --gpu: a CUDA ordinal, a UUID, or -1
 	budget        budgetFlag
 	reserve       byteSize
@@ -236,6 +241,11 @@ func parseServe(args []string, stderr io.Writer, spec engineSpec) (*serveConfig,
 	fs.DurationVar(&c.syncTolerance, "sync-tolerance", 0, "sync window: how far a frame may be from its slot (0: half a frame period)")
 	fs.DurationVar(&c.staleAfter, "stale-after", 0, "sync window: a frame received longer ago is dropped (0: (frames per camera + 1) frame periods)")
 	fs.IntVar(&c.ringCapacity, "ring-capacity", 0, "frames kept per camera (0: 32)")
+	fs.Var(&c.ringBytes, "ring-bytes", "frame data kept per camera (0: 32MiB); past it the oldest frames go")
+	fs.DurationVar(&c.frameSkew, "max-frame-skew", 0, "a published frame stamped further ahead of its camera's newest frame is dropped (0: the longer of 1s and 2 × --stale-after)")
+	fs.StringVar(&c.serverConfig, "nats-config", "", "embedded server: a nats-server config file with accounts, users and permissions (docs/security.md); serve connects as --user")
+	fs.BoolVar(&c.jobs, "jobs", false, "also take jobs from the JetStream work queue vla.jobs, answers stored on vla.results.<id> (docs/node.md)")
+	fs.DurationVar(&c.jobAckWait, "job-ack-wait", node.DefaultJobAckWait, "jobs: how long a job may go without the node's heartbeat before another node gets it")
 	fs.StringVar(&c.gpu, "gpu", "0", "the GPU of the engine and of NVML telemetry: a CUDA ordinal (as CUDA_VISIBLE_DEVICES numbers them) or a UUID (GPU-…, nvidia-smi -L); -1: none")
 	fs.Var(&c.budget, "budget", "VRAM budget: a size (16G, 8GiB), unlimited, or auto (free VRAM minus --budget-reserve)")
 	fs.Var(&c.reserve, "budget-reserve", "VRAM --budget auto leaves free (CUDA context and headroom)")
@@ -300,8 +310,12 @@ func (c *serveConfig) check() error {
 		return usagef("--max-payload must be at most 64MiB (the NATS server's limit)")
 	case c.statusEvery <= 0 || c.grace < 0:
 		return usagef("--status-interval must be positive and --shutdown-grace not negative")
-	case c.syncTolerance < 0 || c.staleAfter < 0 || c.ringCapacity < 0:
-		return usagef("--sync-tolerance, --stale-after and --ring-capacity must not be negative")
+	case c.syncTolerance < 0 || c.staleAfter < 0 || c.ringCapacity < 0 || c.frameSkew < 0:
+		return usagef("--sync-tolerance, --stale-after, --ring-capacity and --max-frame-skew must not be negative")
+	case c.serverConfig != "" && c.nats.url != "":
+		return usagef("--nats-config configures the embedded server; with --nats-url configure that server")
+	case c.jobAckWait < 100*time.Millisecond:
+		return usagef("--job-ack-wait must be at least 100ms")
 	}
 	if _, err := resolveGPU(c.gpu, nil, errNoCUDAYet); err != nil {
 		return err
@@ -331,6 +345,7 @@ func (c *serveConfig) options(log *slog.Logger, tel gpu.Telemetry) []node.Option
 		node.WithStatusInterval(c.statusEvery),
 		node.WithMetricsAddr(c.metricsAddr),
 		node.WithSyncWindow(c.syncTolerance, c.staleAfter, c.ringCapacity),
+		node.WithFrameLimits(c.frameSkew, int64(c.ringBytes)),
 		node.WithLogger(log),
 	)
 	if c.nats.url == "" {
@@ -338,6 +353,12 @@ func (c *serveConfig) options(log *slog.Logger, tel gpu.Telemetry) []node.Option
 	}
 	if c.httpAddr != "" {
 		opts = append(opts, node.WithHTTPAddr(c.httpAddr))
+	}
+	if c.serverConfig != "" {
+		opts = append(opts, node.WithEmbeddedConfig(c.serverConfig))
+	}
+	if c.jobs {
+		opts = append(opts, node.WithJobs(node.JobsConfig{AckWait: c.jobAckWait}))
 	}
 	if tel != nil {
 		opts = append(opts, node.WithGPU(tel))
@@ -376,12 +397,21 @@ func serveCommand(spec engineSpec) func(ctx context.Context, args []string, stdo
 		if sel.none {
 			ordinal = -1
 		}
+		// Wrong credentials are found now, not after the model has loaded.
+		if err := node.CheckCredentials(ctx, c.options(log, tel)...); err != nil {
+			return err
+		}
 		engine, err := spec.build(ctx, engineEnv{BudgetBytes: budget, GPU: ordinal, Telemetry: tel, Log: log})
 		if err != nil {
 			return fmt.Errorf("loading the model: %w", err)
 		}
+		abandoned := false
 		if cl, ok := engine.(io.Closer); ok { // an engine that holds memory or files may say so
-			defer cl.Close()
+			defer func() {
+				if !abandoned { // an inference left running still uses it; the process is exiting
+					cl.Close()
+				}
+			}()
 		}
 		n, err := node.Start(ctx, engine, c.options(log, tel)...)
 		if err != nil {
@@ -403,7 +433,9 @@ func serveCommand(spec engineSpec) func(ctx context.Context, args []string, stdo
 		if a := n.MetricsAddr(); a != "" {
 			fmt.Fprintf(stdout, "vlanode: metrics on http://%s/metrics\n", a)
 		}
-		return n.Run(ctx, c.grace)
+		err = n.Run(ctx, c.grace)
+		abandoned = errors.Is(err, node.ErrInferenceAbandoned)
+		return err
 	}
 }
 

@@ -7,13 +7,17 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	natstest "github.com/nats-io/nats-server/v2/test"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -147,6 +151,9 @@ func TestServeFlagErrors(t *testing.T) {
 		{[]string{"--listen", "4222"}, "want HOST:PORT"},
 		{[]string{"--listen", "127.0.0.1:1", "--port", "2"}, "not both"},
 		{[]string{"--nats-url", "nats://bus:4222", "--listen", "127.0.0.1:4222"}, "for the embedded server"},
+		{[]string{"--max-frame-skew", "-1s"}, "must not be negative"},
+		{[]string{"--nats-url", "nats://x", "--nats-config", "n.conf"}, "--nats-config configures the embedded server"},
+		{[]string{"--job-ack-wait", "10ms"}, "at least 100ms"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
@@ -259,4 +266,72 @@ func TestServeHTTPAndListen(t *testing.T) {
 	assert.Equal(t, "cli-test", models.Data[0].ID)
 	assert.Equal(t, []string{"front", "rear"}, models.Data[0].CameraOrder)
 	require.NoError(t, stop())
+}
+
+// Issue 34 item 6: bad NATS credentials were found only after the model
+// had loaded. serve connects first.
+func TestServeChecksCredentialsFirst(t *testing.T) {
+	opts := natstest.DefaultTestOptions
+	opts.Port, opts.Username, opts.Password = -1, "robot", "pw"
+	srv := natstest.RunServer(&opts)
+	defer srv.Shutdown()
+	built := false
+	spec := engineSpec{build: func(context.Context, engineEnv) (node.Engine, error) { built = true; return cliEngine{}, nil }}
+	var stdout, stderr bytes.Buffer
+	err := serveCommand(spec)(context.Background(), []string{"--gpu", "-1", "--nats-url", srv.ClientURL(), "--user", "robot", "--password", "wrong"}, &stdout, &stderr)
+	assert.ErrorContains(t, err, "Authorization Violation")
+	assert.False(t, built, "the model was not loaded")
+
+	conf := filepath.Join(t.TempDir(), "nats.conf")
+	require.NoError(t, os.WriteFile(conf, []byte("authorization { users = [{user = node, password = right}] }\n"), 0o600))
+	err = serveCommand(spec)(context.Background(), []string{"--gpu", "-1", "--port", "0", "--data-dir", t.TempDir(),
+		"--nats-config", conf, "--user", "node", "--password", "wrong"}, &stdout, &stderr)
+	assert.ErrorContains(t, err, "Authorization Violation")
+	assert.False(t, built, "the model was not loaded")
+}
+
+// stuckEngine never returns from Infer until released, whatever its
+// context says; Close records that it was called.
+type stuckEngine struct {
+	cliEngine
+	started, release chan struct{}
+	closed           *atomic.Bool
+}
+
+func (e stuckEngine) Infer(context.Context, *node.Observation) (*msgs.Plan, error) {
+	close(e.started)
+	<-e.release
+	return nil, fmt.Errorf("released")
+}
+
+func (e stuckEngine) Close() error { e.closed.Store(true); return nil }
+
+// SIGTERM with an inference that does not stop: serve exits once the grace
+// period (and half a second for the cancelled inference) is over, and
+// leaves the engine it may still be using open.
+func TestServeExitsWithStuckEngine(t *testing.T) {
+	e := stuckEngine{started: make(chan struct{}), release: make(chan struct{}), closed: new(atomic.Bool)}
+	defer close(e.release)
+	spec := engineSpec{build: func(context.Context, engineEnv) (node.Engine, error) { return e, nil }}
+	url, _, stop := serving(t, spec, "--shutdown-grace", "100ms")
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	req := &msgs.InferRequest{ID: "r"}
+	for _, cam := range []string{"front", "rear"} {
+		for k := range 2 {
+			req.Frames = append(req.Frames, msgs.Frame{Camera: cam, StampNs: int64(k) * 100e6, Encoding: msgs.EncodingMono8, Width: 1, Height: 1, Data: []byte{1}})
+		}
+	}
+	raw, err := msgs.Marshal(req)
+	require.NoError(t, err)
+	require.NoError(t, nc.PublishRequest("vla.infer", nc.NewInbox(), raw))
+	select {
+	case <-e.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the inference did not start")
+	}
+	err = stop()
+	assert.ErrorIs(t, err, node.ErrInferenceAbandoned)
+	assert.False(t, e.closed.Load(), "an engine still in use is not closed")
 }

@@ -20,14 +20,35 @@
 //
 // The observation's T0 is the newest stamp among the frames taken.
 //
-// Each camera keeps at most Capacity frames (default 32), sorted by stamp;
-// a frame with the stamp of a frame already kept replaces it (latest wins).
+// When a slot fails because the camera that sets t0 has fallen behind the
+// others (it stalled, and its last frames are not stale yet), the error
+// names that camera, not the healthy one whose old frames ran out.
+//
+// # Keeping frames
+//
+// Each camera keeps at most Capacity frames (default 32) and MaxBytes bytes
+// of frame data (default 32 MiB), sorted by stamp; past either, the oldest
+// stamps go first. A frame with the stamp of a frame already kept replaces
+// it (latest wins). A frame is refused, so that it cannot push the kept
+// frames out:
+//
+//   - ahead (ErrAhead): its stamp is more than MaxSkew ahead of the
+//     newest fresh frame of its camera (of any camera when its own has
+//     none). A frame stamped an hour ahead is refused, and so, until the
+//     kept frames go stale, are the next ones of a robot whose clock jumped.
+//   - out of sequence (ErrOutOfSequence): it carries a seq, and so does a
+//     kept neighbour, and the two orders disagree: a later stamp with a
+//     seq not above the earlier frame's, or the reverse. Seq 0 means none.
+//     A robot that restarts its sequence is refused until its old frames go
+//     stale.
+//   - too large (ErrTooLarge): its data alone is more than MaxBytes.
 package ingest
 
 import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -41,6 +62,13 @@ import (
 // staleness of a 10 Hz model with 4 frames (0.5 s).
 const DefaultCapacity = 32
 
+// DefaultMaxBytes is the frame data a camera keeps by default: 160 JPEG
+// frames of 200 kB, or five raw 1920×1080 rgb8 frames.
+const DefaultMaxBytes = 32 << 20
+
+// MinDefaultSkew is the least default MaxSkew (see Config.MaxSkew).
+const MinDefaultSkew = time.Second
+
 // Config describes what an observation is.
 type Config struct {
 	Cameras         []string      // camera names, in the model's order
@@ -49,6 +77,10 @@ type Config struct {
 	Tolerance       time.Duration // how far a frame may be from its slot; 0 means P/2
 	StaleAfter      time.Duration // a frame received longer ago is dropped; 0 means (F+1)·P
 	Capacity        int           // frames kept per camera; 0 means DefaultCapacity
+	MaxBytes        int64         // frame data kept per camera; 0 means DefaultMaxBytes
+	// MaxSkew is how far a frame's stamp may be ahead of the newest fresh
+	// frame's; 0 means the longer of MinDefaultSkew and 2·StaleAfter.
+	MaxSkew time.Duration
 }
 
 // withDefaults fills the zero fields and checks the rest.
@@ -60,8 +92,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("ingest: frames per camera %d, want ≥ 1", c.FramesPerCamera)
 	case c.Period <= 0:
 		return c, fmt.Errorf("ingest: frame period %v, want > 0", c.Period)
-	case c.Tolerance < 0 || c.StaleAfter < 0 || c.Capacity < 0:
-		return c, errors.New("ingest: negative tolerance, staleness or capacity")
+	case c.Tolerance < 0 || c.StaleAfter < 0 || c.Capacity < 0 || c.MaxBytes < 0 || c.MaxSkew < 0:
+		return c, errors.New("ingest: negative tolerance, staleness, capacity, bytes or skew")
 	}
 	seen := map[string]bool{}
 	for _, cam := range c.Cameras {
@@ -78,6 +110,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Capacity == 0 {
 		c.Capacity = DefaultCapacity
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = DefaultMaxBytes
+	}
+	if c.MaxSkew == 0 {
+		c.MaxSkew = max(MinDefaultSkew, 2*c.StaleAfter)
+		if c.StaleAfter > math.MaxInt64/2 {
+			c.MaxSkew = math.MaxInt64
+		}
 	}
 	if c.Capacity < c.FramesPerCamera {
 		return c, fmt.Errorf("ingest: capacity %d is less than the %d frames a camera needs", c.Capacity, c.FramesPerCamera)
@@ -99,13 +140,23 @@ type Store struct {
 
 	mu    sync.Mutex
 	rings [][]entry // per camera, sorted by stamp, oldest first
+	bytes []int64   // per camera, the data its ring holds
 }
 
-// ErrUnknownCamera is returned by Add for a camera the model does not take.
-var ErrUnknownCamera = errors.New("unknown camera")
+// Errors of Add: why a frame was not kept.
+var (
+	ErrUnknownCamera = errors.New("unknown camera")                      // the model does not take the camera
+	ErrAhead         = errors.New("stamped too far ahead")               // beyond MaxSkew of the newest frame
+	ErrOutOfSequence = errors.New("out of sequence")                     // seq and stamp orders disagree
+	ErrTooLarge      = errors.New("larger than a camera's frame memory") // more data than MaxBytes
+)
 
-// NotSynchronizedError says why no synchronized observation could be made.
-type NotSynchronizedError struct{ Reason string }
+// NotSynchronizedError says why no synchronized observation could be made,
+// and which camera is missing.
+type NotSynchronizedError struct {
+	Camera string // the camera at fault
+	Reason string
+}
 
 func (e *NotSynchronizedError) Error() string { return "no synchronized frames: " + e.Reason }
 
@@ -115,7 +166,7 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, index: map[string]int{}, rings: make([][]entry, len(cfg.Cameras))}
+	s := &Store{cfg: cfg, index: map[string]int{}, rings: make([][]entry, len(cfg.Cameras)), bytes: make([]int64, len(cfg.Cameras))}
 	for i, c := range cfg.Cameras {
 		s.index[c] = i
 	}
@@ -125,26 +176,83 @@ func New(cfg Config) (*Store, error) {
 // Config returns the store's configuration, defaults filled in.
 func (s *Store) Config() Config { return s.cfg }
 
-// Add keeps f, received at now. The store keeps f's Data without copying:
-// the caller must not modify it afterwards.
+// Add keeps f, received at now, or says why not (see the package comment).
+// The store keeps f's Data without copying: the caller must not modify it
+// afterwards.
 func (s *Store) Add(f *msgs.Frame, now time.Time) error {
 	ci, ok := s.index[f.Camera]
 	if !ok {
 		return fmt.Errorf("%w %q (the model takes %s)", ErrUnknownCamera, f.Camera, strings.Join(s.cfg.Cameras, ", "))
 	}
+	if size := int64(len(f.Data)); size > s.cfg.MaxBytes {
+		return fmt.Errorf("frame of %d bytes: %w (%d bytes)", size, ErrTooLarge, s.cfg.MaxBytes)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := dropStale(s.rings[ci], now.Add(-s.cfg.StaleAfter))
+	cutoff := now.Add(-s.cfg.StaleAfter)
+	s.dropStale(ci, cutoff)
+	if newest, ok := s.newest(ci, cutoff); ok && f.StampNs > newest && uint64(f.StampNs-newest) > uint64(s.cfg.MaxSkew) {
+		return fmt.Errorf("stamp_ns %d is %v ahead of the newest frame's (%d): %w (more than %v)",
+			f.StampNs, time.Duration(f.StampNs-newest), newest, ErrAhead, s.cfg.MaxSkew)
+	}
+	r := s.rings[ci]
 	i, found := slices.BinarySearchFunc(r, f.StampNs, func(e entry, st int64) int { return cmp.Compare(e.frame.StampNs, st) })
+	if err := checkSequence(r, i, found, f); err != nil {
+		return err
+	}
 	if found {
+		s.bytes[ci] -= int64(len(r[i].frame.Data))
 		r[i] = entry{*f, now}
 	} else {
 		r = slices.Insert(r, i, entry{*f, now})
 	}
-	if over := len(r) - s.cfg.Capacity; over > 0 {
-		r = slices.Delete(r, 0, over) // the oldest stamps go first
+	s.bytes[ci] += int64(len(f.Data))
+	over := 0 // the oldest stamps go first
+	for len(r)-over > s.cfg.Capacity || s.bytes[ci] > s.cfg.MaxBytes {
+		s.bytes[ci] -= int64(len(r[over].frame.Data))
+		over++
 	}
-	s.rings[ci] = r
+	s.rings[ci] = slices.Delete(r, 0, over)
+	return nil
+}
+
+// newest returns the newest stamp among camera ci's frames, or, when it
+// has none, among the other cameras' frames received at or after cutoff.
+func (s *Store) newest(ci int, cutoff time.Time) (int64, bool) {
+	if r := s.rings[ci]; len(r) > 0 {
+		return r[len(r)-1].frame.StampNs, true
+	}
+	stamp, ok := int64(0), false
+	for _, r := range s.rings {
+		for _, e := range r {
+			if !e.received.Before(cutoff) && (!ok || e.frame.StampNs > stamp) {
+				stamp, ok = e.frame.StampNs, true
+			}
+		}
+	}
+	return stamp, ok
+}
+
+// checkSequence checks f, about to go at index i of r (replacing r[i] when
+// found), against the seq of its kept neighbours.
+func checkSequence(r []entry, i int, found bool, f *msgs.Frame) error {
+	if f.Seq == 0 {
+		return nil
+	}
+	if i > 0 {
+		if p := r[i-1].frame; p.Seq != 0 && p.Seq >= f.Seq {
+			return fmt.Errorf("seq %d at stamp_ns %d follows seq %d at stamp_ns %d: %w", f.Seq, f.StampNs, p.Seq, p.StampNs, ErrOutOfSequence)
+		}
+	}
+	next := i
+	if found {
+		next++
+	}
+	if next < len(r) {
+		if n := r[next].frame; n.Seq != 0 && n.Seq <= f.Seq {
+			return fmt.Errorf("seq %d at stamp_ns %d precedes seq %d at stamp_ns %d: %w", f.Seq, f.StampNs, n.Seq, n.StampNs, ErrOutOfSequence)
+		}
+	}
 	return nil
 }
 
@@ -166,16 +274,32 @@ func (s *Store) Latest(now time.Time) ([]msgs.Frame, int64, error) {
 	cfg := s.cfg
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t0 := int64(0)
+	t0, lagging, lead, leader := int64(0), 0, int64(0), 0
 	for ci, cam := range cfg.Cameras {
-		s.rings[ci] = dropStale(s.rings[ci], now.Add(-cfg.StaleAfter))
+		s.dropStale(ci, now.Add(-cfg.StaleAfter))
 		r := s.rings[ci]
 		if len(r) == 0 {
-			return nil, 0, &NotSynchronizedError{fmt.Sprintf("camera %s has no frame received in the last %v", cam, cfg.StaleAfter)}
+			return nil, 0, &NotSynchronizedError{cam, fmt.Sprintf("camera %s has no frame received in the last %v", cam, cfg.StaleAfter)}
 		}
-		if newest := r[len(r)-1].frame.StampNs; ci == 0 || newest < t0 {
-			t0 = newest
+		newest := r[len(r)-1].frame.StampNs
+		if ci == 0 || newest < t0 {
+			t0, lagging = newest, ci
 		}
+		if ci == 0 || newest > lead {
+			lead, leader = newest, ci
+		}
+	}
+	// A camera whose newest frame is more than a period and the tolerance
+	// behind another's has stalled: a slot of another camera that fails
+	// because t0 is that old is its fault.
+	stalled := time.Duration(lead-t0) > cfg.Period+cfg.Tolerance
+	fail := func(ci int, reason string) error {
+		if stalled && ci != lagging {
+			lag := cfg.Cameras[lagging]
+			return &NotSynchronizedError{lag, fmt.Sprintf("camera %s is behind: its newest frame is %v older than camera %s's",
+				lag, time.Duration(lead-t0), cfg.Cameras[leader])}
+		}
+		return &NotSynchronizedError{cfg.Cameras[ci], reason}
 	}
 	out := make([]msgs.Frame, 0, len(cfg.Cameras)*cfg.FramesPerCamera)
 	newest := int64(0)
@@ -187,13 +311,11 @@ func (s *Store) Latest(now time.Time) ([]msgs.Frame, int64, error) {
 			j := nearest(r, target)
 			d := time.Duration(absInt64(r[j].frame.StampNs - target))
 			if d > cfg.Tolerance {
-				return nil, 0, &NotSynchronizedError{fmt.Sprintf(
-					"camera %s has no frame within ±%v of t0−%v (nearest is %v away)",
-					cam, cfg.Tolerance, time.Duration(cfg.FramesPerCamera-1-k)*cfg.Period, d)}
+				return nil, 0, fail(ci, fmt.Sprintf("camera %s has no frame within ±%v of t0−%v (nearest is %v away)",
+					cam, cfg.Tolerance, time.Duration(cfg.FramesPerCamera-1-k)*cfg.Period, d))
 			}
 			if j == prev {
-				return nil, 0, &NotSynchronizedError{fmt.Sprintf(
-					"camera %s publishes slower than the model's frame period %v", cam, cfg.Period)}
+				return nil, 0, fail(ci, fmt.Sprintf("camera %s publishes slower than the model's frame period %v", cam, cfg.Period))
 			}
 			prev = j
 			out = append(out, r[j].frame)
@@ -203,9 +325,15 @@ func (s *Store) Latest(now time.Time) ([]msgs.Frame, int64, error) {
 	return out, newest, nil
 }
 
-// dropStale removes the entries received before cutoff.
-func dropStale(r []entry, cutoff time.Time) []entry {
-	return slices.DeleteFunc(r, func(e entry) bool { return e.received.Before(cutoff) })
+// dropStale removes camera ci's entries received before cutoff.
+func (s *Store) dropStale(ci int, cutoff time.Time) {
+	s.rings[ci] = slices.DeleteFunc(s.rings[ci], func(e entry) bool {
+		if e.received.Before(cutoff) {
+			s.bytes[ci] -= int64(len(e.frame.Data))
+			return true
+		}
+		return false
+	})
 }
 
 // nearest returns the index of the entry of r (non-empty, sorted by stamp)

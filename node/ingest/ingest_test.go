@@ -164,3 +164,136 @@ func TestSlowCameraRepeatsAFrame(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []int64{100, 200, 145, 205}, stamps(fs))
 }
+
+func TestAheadRefused(t *testing.T) {
+	s := newStore(t) // stale after 400 ms: MaxSkew is 1 s
+	assert.Equal(t, time.Second, s.Config().MaxSkew)
+	now := time.Unix(1000, 0)
+	for _, st := range []int64{100, 200, 300} {
+		require.NoError(t, s.Add(frame("left", st), now))
+	}
+	err := s.Add(frame("left", 300+3_600_000), now)
+	assert.ErrorIs(t, err, ErrAhead)
+	assert.ErrorContains(t, err, "1h0m0s ahead of the newest frame's")
+	require.NoError(t, s.Add(frame("left", 1300), now), "exactly MaxSkew ahead is kept")
+	assert.ErrorIs(t, s.Add(frame("left", 2301), now), ErrAhead)
+
+	// A camera with no frame yet is held to the other cameras' newest
+	// fresh frame; with none anywhere, any stamp goes.
+	assert.ErrorIs(t, s.Add(frame("right", 2301), now), ErrAhead)
+	require.NoError(t, s.Add(frame("right", 1200), now))
+	empty := newStore(t)
+	require.NoError(t, empty.Add(frame("left", 3_600_000), now))
+
+	// A robot whose clock jumped is refused until its old frames go stale.
+	later := now.Add(401 * time.Millisecond)
+	require.NoError(t, s.Add(frame("left", 3_600_000), later))
+	assert.ErrorIs(t, s.Add(frame("right", 3_600_000+1001), later), ErrAhead)
+}
+
+func TestSequence(t *testing.T) {
+	s := newStore(t)
+	now := time.Unix(1000, 0)
+	seq := func(stampMs int64, n uint64) *msgs.Frame {
+		f := frame("left", stampMs)
+		f.Seq = n
+		return f
+	}
+	require.NoError(t, s.Add(seq(100, 10), now))
+	require.NoError(t, s.Add(seq(300, 12), now))
+	require.NoError(t, s.Add(seq(200, 11), now), "late but in sequence")
+	for _, bad := range []*msgs.Frame{
+		seq(400, 12), // later stamp, same seq
+		seq(400, 3),  // later stamp, lower seq (a restarted robot)
+		seq(50, 10),  // earlier stamp, same seq
+		seq(150, 11), // between 100/10 and 200/11
+		seq(200, 12), // a replacement out of order with its successor 300/12
+	} {
+		assert.ErrorIs(t, s.Add(bad, now), ErrOutOfSequence, "stamp %d seq %d", bad.StampNs/ms, bad.Seq)
+	}
+	require.NoError(t, s.Add(seq(300, 13), now), "a replacement in order")
+	require.NoError(t, s.Add(seq(400, 0), now), "seq 0 is no seq")
+	require.NoError(t, s.Add(seq(500, 20), now), "gaps in seq are lost frames, not disorder")
+	assert.Equal(t, 5, s.Len("left"))
+}
+
+func TestMaxBytes(t *testing.T) {
+	s, err := New(Config{Cameras: []string{"c"}, FramesPerCamera: 2, Period: 100 * time.Millisecond, MaxBytes: 10})
+	require.NoError(t, err)
+	now := time.Unix(1000, 0)
+	big := func(stampMs int64, n int) *msgs.Frame {
+		f := frame("c", stampMs)
+		f.Data = make([]byte, n)
+		return f
+	}
+	require.NoError(t, s.Add(big(100, 4), now))
+	require.NoError(t, s.Add(big(200, 4), now))
+	require.NoError(t, s.Add(big(300, 4), now))
+	assert.Equal(t, 2, s.Len("c"), "12 bytes > 10: the oldest went")
+	assert.ErrorIs(t, s.Add(big(400, 11), now), ErrTooLarge)
+	require.NoError(t, s.Add(big(300, 2), now), "a replacement gives its bytes back")
+	require.NoError(t, s.Add(big(400, 4), now))
+	assert.Equal(t, 3, s.Len("c"))
+	fs, _, err := s.Latest(now)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{300, 400}, stamps(fs))
+}
+
+// Issue 34 item 3: 32 frames stamped an hour ahead, published every 400 ms
+// beside a real 10 Hz camera pair, pushed the real frames out of the rings.
+// They are refused now, and use_latest keeps synchronizing.
+func TestFloodAheadCannotDisplace(t *testing.T) {
+	s := newStore(t)
+	start := time.Unix(1000, 0)
+	for step := range 50 { // 5 s of a 10 Hz robot
+		now := start.Add(time.Duration(step) * 100 * time.Millisecond)
+		st := int64(step) * 100
+		require.NoError(t, s.Add(frame("left", st), now))
+		require.NoError(t, s.Add(frame("right", st), now))
+		if step%4 == 0 {
+			for i := range int64(32) {
+				for _, cam := range []string{"left", "right"} {
+					assert.ErrorIs(t, s.Add(frame(cam, st+3_600_000+i*100), now), ErrAhead)
+				}
+			}
+		}
+		if step >= 2 {
+			_, t0, err := s.Latest(now)
+			require.NoError(t, err, "step %d", step)
+			assert.Equal(t, st*ms, t0)
+		}
+	}
+}
+
+// Issue 34 item 6: after one camera stalls, use_latest blamed the healthy
+// camera (whose old frames went stale first) for about half a second.
+func TestStalledCameraIsNamed(t *testing.T) {
+	s := newStore(t)
+	start := time.Unix(1000, 0)
+	for step := range 40 {
+		now := start.Add(time.Duration(step) * 100 * time.Millisecond)
+		st := int64(step) * 100
+		require.NoError(t, s.Add(frame("left", st), now))
+		if step < 20 { // right stalls after 2 s
+			require.NoError(t, s.Add(frame("right", st), now))
+		}
+		for dt := time.Duration(0); dt < 100*time.Millisecond; dt += 10 * time.Millisecond {
+			_, _, err := s.Latest(now.Add(dt))
+			if step < 20 && step >= 2 {
+				require.NoError(t, err, "step %d", step)
+				continue
+			}
+			if err == nil {
+				continue
+			}
+			var ns *NotSynchronizedError
+			require.ErrorAs(t, err, &ns)
+			if step >= 2 {
+				assert.Equal(t, "right", ns.Camera, "step %d +%v: %v", step, dt, err)
+			}
+			if step == 22 && dt == 0 {
+				assert.EqualError(t, err, "no synchronized frames: camera right is behind: its newest frame is 300ms older than camera left's")
+			}
+		}
+	}
+}

@@ -43,6 +43,11 @@ type Config struct {
 	// Summary.Skipped), as a robot's planning loop asks again only once it
 	// has its plan. 0 means 1.
 	MaxInflight int
+	// Jobs, when set, sends each request as a job on the jobs queue
+	// (at-least-once, answered from the results stream) with an id of its
+	// own; requests carry their frames (Explicit is implied) and frames are
+	// not published on the frame subjects.
+	Jobs *node.JobClient
 
 	Progress io.Writer // a progress bar is drawn here; nil: none
 	// OnPlan, when set, is called with every plan received and its round
@@ -105,9 +110,13 @@ func newPlayer(nc *nats.Conn, src Source, cfg Config) (*player, error) {
 	if cfg.Subject == "" {
 		cfg.Subject = node.InferSubject(cfg.Node)
 	}
+	if cfg.Jobs != nil {
+		cfg.Explicit = true
+	}
 	store, err := ingest.New(ingest.Config{
 		Cameras: cfg.Info.Cameras, FramesPerCamera: cfg.Info.FramesPerCamera, Period: cfg.Info.FramePeriod,
 		StaleAfter: time.Duration(1<<62 - 1), // stamps, not arrival, decide in a replay
+		MaxSkew:    time.Duration(1<<63 - 1), // and a clip may have gaps
 	})
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
@@ -198,8 +207,10 @@ func (p *player) frame(f *msgs.Frame) error {
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
-	if err := p.nc.Publish(node.FramesSubject(p.cfg.Node, g.Camera), data); err != nil {
-		return fmt.Errorf("replay: publishing a frame: %w", err)
+	if p.cfg.Jobs == nil {
+		if err := p.nc.Publish(node.FramesSubject(p.cfg.Node, g.Camera), data); err != nil {
+			return fmt.Errorf("replay: publishing a frame: %w", err)
+		}
 	}
 	p.lastStamp = max(p.lastStamp, g.StampNs)
 	p.count(func(s *Summary) { s.Frames++ })
@@ -262,7 +273,7 @@ func (p *player) request(ctx context.Context, clip *msgs.InferRequest) {
 			return
 		}
 	}
-	data, ok := p.build(clip)
+	req, data, ok := p.build(clip)
 	switch {
 	case !ok && !p.cfg.Fast:
 		<-p.inflight
@@ -274,23 +285,27 @@ func (p *player) request(ctx context.Context, clip *msgs.InferRequest) {
 				return
 			}
 		}
-		p.send(ctx, data)
+		p.send(ctx, req, data)
 	default:
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
 			defer func() { <-p.inflight }()
-			p.send(ctx, data)
+			p.send(ctx, req, data)
 		}()
 	}
 }
 
-// build makes the request of a clip's request event. It reports false,
-// having counted why, when the request cannot be sent.
-func (p *player) build(clip *msgs.InferRequest) ([]byte, bool) {
+// build makes the request of a clip's request event, and its encoding. It
+// reports false, having counted why, when the request cannot be sent.
+func (p *player) build(clip *msgs.InferRequest) (*msgs.InferRequest, []byte, bool) {
 	p.requestSeq++
+	id := fmt.Sprintf("replay-%d", p.requestSeq)
+	if p.cfg.Jobs != nil {
+		id = p.cfg.Jobs.ID(fmt.Sprint(p.requestSeq))
+	}
 	req := &msgs.InferRequest{
-		ID: fmt.Sprintf("replay-%d", p.requestSeq), Prompt: clip.Prompt,
+		ID: id, Prompt: clip.Prompt,
 		MaxReasoningTokens: clip.MaxReasoningTokens, DeadlineMs: p.cfg.DeadlineMs,
 		NavText: clip.NavText, Question: clip.Question,
 		Temperature: clip.Temperature, TopP: clip.TopP, Seed: clip.Seed,
@@ -310,7 +325,7 @@ func (p *player) build(clip *msgs.InferRequest) ([]byte, bool) {
 		frames, _, err := p.store.Latest(time.Unix(0, p.lastStamp))
 		if err != nil {
 			p.count(func(s *Summary) { s.Skipped["not synchronized"]++ })
-			return nil, false
+			return nil, nil, false
 		}
 		req.Frames = frames
 	} else {
@@ -319,24 +334,37 @@ func (p *player) build(clip *msgs.InferRequest) ([]byte, bool) {
 	data, err := msgs.Marshal(req)
 	if err != nil {
 		p.count(func(s *Summary) { s.fail(ErrClient, err.Error()) })
-		return nil, false
+		return nil, nil, false
 	}
 	p.count(func(s *Summary) { s.Requests++ })
 	if max := p.nc.MaxPayload(); int64(len(data)) > max {
 		p.count(func(s *Summary) {
 			s.fail(ErrMaxPayload, fmt.Sprintf("a request of %d bytes exceeds the server's max_payload of %d bytes: start the node with a larger --max-payload, or replay with use_latest", len(data), max))
 		})
-		return nil, false
+		return nil, nil, false
 	}
-	return data, true
+	return req, data, true
 }
 
-// send makes one request and records its outcome.
-func (p *player) send(ctx context.Context, data []byte) {
+// send makes one request (data is req encoded), or submits it as a job
+// and waits for its answer, and records the outcome.
+func (p *player) send(ctx context.Context, req *msgs.InferRequest, data []byte) {
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
-	m, err := p.nc.RequestWithContext(rctx, p.cfg.Subject, data)
+	var plan *msgs.Plan
+	var e *msgs.Error
+	var err, unreadable error
+	if p.cfg.Jobs != nil {
+		if err = p.cfg.Jobs.Submit(rctx, req); err == nil {
+			plan, e, err = p.cfg.Jobs.Wait(rctx, req.ID)
+		}
+	} else {
+		var m *nats.Msg
+		if m, err = p.nc.RequestWithContext(rctx, p.cfg.Subject, data); err == nil {
+			plan, e, unreadable = msgs.DecodeReply(m.Data)
+		}
+	}
 	rtt := time.Since(start)
 	if err != nil {
 		kind, msg := ErrClient, err.Error()
@@ -351,11 +379,10 @@ func (p *player) send(ctx context.Context, data []byte) {
 		p.count(func(s *Summary) { s.fail(kind, msg) })
 		return
 	}
-	plan, e, err := msgs.DecodeReply(m.Data)
 	p.count(func(s *Summary) {
 		switch {
-		case err != nil:
-			s.fail(ErrClient, "unreadable reply: "+err.Error())
+		case unreadable != nil:
+			s.fail(ErrClient, "unreadable reply: "+unreadable.Error())
 		case e != nil:
 			s.fail(string(e.Err.Code), e.Err.Message)
 		default:

@@ -204,7 +204,8 @@ func setup(t *testing.T, edit ...func(*server.Options)) (*nats.Conn, *node.Node)
 	t.Cleanup(srv.Shutdown)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	n, err := node.Start(ctx, echoEngine{}, node.WithName("gpu-a"), node.WithNATSURL(srv.ClientURL()), node.WithQueueBound(64))
+	n, err := node.Start(ctx, echoEngine{}, node.WithName("gpu-a"), node.WithNATSURL(srv.ClientURL()), node.WithQueueBound(64),
+		node.WithJobs(node.JobsConfig{}))
 	require.NoError(t, err)
 	t.Cleanup(func() { n.Shutdown(context.Background()) })
 	nc, err := nats.Connect(srv.ClientURL())
@@ -292,6 +293,31 @@ func TestPlayFastUseLatestSlowNode(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 4, sum.Requests)
 	assert.Equal(t, 4, sum.Plans, "errors: %v", sum.Distinct)
+}
+
+// With Jobs the requests go through the jobs queue, carrying their frames;
+// nothing is published on the frame subjects.
+func TestPlayJobs(t *testing.T) {
+	nc, _ := setup(t)
+	info := discover(t, nc)
+	published, err := nc.SubscribeSync(node.FramesSubject("gpu-a", ">"))
+	require.NoError(t, err)
+	for _, fast := range []bool{true, false} {
+		jc, err := node.NewJobClient(context.Background(), nc, fmt.Sprintf("replay-test-%v", fast))
+		require.NoError(t, err)
+		defer jc.Close()
+		src, err := OpenFolder(writeClip(t, 5), FolderConfig{Info: info})
+		require.NoError(t, err)
+		sum, err := Play(context.Background(), nc, src, Config{Node: "gpu-a", Info: info, Fast: fast, Speed: 4, Jobs: jc})
+		require.NoError(t, err)
+		assert.Equal(t, 4, sum.Requests)
+		assert.Equal(t, 4, sum.Plans, "errors: %v", sum.Distinct)
+		assert.Contains(t, sum.Mode, "jobs")
+	}
+	require.NoError(t, nc.Flush())
+	n, _, err := published.Pending()
+	require.NoError(t, err)
+	assert.Zero(t, n)
 }
 
 func TestPlayMaxPayload(t *testing.T) {

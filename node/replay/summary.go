@@ -18,7 +18,7 @@ import (
 // Summary is the outcome of a replay.
 type Summary struct {
 	Mode          string         // "use_latest" or "explicit frames", "real time" or "fast"
-	Frames        int            // frames published
+	Frames        int            // frames published (with Jobs: read, and sent inside the jobs)
 	Requests      int            // requests sent (or refused by the client for size)
 	Plans         int            // plans received
 	Errors        map[string]int // by code, and the client's own failures (ErrTimeout …)
@@ -51,6 +51,9 @@ func newSummary(cfg Config) *Summary {
 	mode := "use_latest"
 	if cfg.Explicit {
 		mode = "explicit frames"
+	}
+	if cfg.Jobs != nil {
+		mode = "jobs (vla.jobs)"
 	}
 	if cfg.Fast {
 		mode += ", as fast as answered"
