@@ -37,9 +37,9 @@ type Options struct {
 
 // encTensor is a tensor being encoded.
 type encTensor struct {
-	t    Tensor
-	e    weights.Entry
-	data []byte // its bytes in the blob
+	t     Tensor
+	e     weights.Entry
+	data  []byte // its bytes in the blob
 	code  *code
 	lut   []uint16
 	force bool // Options.forceCoded
@@ -415,7 +415,7 @@ func assemble(b *weights.Blob, ts []*encTensor, tiles []encTile, alloc weights.A
 	h := header{
 		rawSize: b.Size(), tensors: len(ts), jobs: len(tiles),
 		jobsOff: HeaderBytes + int64(len(ts))*TensorBytes,
-		steps: Steps, lanes: Lanes, maxLen: MaxCodeLen,
+		steps:   Steps, lanes: Lanes, maxLen: MaxCodeLen,
 	}
 	jobsEnd := h.jobsOff + int64(len(tiles))*JobBytes
 	h.payloadOff = alignTo64(jobsEnd, PayloadAlign)
