@@ -290,7 +290,7 @@ func TestReferenceCheckpoints(t *testing.T) {
 				b, err := weights.Pack(k, c, refs, nil)
 				require.NoError(t, err)
 				for f, force := range []bool{false, true} {
-					u, err := Encode(b, Options{Workers: 2, forceCoded: force})
+					u, err := Encode(b, Options{Workers: 2, MinSaving: forceIf(force)})
 					require.NoError(t, err)
 					dst := make([]byte, u.RawSize)
 					require.NoError(t, u.Decode(dst, 2))

@@ -24,7 +24,7 @@ func smallUnit(t testing.TB) (*Unit, []byte) {
 		{"norm", tensor.BF16, []int{4000}, normal(1, 0.05)},  // raw
 		{"b", tensor.BF16, []int{30000}, normal(0, 0.3)},     // 1 tile, 4 streams
 	})
-	u, err := Encode(b, Options{Workers: 1, forceCoded: false})
+	u, err := Encode(b, Options{Workers: 1})
 	require.NoError(t, err)
 	require.True(t, u.Tensors[0].Coded && !u.Tensors[1].Coded && u.Tensors[2].Coded)
 	return u, b.Data

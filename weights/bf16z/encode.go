@@ -24,15 +24,14 @@ type Options struct {
 	// MinSaving: a bf16 tensor is coded when that saves at least this
 	// share of its bytes (its decoding table counted); 0 means
 	// DefaultMinSaving. Other dtypes, and tensors that save less, stay raw.
+	// A negative value codes every bf16 tensor and tile, whatever it
+	// saves (tests of the decoders on adversarial data).
 	MinSaving float64
 	// TileCols, if set, gives the width of a tensor's tiles (elements of
 	// its matrix view, Tensor.Cols); 0, or nil, means whole rows. A plan
 	// (Unit.Plan) can decode any rectangle of whole tiles, so a tensor
 	// that a sharder splits by columns is tiled at the split's grain.
 	TileCols func(e weights.Entry) int
-
-	// forceCoded codes every bf16 tensor and tile, paying or not (tests).
-	forceCoded bool
 }
 
 // encTensor is a tensor being encoded.
@@ -42,7 +41,7 @@ type encTensor struct {
 	data  []byte // its bytes in the blob
 	code  *code
 	lut   []uint16
-	force bool // Options.forceCoded
+	force bool // Options.MinSaving < 0: coded, paying or not
 }
 
 // encTile is one tile's result.
@@ -86,7 +85,7 @@ func Encode(b *weights.Blob, o Options) (*Unit, error) {
 		if int64(cols)*int64(es) > 1<<32-1 || rows > 1<<32-1 {
 			return nil, fmt.Errorf("bf16z: unit %q: tensor %q: rows of %d × %d bytes are too large", b.Name, e.Name, cols, es)
 		}
-		t := &encTensor{e: e, data: data, force: o.forceCoded, t: Tensor{Name: e.Name, Entry: i, Rows: rows, Cols: cols, ESize: es, FirstJob: njobs}}
+		t := &encTensor{e: e, data: data, force: o.MinSaving < 0, t: Tensor{Name: e.Name, Entry: i, Rows: rows, Cols: cols, ESize: es, FirstJob: njobs}}
 		if rows*cols > 0 {
 			tc := 0
 			if o.TileCols != nil {

@@ -78,3 +78,11 @@ func exponentEntropy(b []byte) float64 {
 	}
 	return h
 }
+
+// forceIf is Options.MinSaving that codes everything when force is set.
+func forceIf(force bool) float64 {
+	if force {
+		return -1
+	}
+	return 0
+}

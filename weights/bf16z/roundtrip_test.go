@@ -99,7 +99,7 @@ func TestRoundTrip(t *testing.T) {
 	for _, tc := range roundTripCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			b := blob(t, tc.name, 11, tc.specs)
-			o := Options{Workers: 2, forceCoded: tc.force}
+			o := Options{Workers: 2, MinSaving: forceIf(tc.force)}
 			if tc.tile > 0 {
 				o.TileCols = func(weights.Entry) int { return tc.tile }
 			}
