@@ -10,8 +10,9 @@ import (
 
 // decScratch is one decoding worker's reusable memory.
 type decScratch struct {
-	lut  [1 << MaxCodeLen]uint16
-	vals []uint16
+	lut   [1 << MaxCodeLen]uint16
+	vals  []uint16
+	words []uint16 // a warp-stream's words and a zero
 }
 
 // Decode decodes the whole unit into dst[:RawSize] through the full plan
@@ -132,9 +133,7 @@ func decodeJob(data []byte, j Job, dst []byte, s *decScratch) string {
 		}
 		return ""
 	}
-	for i := range s.lut {
-		s.lut[i] = binary.LittleEndian.Uint16(data[j.LUT+2*int64(i):])
-	}
+	readU16s(s.lut[:], data[j.LUT:j.LUT+LUTBytes])
 	n := j.Rows * j.Cols
 	vals := grow(s.vals, n)
 	s.vals = vals
@@ -142,39 +141,47 @@ func decodeJob(data []byte, j Job, dst []byte, s *decScratch) string {
 	hb, smb := offsetBytes(n), smBytes(n)
 	sm, words := p[hb:hb+smb], p[hb+smb:]
 	nw := uint32(len(words) / 2)
+	sum := descHash(j)
 	for st := 0; st < ns; st++ {
 		w0, w1 := binary.LittleEndian.Uint32(p[4*st:]), binary.LittleEndian.Uint32(p[4*st+4:])
 		if w0 > w1 || w1 > nw {
 			return fmt.Sprintf("warp-stream %d: words [%d, %d) of %d", st, w0, w1, nw)
 		}
+		ws := grow(s.words, int(w1-w0)+1)
+		s.words = ws
+		readU16s(ws, words[2*w0:2*w1])
+		ws[len(ws)-1] = 0
 		lo := st * StreamElems
-		if r := decodeStream(vals[lo:min(lo+StreamElems, n)], sm[lo:], words[2*w0:2*w1], &s.lut); r != "" {
+		part, r := decodeStream(vals[lo:min(lo+StreamElems, n)], sm[lo:], ws, &s.lut, uint32(lo))
+		if r != "" {
 			return fmt.Sprintf("warp-stream %d: %s", st, r)
 		}
+		sum += part
 	}
-	if got := codedSum(vals) + descHash(j); got != j.Sum {
-		return fmt.Sprintf("checksum %#08x, stored %#08x", got, j.Sum)
+	if sum != j.Sum {
+		return fmt.Sprintf("checksum %#08x, stored %#08x", sum, j.Sum)
 	}
 	for r := 0; r < j.Rows; r++ {
-		row := dst[j.Dst+int64(r)*j.Pitch:]
-		for c, v := range vals[r*j.Cols : (r+1)*j.Cols] {
-			binary.LittleEndian.PutUint16(row[2*c:], v)
-		}
+		writeU16s(dst[j.Dst+int64(r)*j.Pitch:], vals[r*j.Cols:(r+1)*j.Cols])
 	}
 	return ""
 }
 
 // decodeStream decodes one warp-stream into out (its elements, at most
-// StreamElems) from its sign-and-mantissa bytes sm and its words, exactly
-// as a warp does (cuda/kernels/bf16z.cu), one lane after another: at each
-// step every lane with an element left looks its next MaxCodeLen bits up;
-// a lane whose codeword is longer than the bits it holds (or that finds no
-// codeword with fewer than MaxCodeLen bits held) takes the stream's next
-// word, lanes in order, and looks up again. Every word must be read.
-func decodeStream(out []uint16, sm, words []byte, lut *[1 << MaxCodeLen]uint16) string {
+// StreamElems, the first of index e0 in the tile) from its
+// sign-and-mantissa bytes sm and its words (and a zero after them),
+// exactly as a warp does (cuda/kernels/bf16z.cu), one lane after another:
+// at each step every lane with an element left looks its next MaxCodeLen
+// bits up; a lane whose codeword is longer than the bits it holds (or that
+// finds no codeword with fewer than MaxCodeLen bits held) takes the
+// stream's next word, lanes in order, and looks up again. Every word must
+// be read. It returns the elements' checksum terms, or why the stream does
+// not decode.
+func decodeStream(out []uint16, sm []byte, words []uint16, lut *[1 << MaxCodeLen]uint16, e0 uint32) (uint32, string) {
 	var buf, held [Lanes]uint32
-	nw := len(words) / 2
-	p := 0
+	nw := uint32(len(words) - 1)
+	var p, sum uint32
+	e := e0
 	m := len(out)
 	for st := 0; st*Lanes < m; st++ {
 		base := st * Lanes
@@ -183,30 +190,34 @@ func decodeStream(out []uint16, sm, words []byte, lut *[1 << MaxCodeLen]uint16) 
 		q = q[:4*len(step)-3]
 		for l := range step {
 			b, h := buf[l&(Lanes-1)], held[l&(Lanes-1)]
-			ent := lut[b>>(32-MaxCodeLen)]
-			ln := uint32(ent >> 8)
-			if h < MaxCodeLen && (ln-1 >= MaxCodeLen || ln > h) {
-				if p >= nw {
-					return fmt.Sprintf("step %d lane %d reads past the %d words", st, l, nw)
-				}
-				b |= uint32(binary.LittleEndian.Uint16(words[2*p:])) << (16 - h)
-				p++
-				h += 16
-				ent = lut[b>>(32-MaxCodeLen)]
-				ln = uint32(ent >> 8)
-			}
+			ent := uint32(lut[b>>(32-MaxCodeLen)])
+			ln := ent >> 8
+			// need: h < MaxCodeLen and the entry is no codeword (length 0
+			// or above MaxCodeLen) or one longer than h: computed without
+			// branches, which the lanes' refills would mispredict.
+			invalid := (ln-1)>>31 | (MaxCodeLen-ln)>>31
+			need := (h - MaxCodeLen) >> 31 & (invalid | (h-ln)>>31)
+			mask := -need
+			b |= uint32(words[min(p, nw)]) << (16 - h) & mask // a shift past 31 is 0 in Go
+			h += 16 & mask
+			p += need
+			ent = ent&^mask | uint32(lut[b>>(32-MaxCodeLen)])&mask
+			ln = ent >> 8
 			if ln-1 >= MaxCodeLen || ln > h {
-				return fmt.Sprintf("step %d lane %d: no codeword (table entry %#04x)", st, l, ent)
+				return 0, fmt.Sprintf("step %d lane %d: no codeword (table entry %#04x)", st, l, ent)
 			}
 			buf[l&(Lanes-1)], held[l&(Lanes-1)] = b<<ln, h-ln
-			c := q[4*l]
-			step[l] = uint16(c&0x80)<<8 | (ent&0xff)<<7 | uint16(c&0x7f)
+			c := uint32(q[4*l])
+			v := (c&0x80)<<8 | (ent&0xff)<<7 | c&0x7f
+			step[l] = uint16(v)
+			sum += mix(e<<16 | v)
+			e++
 		}
 	}
 	if p != nw {
-		return fmt.Sprintf("read %d of its %d words", p, nw)
+		return 0, fmt.Sprintf("read %d of its %d words", p, nw)
 	}
-	return ""
+	return sum, ""
 }
 
 // Plan returns the jobs that decode rows [rows[0], rows[1]) × columns

@@ -213,13 +213,16 @@ func exponentCounts(b []byte, counts *[256]uint64) {
 	}
 }
 
+// laneWords is the most words a lane of a warp-stream codes into.
+const laneWords = (Steps*MaxCodeLen + 15) / 16
+
 // tileScratch is one worker's reusable memory.
 type tileScratch struct {
 	vals  []uint16
 	sm    []byte
 	words []uint16
-	lanes [Lanes]laneWriter
-	order []uint8
+	lanes [Lanes][laneWords + 1]uint16 // each lane's words, in order (and one being filled)
+	order [StreamElems]uint8           // the lane of each word a decoder reads, in order
 }
 
 // encodeTiles encodes every tile (job) of every tensor.
@@ -270,15 +273,20 @@ func encodeTile(t *encTensor, k int, s *tileScratch) (encTile, error) {
 		tileRows(t, g, func(row []byte) { sum, p = rawSum(sum, p, row) })
 		return encTile{kind: KindRaw, bytes: int64(n * t.t.ESize), content: sum}, nil
 	}
-	vals := grow(s.vals, n)
-	s.vals = vals
-	i := 0
-	tileRows(t, g, func(row []byte) {
-		for o := 0; o+1 < len(row); o += 2 {
-			vals[i] = binary.LittleEndian.Uint16(row[o:])
-			i++
-		}
-	})
+	var vals []uint16
+	if g.Rows == 1 || g.Pitch == int64(2*g.Cols) { // the tile's rows are contiguous
+		lo := g.Dst - t.e.Offset
+		vals = u16s(t.data[lo : lo+int64(2*n)])
+	}
+	if vals == nil {
+		vals = grow(s.vals, n)
+		s.vals = vals
+		i := 0
+		tileRows(t, g, func(row []byte) {
+			readU16s(vals[i:i+len(row)/2], row)
+			i += len(row) / 2
+		})
+	}
 	ns := streams(n)
 	hb, smb := offsetBytes(n), smBytes(n)
 	sm := grow(s.sm, smb)
@@ -286,14 +294,17 @@ func encodeTile(t *encTensor, k int, s *tileScratch) (encTile, error) {
 	clear(sm)
 	words := s.words[:0]
 	offsets := make([]uint32, ns+1)
+	var sum uint32
 	for st := 0; st < ns; st++ {
 		offsets[st] = uint32(len(words))
 		lo := st * StreamElems
 		var err error
-		words, err = encodeStream(vals[lo:min(lo+StreamElems, n)], t.code, sm[lo:], words, s)
+		var part uint32
+		words, part, err = encodeStream(vals[lo:min(lo+StreamElems, n)], uint32(lo), t.code, sm[lo:], words, s)
 		if err != nil {
 			return encTile{}, err
 		}
+		sum += part
 	}
 	offsets[ns] = uint32(len(words))
 	s.words = words
@@ -309,11 +320,8 @@ func encodeTile(t *encTensor, k int, s *tileScratch) (encTile, error) {
 		binary.LittleEndian.PutUint32(payload[4*i:], o)
 	}
 	copy(payload[hb:], sm)
-	wb := payload[hb+smb:]
-	for i, w := range words {
-		binary.LittleEndian.PutUint16(wb[2*i:], w)
-	}
-	return encTile{kind: KindCoded, payload: payload, bytes: int64(size), content: codedSum(vals)}, nil
+	writeU16s(payload[hb+smb:], words)
+	return encTile{kind: KindCoded, payload: payload, bytes: int64(size), content: sum}, nil
 }
 
 // grow returns s resized to n, reallocated if too small.
@@ -324,79 +332,63 @@ func grow[E any](s []E, n int) []E {
 	return s[:n]
 }
 
-// laneWriter packs one lane's codewords into 16-bit words, first bit
-// highest.
-type laneWriter struct {
-	acc   uint32 // the low n bits are pending
-	n     uint32
-	words []uint16
-}
-
 // encodeStream codes the exponents of one warp-stream's values (at most
-// StreamElems; value e of the stream is lane e%32's symbol e/32), writes
-// their sign-and-mantissa bytes into sm (lane l's bytes of steps 4q..4q+3
-// at sm[128q+4l:], step order) and appends the stream's words to out in the
-// order a decoder reads them (see decodeStream), which it simulates: a
-// lane takes its next word when its next codeword is longer than the bits
-// it holds, lanes of a step in order.
-func encodeStream(vals []uint16, c *code, sm []byte, out []uint16, s *tileScratch) ([]uint16, error) {
-	for l := range s.lanes {
-		s.lanes[l] = laneWriter{words: s.lanes[l].words[:0]}
-	}
-	order := s.order[:0]
-	var held [Lanes]uint32 // bits a decoder's lane holds
+// StreamElems, the first of index e0 in the tile; value e of the stream is
+// lane e%32's symbol e/32), writes their sign-and-mantissa bytes into sm
+// (lane l's bytes of steps 4q..4q+3 at sm[128q+4l:], step order) and
+// appends the stream's words to out in the order a decoder reads them (see
+// decodeStream), which it simulates: a lane takes its next word when its
+// next codeword is longer than the bits it holds, lanes of a step in
+// order. Each lane packs its codewords into 16-bit words, first bit
+// highest. It returns out and the values' checksum terms.
+func encodeStream(vals []uint16, e0 uint32, c *code, sm []byte, out []uint16, s *tileScratch) ([]uint16, uint32, error) {
+	var acc, bits, words, held [Lanes]uint32 // a lane's pending bits, their count, its words, the bits a decoder holds
+	var sum uint32
+	k := 0 // words a decoder has read
 	m := len(vals)
 	for st := 0; st*Lanes < m; st++ {
 		base := st * Lanes
 		step := vals[base:min(base+Lanes, m)]
 		q := sm[(st>>2)*128+(st&3):]
+		q = q[:4*len(step)-3]
 		for l, v := range step {
+			l &= Lanes - 1
 			e := uint8(v >> 7)
 			ln := uint32(c.len[e])
 			if ln == 0 {
-				return out, fmt.Errorf("exponent %d has no codeword", e)
+				return out, 0, fmt.Errorf("exponent %d has no codeword", e)
 			}
-			if ln > held[l] {
-				order = append(order, uint8(l))
-				held[l] += 16
-			}
-			held[l] -= ln
-			w := &s.lanes[l]
-			w.acc = w.acc<<ln | uint32(c.bits[e])
-			w.n += ln
-			if w.n >= 16 {
-				w.n -= 16
-				w.words = append(w.words, uint16(w.acc>>w.n))
-			}
+			// Without branches, which would mispredict: the decoder's
+			// read of this lane's next word, and a full word committed.
+			need := (held[l] - ln) >> 31 // the codeword is longer than the bits held
+			s.order[k] = uint8(l)
+			k += int(need)
+			held[l] += 16*need - ln
+			a, n := acc[l]<<ln|uint32(c.bits[e]), bits[l]+ln
+			full := (15 - n) >> 31 // n ≥ 16
+			n -= 16 * full
+			s.lanes[l][words[l]] = uint16(a >> n) // kept only when full
+			words[l] += full
+			acc[l], bits[l] = a, n
 			q[4*l] = byte(v>>8)&0x80 | byte(v)&0x7f
+			sum += mix((e0+uint32(base+l))<<16 | uint32(v))
 		}
 	}
-	var next [Lanes]int
 	for l := range s.lanes {
-		if w := &s.lanes[l]; w.n > 0 {
-			w.words = append(w.words, uint16(w.acc<<(16-w.n)))
+		if bits[l] > 0 {
+			s.lanes[l][words[l]] = uint16(acc[l] << (16 - bits[l]))
+			words[l]++
 		}
 	}
-	for _, l := range order {
-		out = append(out, s.lanes[l].words[next[l]])
+	var next [Lanes]uint32
+	for _, l := range s.order[:k] {
+		out = append(out, s.lanes[l][next[l]])
 		next[l]++
 	}
-	for l := range s.lanes {
-		if next[l] != len(s.lanes[l].words) {
-			return out, fmt.Errorf("lane %d: a decoder would read %d of its %d words", l, next[l], len(s.lanes[l].words))
-		}
+	if next != words {
+		return out, 0, fmt.Errorf("a decoder would read %v words of the lanes, which have %v", next, words)
 	}
-	s.order = order
-	return out, nil
-}
-
-// codedSum is the element part of a coded tile's checksum.
-func codedSum(vals []uint16) uint32 {
-	var sum uint32
-	for i, v := range vals {
-		sum += mix(uint32(i)<<16 | uint32(v))
-	}
-	return sum
+	return out, sum, nil
 }
 
 // rawSum adds the bytes of b, the next bytes of a raw tile from index p,

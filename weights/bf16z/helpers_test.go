@@ -86,3 +86,12 @@ func forceIf(force bool) float64 {
 	}
 	return 0
 }
+
+// codedSum is the element part of a coded tile's checksum.
+func codedSum(vals []uint16) uint32 {
+	var sum uint32
+	for i, v := range vals {
+		sum += mix(uint32(i)<<16 | uint32(v))
+	}
+	return sum
+}

@@ -212,7 +212,7 @@ func TestStreamsInterleave(t *testing.T) {
 	c, err := canonical(lens)
 	require.NoError(t, err)
 	sm := make([]byte, smBytes(len(vals)))
-	words, err := encodeStream(vals, c, sm, nil, &tileScratch{})
+	words, sum0, err := encodeStream(vals, 0, c, sm, nil, &tileScratch{})
 	require.NoError(t, err)
 
 	// Independent reading: lane l's elements are l, l+32, ...; its bit
@@ -258,11 +258,10 @@ func TestStreamsInterleave(t *testing.T) {
 
 	var lut [1 << MaxCodeLen]uint16
 	copy(lut[:], c.lut())
-	wb := make([]byte, 2*len(words))
-	for i, w := range words {
-		wb[2*i], wb[2*i+1] = byte(w), byte(w>>8)
-	}
 	out := make([]uint16, len(vals))
-	require.Empty(t, decodeStream(out, sm, wb, &lut))
+	sum, reason := decodeStream(out, sm, append(words, 0), &lut, 0)
+	require.Empty(t, reason)
 	require.Equal(t, vals, out)
+	require.Equal(t, codedSum(vals), sum)
+	require.Equal(t, sum0, sum)
 }
