@@ -25,6 +25,7 @@ var (
 	flagCheckpoint = flag.String("bf16z.checkpoint", "", "TestCheckpoint: encode, decode and compare every tensor of this checkpoint")
 	flagArch       = flag.String("bf16z.arch", "", "TestCheckpoint: name modules as synth's layout of this architecture does; with no -bf16z.checkpoint, write a sample of its synthetic checkpoint (every tensor outside the layer stacks, the first and last layer of each) and measure that")
 	flagWorkers    = flag.Int("bf16z.workers", 0, "TestCheckpoint: encoder and decoder goroutines (0: GOMAXPROCS)")
+	flagAll        = flag.Bool("bf16z.all", false, "TestCheckpoint: with -bf16z.arch and no -bf16z.checkpoint, write the whole synthetic checkpoint (22 GB for alpamayo-r1-10b), not a sample")
 )
 
 // layerRE finds the layer of a tensor name: "…layers.12." or "…blocks.3.".
@@ -167,7 +168,8 @@ func report(t *testing.T, stats map[string]*moduleStats, order []string, scale m
 //
 //	vlanode synth --arch alpamayo-r1-10b --out /tmp/a10b
 //	go test ./weights/bf16z -run TestCheckpoint -v -timeout 2h -args -bf16z.checkpoint /tmp/a10b -bf16z.arch alpamayo-r1-10b
-//	go test ./weights/bf16z -run TestCheckpoint -v -timeout 1h -args -bf16z.arch alpamayo-r1-10b   # a sample, about 4 GB in a temporary folder
+//	go test ./weights/bf16z -run TestCheckpoint -v -timeout 1h -args -bf16z.arch alpamayo-r1-10b   # a sample, 2.7 GB in a temporary folder
+//	go test ./weights/bf16z -run TestCheckpoint -v -timeout 2h -args -bf16z.arch alpamayo-r1-10b -bf16z.all   # all of it, 22 GB
 //
 // With Alpamayo-R1-10B, the streamed ratio must be at most 0.72 (issue 30).
 func TestCheckpoint(t *testing.T) {
@@ -202,9 +204,13 @@ func TestCheckpoint(t *testing.T) {
 			order = append(order, string(m.Module))
 			scale[string(m.Module)] = m.Bytes
 		}
-		if dir == "" {
+		switch {
+		case dir == "" && *flagAll:
+			dir = writeSynth(t, l)
+			scale = nil
+		case dir == "":
 			dir = writeSample(t, l)
-		} else {
+		default:
 			scale = nil // every tensor is measured
 		}
 	}
@@ -224,6 +230,17 @@ func TestCheckpoint(t *testing.T) {
 	if *flagArch == string(synth.AlpamayoR1_10B) {
 		require.LessOrEqual(t, ratio, 0.72, "streamed bytes of Alpamayo-R1-10B")
 	}
+}
+
+// writeSynth writes l's whole checkpoint as vlanode synth does (seed 1)
+// into a temporary folder.
+func writeSynth(t *testing.T, l *synth.Layout) string {
+	dir := filepath.Join(t.TempDir(), "synth")
+	t0 := time.Now()
+	res, err := synth.Write(context.Background(), dir, l, synth.Options{Seed: 1})
+	require.NoError(t, err)
+	t.Logf("wrote %s: %d tensors, %.2f GB in %v", l.Arch, res.Tensors, float64(res.TensorBytes)/1e9, time.Since(t0).Round(time.Second))
+	return dir
 }
 
 // writeSample writes the tensors of l outside the layer stacks but the
