@@ -179,9 +179,14 @@ __device__ bool vla_z_warp(const vla_z_stream &s, const u16 *lut, u8 *__restrict
 	u32 e = s.e0 + lane;
 	u32 r = e / cols, c = e - r * cols;
 	u32 buf = 0, held = 0, ptr = 0, q = 0;
+	u32 qn = smw[lane]; // this lane's sign-and-mantissa bytes of the next four steps, loaded four steps ahead
 	bool bad = !s.ok;
 	for (u32 st = 0; st < steps; st++) {
-		if ((st & 3) == 0) q = smw[(st >> 2) * 32 + lane]; // this lane's bytes of four steps
+		if ((st & 3) == 0) {
+			q = qn;
+			const u32 g = (st >> 2) + 1;
+			if (4 * g < steps) qn = smw[g * 32 + lane];
+		}
 		const bool active = (st << 5) + lane < s.m;
 		u32 ent = lut[buf >> (32 - VLA_Z_MAXLEN)];
 		u32 len = ent >> 8;

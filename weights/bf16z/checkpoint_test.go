@@ -18,6 +18,7 @@ import (
 
 	"vlanode/safetensors"
 	"vlanode/synth"
+	"vlanode/tensor"
 	"vlanode/weights"
 )
 
@@ -49,6 +50,7 @@ func units(names []string) map[string][]string {
 type moduleStats struct {
 	units, tensors, coded int
 	raw, stored           int64
+	exps                  [256]uint64 // exponent counts of the bf16 tensors
 	encWall, decWall      time.Duration
 	encCPU, decCPU        time.Duration
 }
@@ -116,6 +118,11 @@ func measureCheckpoint(t *testing.T, dir string, moduleOf func(name string) stri
 		}
 		s.raw += u.RawSize
 		s.stored += u.Size()
+		for _, e := range b.Entries {
+			if e.DType == tensor.BF16 {
+				exponentCounts(b.Bytes(e), &s.exps)
+			}
+		}
 		s.encWall += w1.Sub(w0)
 		s.decWall += w2.Sub(w1)
 		s.encCPU += c1 - c0
@@ -130,7 +137,7 @@ func measureCheckpoint(t *testing.T, dir string, moduleOf func(name string) stri
 // to it. It returns the streamed ratio.
 func report(t *testing.T, stats map[string]*moduleStats, order []string, scale map[string]int64) float64 {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n| module | units | tensors coded | raw MB | stored MB | ratio | encode MB/s (wall, per CPU s) | decode MB/s (wall, per CPU s) |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "\n| module | units | tensors coded | raw MB | stored MB | ratio | exponent entropy, bits | (8 + entropy)/16 | encode MB/s (wall, per CPU s) | decode MB/s (wall, per CPU s) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	var raw, stored, fullRaw, fullStored float64
 	rate := func(bytes int64, d time.Duration) float64 { return float64(bytes) / max(d.Seconds(), 1e-9) / 1e6 }
 	for _, m := range order {
@@ -139,8 +146,9 @@ func report(t *testing.T, stats map[string]*moduleStats, order []string, scale m
 			continue
 		}
 		r := float64(s.stored) / float64(s.raw)
-		fmt.Fprintf(&b, "| %s | %d | %d/%d | %.1f | %.1f | %.4f | %.0f, %.0f | %.0f, %.0f |\n", m, s.units, s.coded, s.tensors,
-			float64(s.raw)/1e6, float64(s.stored)/1e6, r, rate(s.raw, s.encWall), rate(s.raw, s.encCPU), rate(s.raw, s.decWall), rate(s.raw, s.decCPU))
+		h := entropy(&s.exps)
+		fmt.Fprintf(&b, "| %s | %d | %d/%d | %.1f | %.1f | %.4f | %.3f | %.4f | %.0f, %.0f | %.0f, %.0f |\n", m, s.units, s.coded, s.tensors,
+			float64(s.raw)/1e6, float64(s.stored)/1e6, r, h, (8+h)/16, rate(s.raw, s.encWall), rate(s.raw, s.encCPU), rate(s.raw, s.decWall), rate(s.raw, s.decCPU))
 		if m == string(synth.ModEmbedding) || m == "embedding" {
 			continue
 		}

@@ -68,7 +68,15 @@ func randomBytes(r *rand.Rand, b []byte) {
 func exponentEntropy(b []byte) float64 {
 	var counts [256]uint64
 	exponentCounts(b, &counts)
-	n := float64(len(b) / 2)
+	return entropy(&counts)
+}
+
+// entropy is the entropy, in bits, of the distribution counts describe.
+func entropy(counts *[256]uint64) float64 {
+	var n float64
+	for _, c := range counts {
+		n += float64(c)
+	}
 	h := 0.0
 	for _, c := range counts {
 		if c > 0 {
