@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"vlanode/cuda/driver"
 	"vlanode/weights/bf16z"
@@ -26,6 +27,7 @@ const (
 	ZSerial
 )
 
+// String names the kernel: warp, serial.
 func (k ZKernel) String() string {
 	switch k {
 	case ZWarp:
@@ -107,7 +109,7 @@ func (s ZStatus) Err(name func(job int) string) error {
 			why = append(why, c.what)
 		}
 	}
-	return fmt.Errorf("cuda: bf16z decode: %d jobs failed (%v), the first %s: %w", s.Failed, why, where, bf16z.ErrCorrupt)
+	return fmt.Errorf("cuda: bf16z decode: %d jobs failed (%s), the first %s: %w", s.Failed, strings.Join(why, "; "), where, bf16z.ErrCorrupt)
 }
 
 // ZDecoder launches decodes and owns the device status word they report

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -8,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"vlanode/weights/bf16z"
 )
 
 // TestZKernelsOnCPU runs kernels/bf16z.cu, compiled by g++ with a shim of
@@ -71,5 +74,19 @@ func emuRunner(bin, dir string) zRunner {
 			t.Fatal(err)
 		}
 		return got, st
+	}
+}
+
+func TestZStatusErr(t *testing.T) {
+	if err := (ZStatus{FirstJob: -1}).Err(nil); err != nil {
+		t.Fatalf("no failure: %v", err)
+	}
+	err := ZStatus{Failed: 3, FirstJob: 7, Codes: ZErrStream | ZErrSum}.Err(func(j int) string { return fmt.Sprintf("tile %d of q_proj", j) })
+	if !errors.Is(err, bf16z.ErrCorrupt) {
+		t.Fatalf("%v does not wrap bf16z.ErrCorrupt", err)
+	}
+	want := "cuda: bf16z decode: 3 jobs failed (a warp-stream that does not decode; checksum mismatch), the first tile 7 of q_proj: corrupt compressed data"
+	if err.Error() != want {
+		t.Fatalf("got  %q\nwant %q", err, want)
 	}
 }

@@ -58,6 +58,7 @@ const (
 	KindCoded Kind = 1
 )
 
+// String names the kind: raw, coded.
 func (k Kind) String() string {
 	switch k {
 	case KindRaw:
@@ -204,6 +205,7 @@ type CorruptError struct {
 	Reason string
 }
 
+// Error says where and why, and that the data is corrupt.
 func (e *CorruptError) Error() string {
 	return fmt.Sprintf("bf16z: %s: %s: %v", e.Where, e.Reason, ErrCorrupt)
 }
