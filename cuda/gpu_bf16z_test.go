@@ -500,6 +500,9 @@ func zLayer(b testing.TB, prefix string) *weights.Blob {
 			inits = append(inits, t.Init)
 		}
 	}
+	if len(specs) == 0 {
+		b.Fatalf("synth's %s has no tensor under %q", synth.AlpamayoR1_10B, prefix)
+	}
 	entries, size := weights.Layout(specs)
 	data, err := weights.AlignedAlloc(size)
 	if err != nil {
