@@ -517,32 +517,34 @@ func Parse(name string, data []byte, entries []weights.Entry, rawSize int64) (*U
 			ji := t.FirstJob + k
 			j := u.Jobs[ji]
 			g, n := tileJob(t, e.Offset, k)
-			where := u.JobName(ji)
+			badJob := func(format string, a ...any) error { // named lazily: only on failure
+				return &CorruptError{Where: u.JobName(ji), Reason: fmt.Sprintf(format, a...)}
+			}
 			if j.Dst != g.Dst || j.Rows != g.Rows || j.Pitch != g.Pitch ||
 				(j.Kind == KindCoded && j.Cols != g.Cols) || (j.Kind == KindRaw && j.Cols != g.Cols*t.ESize) {
-				return nil, &CorruptError{where, fmt.Sprintf("job places %d × %d at %d (pitch %d), the tile is %d × %d at %d (pitch %d)",
-					j.Rows, j.Cols, j.Dst, j.Pitch, g.Rows, g.Cols, g.Dst, g.Pitch)}
+				return nil, badJob("job places %d × %d at %d (pitch %d), the tile is %d × %d at %d (pitch %d)",
+					j.Rows, j.Cols, j.Dst, j.Pitch, g.Rows, g.Cols, g.Dst, g.Pitch)
 			}
 			if j.Src < h.payloadOff || j.Src%PayloadAlign != 0 || j.Src > size || j.Bytes > size-j.Src {
-				return nil, &CorruptError{where, fmt.Sprintf("payload [%d, +%d) outside [%d, %d)", j.Src, j.Bytes, h.payloadOff, size)}
+				return nil, badJob("payload [%d, +%d) outside [%d, %d)", j.Src, j.Bytes, h.payloadOff, size)
 			}
 			switch j.Kind {
 			case KindRaw:
 				if j.LUT != 0 || j.Bytes != int64(n*t.ESize) {
-					return nil, &CorruptError{where, fmt.Sprintf("raw job of %d bytes with table %d, the tile has %d bytes", j.Bytes, j.LUT, n*t.ESize)}
+					return nil, badJob("raw job of %d bytes with table %d, the tile has %d bytes", j.Bytes, j.LUT, n*t.ESize)
 				}
 			case KindCoded:
 				if !t.Coded || j.LUT != t.LUT {
-					return nil, &CorruptError{where, fmt.Sprintf("coded job with table %d in a tensor whose table is %d (coded %v)", j.LUT, t.LUT, t.Coded)}
+					return nil, badJob("coded job with table %d in a tensor whose table is %d (coded %v)", j.LUT, t.LUT, t.Coded)
 				}
 				if fixed := int64(offsetBytes(n) + smBytes(n)); j.Bytes < fixed || (j.Bytes-fixed)%2 != 0 {
-					return nil, &CorruptError{where, fmt.Sprintf("coded payload of %d bytes for %d elements (at least %d, an even number of stream bytes more)", j.Bytes, n, fixed)}
+					return nil, badJob("coded payload of %d bytes for %d elements (at least %d, an even number of stream bytes more)", j.Bytes, n, fixed)
 				}
 			default:
-				return nil, &CorruptError{where, fmt.Sprintf("job kind %d", j.Kind)}
+				return nil, badJob("job kind %d", j.Kind)
 			}
 			if _, dup := u.bySrc[j.Src]; dup {
-				return nil, &CorruptError{where, fmt.Sprintf("payload at %d shared with another job", j.Src)}
+				return nil, badJob("payload at %d shared with another job", j.Src)
 			}
 			u.bySrc[j.Src] = ji
 			t.Stored += alignTo64(j.Bytes, PayloadAlign) + JobBytes
