@@ -57,6 +57,10 @@ type ZDecode struct {
 	Dst      driver.DevicePtr
 	DstBytes int64
 	Kernel   ZKernel
+	// Base is added to a failing job's index in the status word, so that
+	// the launches of one pass report distinct indices: the count of the
+	// jobs launched before it in the pass, say.
+	Base int
 }
 
 // UnitDecode is the launch that decodes all of u, whose Data lies at src,
@@ -83,8 +87,8 @@ const (
 // ZStatus is what the decodes since the last Reset reported.
 type ZStatus struct {
 	Failed int // jobs that failed
-	// FirstJob is the lowest index, in its launch's job table, of a job
-	// that failed; -1 when none did.
+	// FirstJob is the lowest index (ZDecode.Base plus its index in its
+	// launch's job table) of a job that failed; -1 when none did.
 	FirstJob int
 	Codes    uint32 // the ZErr* codes of every failure, or-ed
 }
@@ -167,6 +171,8 @@ func (z *ZDecoder) Decode(s driver.Stream, d ZDecode) error {
 		return fmt.Errorf("cuda: bf16z decode: no kernel %v", d.Kernel)
 	case d.NumJobs < 0 || d.NumJobs > math.MaxInt32:
 		return fmt.Errorf("cuda: bf16z decode: %d jobs", d.NumJobs)
+	case d.Base < 0 || int64(d.Base)+int64(d.NumJobs) > math.MaxUint32:
+		return fmt.Errorf("cuda: bf16z decode: jobs numbered from %d", d.Base)
 	case d.SrcBytes < 0 || d.DstBytes < 0:
 		return fmt.Errorf("cuda: bf16z decode: %d compressed bytes into %d", d.SrcBytes, d.DstBytes)
 	case d.Src%16 != 0 || d.Dst%16 != 0 || d.Jobs%8 != 0:
@@ -180,7 +186,7 @@ func (z *ZDecoder) Decode(s driver.Stream, d ZDecode) error {
 	}
 	return z.b.run(func(g *gpu) error {
 		g.args.Reset()
-		g.args.Ptr(d.Src).U64(uint64(d.SrcBytes)).Ptr(d.Jobs).Ptr(d.Dst).U64(uint64(d.DstBytes)).Ptr(z.status.ptr)
+		g.args.Ptr(d.Src).U64(uint64(d.SrcBytes)).Ptr(d.Jobs).Ptr(d.Dst).U64(uint64(d.DstBytes)).Ptr(z.status.ptr).U32(uint32(d.Base))
 		grid, block := driver.Dim3{uint32(d.NumJobs), 1, 1}, block1D(int(zThreads[d.Kernel]))
 		var err error
 		if g.pdl {

@@ -471,6 +471,36 @@ func TestGPUZCorrupt(t *testing.T) {
 	if st := zStatus(t, z); st.Failed != 0 || st.FirstJob != -1 || st.Codes != 0 {
 		t.Fatalf("after Reset: %+v", st)
 	}
+
+	// Two launches of a pass, the second numbered after the first's jobs
+	// (ZDecode.Base): the status names the second's failing job.
+	tc := zCases()[0]
+	u := zEncode(t, zBlob(t, 0, tc.specs), tc.minSaving, tc.tileCols)
+	bad := append([]byte(nil), u.Data...)
+	k := 5
+	if u.Jobs[k].Kind != bf16z.KindCoded {
+		t.Fatalf("job %d is %v", k, u.Jobs[k].Kind)
+	}
+	bad[u.Jobs[k].Src+int64(u.Jobs[k].Bytes)/2] ^= 0x01
+	good, broken := zUpload(t, be, u.Data), zUpload(t, be, bad)
+	dst := zDev(t, be, u.RawSize)
+	for _, kern := range zKernels {
+		first := UnitDecode(u, good, dst, u.RawSize, kern)
+		second := UnitDecode(u, broken, dst, u.RawSize, kern)
+		second.Base = len(u.Jobs)
+		for _, d := range []ZDecode{first, second} {
+			if err := z.Decode(0, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st := zStatus(t, z)
+		if st.Failed != 1 || st.FirstJob != len(u.Jobs)+k {
+			t.Fatalf("%v kernel: %+v, want job %d (%d + %d) failing", kern, st, len(u.Jobs)+k, len(u.Jobs), k)
+		}
+		if err := z.Reset(0); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // zJob reads a job's 48-byte form (as the kernels do).

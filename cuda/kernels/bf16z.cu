@@ -107,9 +107,10 @@ __device__ u32 vla_z_check(const vla_z_job &j, u64 src_bytes, u64 dst_bytes) {
 	return j.bytes >= fixed && ((j.bytes - fixed) & 1) == 0 ? 0 : VLA_Z_ERR_JOB;
 }
 
-// vla_z_fail reports job ji: status[0] counts failed jobs, status[1] holds
-// the bitwise complement of the lowest failed index (0: none), status[2]
-// the or of the codes.
+// vla_z_fail reports job ji (its index in the launch's table plus the
+// launch's base): status[0] counts failed jobs, status[1] holds the
+// bitwise complement of the lowest failed index (0: none), status[2] the
+// or of the codes.
 __device__ void vla_z_fail(u32 *status, u32 ji, u32 code) {
 	atomicAdd(status, 1u);
 	atomicMax(status + 1, ~ji);
@@ -296,17 +297,17 @@ __device__ void vla_z_finish(const vla_z_job &j, u32 ji, u32 sum, bool bad, u32 
 
 // vla_z_decode decodes job blockIdx.x of jobs: the compressed bytes at src
 // (src_bytes of them, 16-byte aligned) into dst (dst_bytes, 16-byte
-// aligned); a job that fails is reported in status (vla_z_fail) and its
-// rectangle of dst may hold anything. Launched with VLA_Z_THREADS threads
-// a block and a block a job.
+// aligned); a job that fails is reported in status as base + its index
+// (vla_z_fail) and its rectangle of dst may hold anything. Launched with
+// VLA_Z_THREADS threads a block and a block a job.
 extern "C" __global__ void __launch_bounds__(VLA_Z_THREADS, 8)
     vla_z_decode(const u8 *__restrict__ src, u64 src_bytes, const vla_z_job *__restrict__ jobs, u8 *__restrict__ dst,
-                 u64 dst_bytes, u32 *status) {
+                 u64 dst_bytes, u32 *status, u32 base) {
 	vla_pdl_enter();
 	__shared__ __align__(16) u16 lut[1 << VLA_Z_MAXLEN];
 	__shared__ u32 sh[64];
-	const u32 ji = blockIdx.x;
-	const vla_z_job j = jobs[ji];
+	const vla_z_job j = jobs[blockIdx.x];
+	const u32 ji = base + blockIdx.x;
 	const u32 err = vla_z_check(j, src_bytes, dst_bytes);
 	if (err != 0) { // the same for every thread of the block
 		if (threadIdx.x == 0) vla_z_fail(status, ji, err);
@@ -336,11 +337,11 @@ extern "C" __global__ void __launch_bounds__(VLA_Z_THREADS, 8)
 // memory. Launched with 32 threads a block and a block a job.
 extern "C" __global__ void __launch_bounds__(32)
     vla_z_decode_serial(const u8 *__restrict__ src, u64 src_bytes, const vla_z_job *__restrict__ jobs, u8 *__restrict__ dst,
-                        u64 dst_bytes, u32 *status) {
+                        u64 dst_bytes, u32 *status, u32 base) {
 	vla_pdl_enter();
 	__shared__ u32 sh[64];
-	const u32 ji = blockIdx.x;
-	const vla_z_job j = jobs[ji];
+	const vla_z_job j = jobs[blockIdx.x];
+	const u32 ji = base + blockIdx.x;
 	const u32 err = vla_z_check(j, src_bytes, dst_bytes);
 	if (err != 0) {
 		if (threadIdx.x == 0) vla_z_fail(status, ji, err);

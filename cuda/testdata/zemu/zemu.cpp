@@ -210,8 +210,8 @@ int main(int argc, char **argv) {
 	S = s, J = j, D = d, srcB = srcBytes, dstB = dstBytes, st = status;
 	for (u32 b = 0; b < njobs; b++) {
 		blockIdx = {b, 0, 0};
-		if (serial) runBlock([] { vla_z_decode_serial(S, srcB, (const vla_z_job *)J, D, dstB, st); });
-		else runBlock([] { vla_z_decode(S, srcB, (const vla_z_job *)J, D, dstB, st); });
+		if (serial) runBlock([] { vla_z_decode_serial(S, srcB, (const vla_z_job *)J, D, dstB, st, 0); });
+		else runBlock([] { vla_z_decode(S, srcB, (const vla_z_job *)J, D, dstB, st, 0); });
 	}
 	FILE *f = fopen(argv[7], "wb");
 	if (!f || fwrite(d, 1, dstBytes, f) != dstBytes || fclose(f) != 0) {
