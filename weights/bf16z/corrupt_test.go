@@ -236,6 +236,22 @@ func TestParseRefusesForeignLayout(t *testing.T) {
 	require.ErrorIs(t, err, ErrCorrupt)
 }
 
+// TestEmptyWarpStream: stream offsets that give a warp-stream no words
+// (found by the kernels' hostile test: the Go decoder read past them).
+func TestEmptyWarpStream(t *testing.T) {
+	u, _ := smallUnit(t)
+	j := u.Jobs[u.Tensors[2].FirstJob]
+	for _, k := range []int{0, 1, 3} {
+		v := *u
+		v.Data = append([]byte(nil), u.Data...)
+		w := binary.LittleEndian.Uint32(v.Data[j.Src+int64(4*k):])
+		binary.LittleEndian.PutUint32(v.Data[j.Src+int64(4*k+4):], w) // stream k ends where it starts
+		err := v.DecodeJobs(make([]byte, u.RawSize), []Job{j}, 1)
+		require.ErrorIs(t, err, ErrCorrupt, "warp-stream %d", k)
+		require.Contains(t, err.Error(), `tensor "b" tile 0`)
+	}
+}
+
 // TestDecodeStreamHostile: random words, bytes and tables never make the
 // stream decoder read or write out of bounds.
 func TestDecodeStreamHostile(t *testing.T) {

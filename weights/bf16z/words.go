@@ -20,14 +20,14 @@ func u16s(b []byte) []uint16 {
 	return unsafe.Slice((*uint16)(unsafe.Pointer(p)), len(b)/2)
 }
 
-// readU16s reads the little-endian 16-bit values of b into dst (len(b)/2
-// of them), in place where the machine allows.
+// readU16s reads the little-endian 16-bit values of b into dst, as many
+// as both hold, in place where the machine allows.
 func readU16s(dst []uint16, b []byte) {
 	if v := u16s(b); v != nil {
 		copy(dst, v)
 		return
 	}
-	for i := range dst {
+	for i := range min(len(dst), len(b)/2) {
 		dst[i] = binary.LittleEndian.Uint16(b[2*i:])
 	}
 }

@@ -179,13 +179,16 @@ static std::vector<unsigned char> readFile(const char *path) {
 	return b;
 }
 
-// aligned copies b into 256-byte aligned memory (as cuMemAlloc's).
-static unsigned char *aligned(const std::vector<unsigned char> &b, size_t size) {
-	const size_t n = (std::max(size, b.size()) + 255) / 256 * 256 + 256;
-	unsigned char *p = (unsigned char *)std::aligned_alloc(256, n);
-	memset(p, 0, n);
+// aligned copies b into 256-byte aligned memory of exactly its size (as
+// cuMemAlloc's base; exact, so that a sanitizer sees any read past it).
+static unsigned char *aligned(const std::vector<unsigned char> &b) {
+	void *p = nullptr;
+	if (posix_memalign(&p, 256, std::max<size_t>(b.size(), 1)) != 0) {
+		perror("posix_memalign");
+		exit(2);
+	}
 	memcpy(p, b.data(), b.size());
-	return p;
+	return (unsigned char *)p;
 }
 
 int main(int argc, char **argv) {
@@ -197,9 +200,8 @@ int main(int argc, char **argv) {
 	const std::vector<unsigned char> src = readFile(argv[2]), jobs = readFile(argv[3]);
 	const u32 njobs = (u32)strtoul(argv[4], nullptr, 10);
 	const u64 dstBytes = strtoull(argv[5], nullptr, 10), srcBytes = strtoull(argv[6], nullptr, 10);
-	unsigned char *s = aligned(src, 0), *j = aligned(jobs, 0);
-	unsigned char *d = (unsigned char *)std::aligned_alloc(256, (dstBytes + 255) / 256 * 256 + 256);
-	memset(d, 0xA5, dstBytes);
+	unsigned char *s = aligned(src), *j = aligned(jobs);
+	unsigned char *d = aligned(std::vector<unsigned char>(dstBytes, 0xA5));
 	u32 status[4] = {0, 0, 0, 0};
 	blockDim = {serial ? 32u : (u32)VLA_Z_THREADS, 1, 1};
 	gridDim = {njobs, 1, 1};
