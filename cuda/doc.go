@@ -175,4 +175,11 @@
 // within a tolerance, and with Backend.SetEpilogues(false) bit for bit);
 // without cuBLASLt, kernels of ours add the biases, and for 2 to 64 rows
 // vla_gemm_rows adds them itself.
+//
+// # Compressed units
+//
+// ZDecoder decodes units compressed by weights/bf16z (kernels/bf16z.cu)
+// from device memory into their slots, on a stream the caller gives, and
+// reports tiles that fail their checks in a device status word the
+// caller reads after each pass (docs/compression.md).
 package cuda

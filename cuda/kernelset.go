@@ -55,6 +55,8 @@ type kernelSet struct {
 	attnCombineRows                         [2]driver.Function // a warp a row, up to 16 and 32 splits
 	// bench.cu: for benchmarks and tests.
 	fillRandom, readStream, spin driver.Function
+	// bf16z.cu: compressed units into their slots (ZDecoder).
+	zDecode, zDecodeSerial driver.Function
 }
 
 // kernelEntry names one kernel of the set.
@@ -126,6 +128,8 @@ func (k *kernelSet) entries() []kernelEntry {
 		{&k.qkNormRope, "vla_qk_norm_rope"},
 		{&k.qkNormRopeCache, "vla_qk_norm_rope_cache"},
 		{&k.biasResidual, "vla_bias_residual"},
+		{&k.zDecode, "vla_z_decode"},
+		{&k.zDecodeSerial, "vla_z_decode_serial"},
 	}
 	for t, name := range []string{"bf16", "f16"} {
 		for m := 1; m <= gemvMaxM; m++ {
