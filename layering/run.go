@@ -24,11 +24,11 @@ type turn struct {
 	unit  *Unit
 	place placement.Placement
 	kind  kind
-	home  bool // it computes from its home (entering, or in its home already)
-	j     int  // position among the slotted turns; -1 if not slotted
+	home  bool  // it computes from its home (entering, or in its home already)
+	j     int   // position among the slotted turns; -1 if not slotted
 	slot  Slot  // slot j mod len(slots), the home's arena, or NoSlot
 	off   int64 // where its home starts in the arena
-	cpu   int  // the CPU's share of the split dimension
+	cpu   int   // the CPU's share of the split dimension
 	rects []weights.Rect
 	bytes int64 // what its copy moves
 

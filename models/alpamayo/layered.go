@@ -222,7 +222,6 @@ func (l *layered) bind(u *models.Unit, sh layering.Shard) error {
 	return nil
 }
 
-
 // Do runs u's compute in the inference in progress (models.Runner).
 func (l *layered) Do(u *models.Unit, run func() error) error {
 	lu, ok := l.units[u]

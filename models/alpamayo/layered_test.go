@@ -2,6 +2,7 @@ package alpamayo_test
 
 import (
 	"context"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -70,7 +71,6 @@ func TestLayeredMatchesResident(t *testing.T) {
 
 	all := tinyPlan(t, dir, 0)
 	min := tinyPlan(t, dir, -1)
-	mid := tinyPlan(t, dir, (min.MinBudgetBytes+all.MinBudgetBytes+totalBytes(all))/2)
 	streamed := func(p *residency.Plan) int {
 		n := 0
 		for _, u := range p.Units {
@@ -80,9 +80,19 @@ func TestLayeredMatchesResident(t *testing.T) {
 		}
 		return n
 	}
+	// A mid budget: the first, in steps of a sixteenth of the weights
+	// above the minimum, at which some units are resident and some not
+	// (slots and homes take whole 2 MiB pages, much for this model's
+	// units, so a fixed fraction may already hold them all).
+	var mid *residency.Plan
+	for k := int64(1); k < 16 && mid == nil; k++ {
+		p := tinyPlan(t, dir, min.MinBudgetBytes+k*totalBytes(all)/16)
+		if n := streamed(p); n > 0 && n < streamed(min) {
+			mid = p
+		}
+	}
+	require.NotNil(t, mid, "a budget between the minimum and everything resident")
 	require.Zero(t, streamed(all))
-	require.Greater(t, streamed(min), streamed(mid))
-	require.Positive(t, streamed(mid))
 	for _, tc := range []struct {
 		name string
 		plan *residency.Plan
@@ -159,9 +169,14 @@ func TestLayeredRejectsMismatchedPlan(t *testing.T) {
 // CPU shards (the cpu backend standing in for the device, a second cpu
 // backend as the CPU engine): every streamed MLP of the decode and the
 // diffusion split between the engines (Dynamic) or computed on the CPU
-// whole (Static). Greedy reasoning ids equal the resident model's; the
-// actions, whose MLP sums now run in two parts, agree within float32
-// rounding; and each plan gives the same bits run after run.
+// whole (Static). Greedy reasoning ids equal the resident model's, and
+// each plan gives the same bits run after run. The actions are not
+// compared with the resident model's: a split MLP sums in two parts, which
+// changes float32 rounding (qwen3's TestMLPSplitMatchesWhole checks each
+// split layer against the whole one on the same input), and this random
+// model's flow amplifies rounding far beyond it: scaling the request's
+// pixels by 1+1e-7 moves the resident model's actions by up to 0.61 (of
+// 3.9) with the same reasoning ids (TestTinyFlowAmplifiesRounding).
 func TestLayeredCPUShards(t *testing.T) {
 	dir := tinyCheckpoint(t)
 	be, err := cpu.New()
@@ -212,8 +227,8 @@ func TestLayeredCPUShards(t *testing.T) {
 				require.NoError(t, err)
 				assert.Equal(t, want.ReasoningIDs, got.ReasoningIDs, "greedy ids")
 				require.Len(t, got.Normalized, len(want.Normalized))
-				for i := range got.Normalized {
-					assert.InDelta(t, want.Normalized[i], got.Normalized[i], 1e-3, "action %d", i)
+				for i, v := range got.Normalized {
+					require.False(t, math.IsNaN(float64(v)) || math.IsInf(float64(v), 0), "action %d is %v", i, v)
 				}
 				require.NotNil(t, got.Layers)
 				assert.NotEmpty(t, got.Layers.CPUBusy, "the CPU computed shares")
@@ -226,4 +241,38 @@ func TestLayeredCPUShards(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTinyFlowAmplifiesRounding measures why TestLayeredCPUShards compares
+// greedy ids and not actions: on the resident model, inputs that differ by
+// float32 rounding (every pixel scaled by 1+1e-7) give the same reasoning
+// ids and actions that differ by far more than rounding (0.61 of 3.9 when
+// measured). A co-executed plan's actions are checked per layer instead
+// (qwen3's TestMLPSplitMatchesWhole).
+func TestTinyFlowAmplifiesRounding(t *testing.T) {
+	dir := tinyCheckpoint(t)
+	be, err := cpu.New()
+	require.NoError(t, err)
+	defer be.Close()
+	m, err := alpamayo.Load(be, dir, alpamayo.LoadOptions{})
+	require.NoError(t, err)
+	defer m.Close()
+	infer := func(scale float32) *alpamayo.Result {
+		req := request(9)
+		req.Greedy, req.MaxReasoningTokens = true, 6
+		for i := range req.Images.Pixels {
+			req.Images.Pixels[i] *= scale
+		}
+		res, err := m.Infer(context.Background(), req)
+		require.NoError(t, err)
+		return res
+	}
+	want, got := infer(1), infer(1+1e-7)
+	assert.Equal(t, want.ReasoningIDs, got.ReasoningIDs)
+	diff := 0.0
+	for i := range want.Normalized {
+		diff = math.Max(diff, math.Abs(float64(got.Normalized[i]-want.Normalized[i])))
+	}
+	t.Logf("largest action difference %.3g", diff)
+	assert.Greater(t, diff, 1e-2, "a rounding-sized change of the input moves the actions by more than rounding")
 }

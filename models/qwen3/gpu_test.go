@@ -10,6 +10,7 @@ import (
 
 	"vlanode/backend"
 	"vlanode/cpu"
+	"vlanode/cpu/kern"
 	"vlanode/cuda/cudatest"
 	"vlanode/models"
 	"vlanode/models/qwen3"
@@ -222,4 +223,18 @@ func rope(m *qwen3.Model, pos int) ([]float32, []float32) {
 	cos, sin := make([]float32, half), make([]float32, half)
 	models.RopeTables(cos, sin, []int{pos}, models.RopeInvFreq(m.Config.HeadDim, m.Config.RopeTheta))
 	return cos, sin
+}
+
+// TestCUDAMLPSplitMatchesWhole is TestMLPSplitMatchesWhole on the GPU: the
+// device's share from its own memory, the engine's (the kernel pool) handed
+// back through the cuda backend's exchange and added on the device's
+// stream. Both round x and the SwiGLU to bf16 for their products, so the
+// split differs from the whole MLP by summation order (and where a
+// SwiGLU's bf16 rounding falls): 1% of the MLP's largest output.
+func TestCUDAMLPSplitMatchesWhole(t *testing.T) {
+	be := cudatest.Open(t)
+	pool, err := kern.NewPool(kern.Options{Threads: 4})
+	require.NoError(t, err)
+	defer pool.Close()
+	checkSplit(t, be, []splitEngine{{"kernels", []cpu.Option{cpu.WithThreads(2), cpu.WithKernels(pool)}, 1e-2}})
 }
