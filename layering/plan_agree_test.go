@@ -56,7 +56,7 @@ func TestAgreesWithPlan(t *testing.T) {
 	// are the model's, not the executor's (residency.Plan.applyGraphs).
 	prof.StageMs, prof.GraphStageMs = nil, nil
 	prof.CPU = &residency.CPUProfile{Source: "test", Threads: 16, H2DBusyGBps: 50, HandoffMs: 0.03,
-		Rates: []residency.CPURate{{Rows: 1, GBps: 45, TFLOPs: 0.5}, {Rows: 64, GBps: 45, TFLOPs: 1.9}}}
+		Rates: []residency.CPURate{{Rows: 1, GBps: 45, TFLOPs: 0.5, CallMs: 0.2}, {Rows: 64, GBps: 45, TFLOPs: 1.9, CallMs: 0.3}}}
 	units := alpamayo.PlanUnits(arch, w)
 	prof.Cost(units)
 	byID := map[placement.ID]placement.Unit{}

@@ -64,11 +64,15 @@ type CPURate struct {
 	GBps float64 `json:"gbps"`
 	// TFLOPs is the arithmetic rate, 10¹² FLOP/s.
 	TFLOPs float64 `json:"tflops"`
+	// CallMs is what one call costs beyond its bytes and FLOPs (waking the
+	// kernel threads, rounding x, the barriers between the products), ms:
+	// profile fits it from a whole share and a half share.
+	CallMs float64 `json:"call_ms"`
 }
 
 // Ms is the CPU's time for a share of bytes of weights and flops FLOPs
-// over rows rows: the roofline of the nearest profiled tier (in ratio of
-// rows).
+// over rows rows, computed in one call: the nearest profiled tier's (in
+// ratio of rows) roofline plus its cost per call.
 func (c *CPUProfile) Ms(bytes int64, flops float64, rows int) float64 {
 	best, dist := -1, math.Inf(1)
 	for i, r := range c.Rates {
@@ -77,7 +81,7 @@ func (c *CPUProfile) Ms(bytes int64, flops float64, rows int) float64 {
 		}
 	}
 	r := c.Rates[best]
-	return max(float64(bytes)/(r.GBps*1e9), flops/(r.TFLOPs*1e12)) * 1e3
+	return r.CallMs + max(float64(bytes)/(r.GBps*1e9), flops/(r.TFLOPs*1e12))*1e3
 }
 
 // validate checks the CPU figures.
@@ -94,6 +98,9 @@ func (c *CPUProfile) validate(bad func(string, ...any)) {
 	for i, r := range c.Rates {
 		if r.Rows <= 0 || !(r.GBps > 0) || !(r.TFLOPs > 0) || math.IsInf(r.GBps, 0) || math.IsInf(r.TFLOPs, 0) {
 			bad("cpu.rates[%d]: rows, gbps and tflops must be positive, got %+v", i, r)
+		}
+		if !(r.CallMs >= 0) || math.IsInf(r.CallMs, 0) {
+			bad("cpu.rates[%d].call_ms must not be negative, got %g", i, r.CallMs)
 		}
 	}
 	if !(c.H2DBusyGBps > 0) || math.IsInf(c.H2DBusyGBps, 0) {

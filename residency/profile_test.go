@@ -30,6 +30,8 @@ func TestProfileErrors(t *testing.T) {
 		{`{"source":"x","h2d_gbps":1,"roofline":{"tflops":1}}`, "roofline.mem_gbps must be positive"},
 		{`{"source":"x","h2d_gbps":1,"roofline":{"mem_gbps":1,"tflops":1},"fixed":{"cuda_context_bytes":-1}}`, "must not be negative"},
 		{`{"source":"x","h2d_gbps":1,"roofline":{"mem_gbps":1,"tflops":1},"units":[{"module":"vlm","stage":"decode","rows":1,"ms":0}]}`, "units[0] (vlm in decode)"},
+		{`{"source":"x","h2d_gbps":1,"roofline":{"mem_gbps":1,"tflops":1},"cpu":{"source":"x","threads":1,"h2d_busy_gbps":1,"rates":[{"rows":1,"gbps":1,"tflops":1,"call_ms":-0.1}]}}`, "cpu.rates[0].call_ms must not be negative"},
+		{`{"source":"x","h2d_gbps":1,"roofline":{"mem_gbps":1,"tflops":1},"cpu":{"source":"x","threads":1,"h2d_busy_gbps":1,"rates":[{"rows":1,"gbps":0,"tflops":1}]}}`, "cpu.rates[0]: rows, gbps and tflops must be positive"},
 	} {
 		_, err := ParseProfile([]byte(tc.raw))
 		assert.ErrorContains(t, err, tc.want, tc.raw)
@@ -71,4 +73,18 @@ func TestProfileCost(t *testing.T) {
 	assert.Equal(t, "roofline", units[2].Work[0].Timing)
 	assert.InDelta(t, 100, units[2].Work[0].ExeMs, 1e-9, "1e13 FLOPs at 100 TFLOP/s")
 	assert.InDelta(t, 2, p.DMAMs(1e8), 1e-12, "100 MB at 50 GB/s")
+}
+
+// TestCPUMs: a CPU share costs its tier's cost per call plus the larger of
+// its bytes at the tier's bandwidth and its FLOPs at the tier's rate; the
+// tier is the nearest in ratio of rows.
+func TestCPUMs(t *testing.T) {
+	c := &CPUProfile{Source: "test", Threads: 4, H2DBusyGBps: 50, Rates: []CPURate{
+		{Rows: 1, GBps: 50, TFLOPs: 0.2, CallMs: 0.25},
+		{Rows: 64, GBps: 40, TFLOPs: 2, CallMs: 0.5},
+	}}
+	assert.InDelta(t, 0.25+2, c.Ms(1e8, 2e8, 1), 1e-9, "100 MB at 50 GB/s")
+	assert.InDelta(t, 0.25+2, c.Ms(1e8, 2e8, 4), 1e-9, "4 rows: nearer 1 than 64 in ratio")
+	assert.InDelta(t, 0.5+2.5, c.Ms(1e8, 2e9, 64), 1e-9, "memory-bound at 64 rows: 100 MB at 40 GB/s")
+	assert.InDelta(t, 0.5+10, c.Ms(1e8, 2e10, 64), 1e-9, "compute-bound: 2·10¹⁰ FLOPs at 2 TFLOP/s")
 }

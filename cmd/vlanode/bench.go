@@ -42,6 +42,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	mf.register(fs)
 	var lf layerFlags
 	fs.StringVar(&lf.profile, "profile", "", "device profile JSON for the planner (default: the shipped H200 profile)")
+	lf.planOpts.register(fs)
 	budgetList := fs.String("budgets", "4G,8G,16G,none", "comma-separated VRAM budgets (G = 10⁹ bytes, GiB = 2³⁰; none = unlimited)")
 	modeList := fs.String("modes", "auto", "comma-separated executor modes to run at each budget: "+strings.Join(modeNames, ", "))
 	runs := fs.Int("runs", 2, "measured inferences per budget and mode (the median is reported)")
@@ -61,6 +62,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	}
 	if *runs < 1 || *warmup < 0 {
 		return usagef("--runs must be ≥ 1 and --warmup ≥ 0")
+	}
+	if err := lf.options().Validate(); err != nil {
+		return usagef("%v", err)
 	}
 	budgets, err := parseBudgets(*budgetList)
 	if err != nil {
@@ -107,7 +111,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			}
 			r, res, err := benchOne(ctx, budgetSpec{
 				dir: mf.dir, vlm: *vlm, device: mf.device, threads: mf.threads, budget: b,
-				layers: layerFlags{mode: mode, profile: lf.profile},
+				layers: layerFlags{mode: mode, profile: lf.profile, planOpts: lf.planOpts},
 			}, *warmup, *runs, *timeline, nv, stderr)
 			if err != nil {
 				// Report it and go on: the other budgets still tell.
@@ -529,10 +533,10 @@ func (rep *benchReport) print(w io.Writer) {
 		if a, ok := rep.Accelerate[budgetText(r.Budget)]; ok && a.LatencyS > 0 {
 			accS, speedup = fmt.Sprintf("%.2f", a.LatencyS), fmt.Sprintf("%.1f×", a.LatencyS*1e3/m["total"])
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%.3g\t%s\t%s\t\n",
 			shortBudget(r.Budget), r.Mode, r.Resident, streamedText(r), m["vision"], m["prefill"], m["decode"], m["diffusion"], m["total"],
 			predicted, vsPlan, bound, vsBound,
-			float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9, within, yesNo(r.Identical), accS, speedup)
+			float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9, within, yesNo(r.Identical), yesNo(r.SameReasoning), r.MaxActionDiff, accS, speedup)
 	}
 	tw.Flush()
 }

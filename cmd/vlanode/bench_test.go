@@ -82,6 +82,9 @@ mkdir -p "$out"; printf '{"acc_%s": {"latency_s": 1000.0, "peak_alloc_B": 123}}'
 		assert.Equal(t, 1000.0, a.LatencyS)
 	}
 	assert.Regexp(t, `1000\.00 +[0-9.]+×`, stdout, "the speedup column")
+	// within, identical, same ids, max action diff, accelerate s, speedup
+	// the streamed run against the first.
+	assert.Regexp(t, `- +yes +yes +0 +1000\.00 +[0-9.]+×`, stdout, "the columns after the peaks (within: no device memory on the CPU)")
 }
 
 // TestTimelineSummary sums a hand-made timeline: stage spans, busy

@@ -33,10 +33,15 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	runs := fs.Int("runs", 2, "profiled inferences (after one warm-up); each unit's time is its median")
 	cpuProfile := fs.Bool("cpu", true, "profile the CPU engine too (its kernels' rates per token tier with copies in flight, the copy rate meanwhile, the hand-off)")
 	cpuThreads := fs.Int("cpu-threads", 0, "threads of the CPU engine (default: all cores but two)")
+	cpuOnly := fs.Bool("cpu-only", false, "measure the CPU engine alone and replace the CPU section of the profile --from names, keeping the rest (after a change of --cpu-threads or of the host)")
+	from := fs.String("from", "", "with --cpu-only: the profile JSON whose CPU section is re-measured")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *dir == "" {
+	if *cpuOnly != (*from != "") {
+		return usagef("--cpu-only and --from go together")
+	}
+	if *dir == "" && !*cpuOnly {
 		return usagef("--model is required")
 	}
 	if *runs < 1 {
@@ -44,6 +49,17 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if err := cuda.Available(); err != nil {
 		return fmt.Errorf("profile measures a GPU: %w", err)
+	}
+	if *cpuOnly {
+		p, _, err := loadProfile(*from)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "vlanode profile: the CPU engine, alone and with copies in flight (the rest from %s)…\n", *from)
+		if err := measureCPU(p, *cpuThreads, stderr); err != nil {
+			return fmt.Errorf("the CPU engine: %w", err)
+		}
+		return writeProfile(p, *out, stdout, stderr)
 	}
 	p := &residency.Profile{StageMs: map[placement.Stage]float64{}, GraphStageMs: map[placement.Stage]float64{}}
 	var err error
@@ -66,18 +82,23 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return fmt.Errorf("the CPU engine: %w", err)
 		}
 	}
+	return writeProfile(p, *out, stdout, stderr)
+}
+
+// writeProfile writes p to the file out, or to stdout when out is empty.
+func writeProfile(p *residency.Profile, out string, stdout, stderr io.Writer) error {
 	raw, err := p.Marshal()
 	if err != nil {
 		return err
 	}
-	if *out == "" {
+	if out == "" {
 		_, err = stdout.Write(raw)
 		return err
 	}
-	if err := os.WriteFile(*out, raw, 0o644); err != nil {
+	if err := os.WriteFile(out, raw, 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "vlanode profile: wrote %s\n", *out)
+	fmt.Fprintf(stderr, "vlanode profile: wrote %s\n", out)
 	return nil
 }
 
