@@ -8,33 +8,17 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"vlanode/configs"
 	"vlanode/layering"
 	"vlanode/models/alpamayo"
 	"vlanode/placement"
 	"vlanode/residency"
+	"vlanode/residency/residencytest"
 	"vlanode/synth"
 	"vlanode/weights"
 )
 
-// alpamayo10B builds the planner's Alpamayo-R1-10B from synth's configs,
-// as `vlanode plan` does from a checkpoint folder.
-func alpamayo10B(t *testing.T) *residency.Arch {
-	t.Helper()
-	l, err := synth.NewLayout(synth.AlpamayoR1_10B)
-	require.NoError(t, err)
-	files, err := l.ConfigFiles()
-	require.NoError(t, err)
-	byPath := map[string][]byte{}
-	for _, f := range files {
-		byPath[f.Path] = f.Data
-	}
-	alp, err := configs.ParseAlpamayoR1(byPath["config.json"])
-	require.NoError(t, err)
-	a, err := residency.AlpamayoR1Arch(alp, configs.VLMConfig{Path: "vlm/config.json", Raw: byPath["vlm/config.json"]})
-	require.NoError(t, err)
-	return a
-}
+// alpamayo10B is the planner's Alpamayo-R1-10B, from synth's configs.
+func alpamayo10B(t *testing.T) *residency.Arch { return residencytest.Arch(t, synth.AlpamayoR1_10B) }
 
 // TestAgreesWithPlan runs every stage of Alpamayo-R1-10B's standard
 // workload, as residency plans it at several budgets, on the GPU alone and

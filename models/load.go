@@ -46,8 +46,8 @@ type Spec struct {
 // backend tensors bound. Where its weights live (Weights) is fixed at
 // load: resident weights are uploaded to the backend once; streamed ones
 // stay in pinned host memory and a layering executor copies them into a
-// slot before each use (BindSlots, Use); host ones stay in host memory and
-// are read there.
+// slot or a home before each use, where UseAt binds them; host ones stay in
+// host memory and are read there.
 type Unit struct {
 	ID      placement.ID
 	Name    string // ID.String(), for messages
@@ -57,9 +57,8 @@ type Unit struct {
 	dsts   []*backend.Tensor // bound specs' fields, in blob order
 	splits []placement.Axis  // how each entry divides in a CPU/GPU split
 	derive func() error      // recomputes views of the bound tensors
-	slots  [][]backend.Tensor
-	// at are views bound elsewhere than the DFB slots (homes, the GPU's
-	// share of a split), by the key UseAt was given.
+	// at are the views UseAt bound (a DFB slot, a home, the GPU's share of
+	// a split in a slot), by the key it was given.
 	at map[string][]backend.Tensor
 	// host are the blob's tensors on a CPU engine's backend.
 	host   []backend.Tensor
@@ -71,78 +70,8 @@ type Unit struct {
 // Streamed reports whether the unit's weights are streamed through slots.
 func (u *Unit) Streamed() bool { return u.Weights == placement.Streamed }
 
-// BindSlots prepares a streamed unit for n slots: view(s, e) returns the
-// tensor that e's bytes become when the blob is copied into slot s.
-func (u *Unit) BindSlots(n int, view func(slot int, e weights.Entry) (backend.Tensor, error)) error {
-	if !u.Streamed() {
-		return fmt.Errorf("models: unit %s is %s, not streamed", u.Name, u.Weights)
-	}
-	u.slots = make([][]backend.Tensor, n)
-	for s := range n {
-		u.slots[s] = make([]backend.Tensor, len(u.dsts))
-		for i, e := range u.Blob.Entries {
-			t, err := view(s, e)
-			if err != nil {
-				return fmt.Errorf("models: unit %s, slot %d: %w", u.Name, s, err)
-			}
-			u.slots[s][i] = t
-		}
-	}
-	return nil
-}
-
-// BindSlot (re)binds a streamed unit's tensors in slot index i (growing
-// the table), e.g. to a slot of its own after a promotion.
-func (u *Unit) BindSlot(i int, view func(e weights.Entry) (backend.Tensor, error)) error {
-	if !u.Streamed() {
-		return fmt.Errorf("models: unit %s is %s, not streamed", u.Name, u.Weights)
-	}
-	for len(u.slots) <= i {
-		u.slots = append(u.slots, nil)
-	}
-	ts := make([]backend.Tensor, len(u.dsts))
-	for k, e := range u.Blob.Entries {
-		t, err := view(e)
-		if err != nil {
-			return fmt.Errorf("models: unit %s, slot %d: %w", u.Name, i, err)
-		}
-		ts[k] = t
-	}
-	u.slots[i] = ts
-	return nil
-}
-
-// DropSlot forgets the tensors bound in slot index i and returns them, for
-// the caller to free (a promotion slot that goes away with its inference).
-func (u *Unit) DropSlot(i int) []backend.Tensor {
-	if i < 0 || i >= len(u.slots) {
-		return nil
-	}
-	ts := u.slots[i]
-	u.slots[i] = nil
-	return ts
-}
-
-// Use points a streamed unit's fields at its weights in slot s (the ops
-// queued afterwards read that slot). Resident and host units ignore it.
-func (u *Unit) Use(slot int) error {
-	if !u.Streamed() {
-		return nil
-	}
-	if slot < 0 || slot >= len(u.slots) || u.slots[slot] == nil {
-		return fmt.Errorf("models: unit %s has no weights bound in slot %d (BindSlots made %d)", u.Name, slot, len(u.slots))
-	}
-	for i, d := range u.dsts {
-		*d = u.slots[slot][i]
-	}
-	if u.derive != nil {
-		return u.derive()
-	}
-	return nil
-}
-
-// UseAt points the unit's fields at views of its weights somewhere other
-// than the slots BindSlots bound: a home of its own, or a slot holding the
+// UseAt points the unit's fields at views of its weights where the
+// executor put them: a DFB slot, a home of its own, or a slot holding the
 // GPU's share of a split (entries: the share's layout, from Share; nil for
 // the whole blob). view makes each tensor the first time key is seen; the
 // views are kept for the next uses of key.

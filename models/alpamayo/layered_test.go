@@ -17,9 +17,9 @@ import (
 	"vlanode/residency"
 )
 
-// tinyPlan plans the tiny checkpoint for the standard workload at budget
-// (0: unlimited; negative: the plan's minimum, everything streamed).
-func tinyPlan(t *testing.T, dir string, budget int64) *residency.Plan {
+// archAt is the planner's architecture of the checkpoint in dir, as
+// `vlanode plan` reads it.
+func archAt(t *testing.T, dir string) *residency.Arch {
 	t.Helper()
 	alp, err := configs.LoadAlpamayoR1(dir)
 	require.NoError(t, err)
@@ -27,6 +27,14 @@ func tinyPlan(t *testing.T, dir string, budget int64) *residency.Plan {
 	require.NoError(t, err)
 	arch, err := residency.AlpamayoR1Arch(alp, vlm)
 	require.NoError(t, err)
+	return arch
+}
+
+// tinyPlan plans the tiny checkpoint for the standard workload at budget
+// (0: unlimited; negative: the plan's minimum, everything streamed).
+func tinyPlan(t *testing.T, dir string, budget int64) *residency.Plan {
+	t.Helper()
+	arch := archAt(t, dir)
 	prof, err := residency.DefaultProfile()
 	require.NoError(t, err)
 	w := placement.StandardWorkload()
@@ -193,12 +201,7 @@ func TestLayeredCPUShards(t *testing.T) {
 	want, err := ref.Infer(context.Background(), req)
 	require.NoError(t, err)
 
-	alp, err := configs.LoadAlpamayoR1(dir)
-	require.NoError(t, err)
-	vlm, err := alp.LocateVLM(dir, configs.VLMLocator{})
-	require.NoError(t, err)
-	arch, err := residency.AlpamayoR1Arch(alp, vlm)
-	require.NoError(t, err)
+	arch := archAt(t, dir)
 	prof, err := residency.DefaultProfile()
 	require.NoError(t, err)
 	prof.CPU = &residency.CPUProfile{Source: "test", Threads: 2, H2DBusyGBps: 50, HandoffMs: 0.03,

@@ -14,6 +14,7 @@ import (
 	"vlanode/models/alpamayo"
 	"vlanode/placement"
 	"vlanode/residency"
+	"vlanode/residency/residencytest"
 	"vlanode/synth"
 	"vlanode/tensor"
 	"vlanode/weights"
@@ -67,27 +68,7 @@ func unitOf(name string) (placement.ID, bool) {
 }
 
 // archOf is the planner's architecture of synth's arch.
-func archOf(t *testing.T, arch synth.Arch) *residency.Arch {
-	t.Helper()
-	l, err := synth.NewLayout(arch)
-	require.NoError(t, err)
-	files, err := l.ConfigFiles()
-	require.NoError(t, err)
-	byPath := map[string][]byte{}
-	for _, f := range files {
-		byPath[f.Path] = f.Data
-	}
-	if arch == synth.Qwen3VL8B {
-		vl, err := configs.ParseQwen3VL(byPath["config.json"])
-		require.NoError(t, err)
-		return residency.Qwen3VLArch(vl)
-	}
-	alp, err := configs.ParseAlpamayoR1(byPath["config.json"])
-	require.NoError(t, err)
-	a, err := residency.AlpamayoR1Arch(alp, configs.VLMConfig{Path: "vlm/config.json", Raw: byPath["vlm/config.json"]})
-	require.NoError(t, err)
-	return a
-}
+func archOf(t *testing.T, arch synth.Arch) *residency.Arch { return residencytest.Arch(t, arch) }
 
 // TestPlanUnitsMatchSynth groups every tensor synth writes into units and
 // checks that the published units have exactly those blob sizes (the LM
