@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -63,8 +64,19 @@ func httpStatus(c msgs.Code) int {
 	return http.StatusInternalServerError
 }
 
-// httpReadHeaderTimeout bounds how long a client may take to send headers.
-const httpReadHeaderTimeout = 10 * time.Second
+// httpReadHeaderTimeout bounds how long a client may take to send headers,
+// httpReadTimeout headers and body: a body is read within a minute or
+// the request fails (a slow client cannot hold a body slot for longer).
+const (
+	httpReadHeaderTimeout = 10 * time.Second
+	httpReadTimeout       = time.Minute
+)
+
+// httpBodySlots is how many POST /v1/infer bodies are read and decoded at
+// once; more requests wait, their bodies unread, until a slot frees or
+// their client leaves. It bounds the memory the HTTP API adds whatever
+// the number of connections (docs/node.md, "Memory").
+const httpBodySlots = 2
 
 // startHTTP serves the HTTP API when an address was given.
 func (n *Node) startHTTP() error {
@@ -87,7 +99,8 @@ func (n *Node) startHTTP() error {
 	})
 	mux.Handle("GET /metrics", n.m.reg)
 	n.httpLn = ln
-	n.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: httpReadHeaderTimeout}
+	n.httpBodies = make(chan struct{}, httpBodySlots)
+	n.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: httpReadHeaderTimeout, ReadTimeout: httpReadTimeout}
 	go func() {
 		if err := n.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.log.Error("HTTP API stopped", "err", err)
@@ -119,19 +132,8 @@ func (n *Node) handleInfer(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("node %s is shutting down; retry on another node", n.opts.Name)))
 		return
 	}
-	var body httpInferRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, n.httpBodyLimit()))
-	if err := dec.Decode(&body); err != nil {
-		status, e := n.bodyError(err)
-		n.httpFail(w, status, e)
-		return
-	}
-	if body.ID == "" {
-		body.ID = "http-" + strconv.FormatUint(n.httpSeq.Add(1), 10)
-	}
-	b, herr := buildHTTPRequest(&body, n.info, n.info.Model, n.maxPayload, received)
-	if herr != nil {
-		n.httpFail(w, herr.status, herr.e)
+	b, ok := n.readInfer(w, r, received)
+	if !ok {
 		return
 	}
 	if e := n.checkRequest(b.req); e != nil {
@@ -168,6 +170,60 @@ func (n *Node) handleInfer(w http.ResponseWriter, r *http.Request) {
 		}
 		n.log.Debug("HTTP client left before the answer", "request", b.req.ID)
 	}
+}
+
+// readInfer reads and decodes a POST /v1/infer body into the protocol's
+// request, in one of the httpBodySlots: it waits for a slot (the body
+// unread) and gives it back once the body's JSON and its base64 frames are
+// no longer needed, before the request joins the queue. It answers the
+// client itself when it fails (ok false).
+func (n *Node) readInfer(w http.ResponseWriter, r *http.Request, received time.Time) (b *httpBuilt, ok bool) {
+	select {
+	case n.httpBodies <- struct{}{}:
+	case <-r.Context().Done():
+		n.log.Debug("HTTP client left while waiting to send its body")
+		return nil, false
+	}
+	defer func() { <-n.httpBodies }()
+	raw, err := readBody(w, r, n.httpBodyLimit())
+	var body httpInferRequest
+	if err == nil {
+		err = json.Unmarshal(raw, &body)
+	}
+	raw = nil // the strings hold what is needed of it
+	if err != nil {
+		status, e := n.bodyError(err)
+		n.httpFail(w, status, e)
+		return nil, false
+	}
+	if body.ID == "" {
+		body.ID = "http-" + strconv.FormatUint(n.httpSeq.Add(1), 10)
+	}
+	b, herr := buildHTTPRequest(&body, n.info, n.info.Model, n.maxPayload, received)
+	if herr != nil {
+		n.httpFail(w, herr.status, herr.e)
+		return nil, false
+	}
+	return b, true
+}
+
+// readBody reads a request's body of at most limit bytes into one buffer
+// of its announced length (a body of unknown length grows as it comes), so
+// that reading it costs its size once; a longer body is an
+// *http.MaxBytesError, one shorter than announced io.ErrUnexpectedEOF.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	rd := http.MaxBytesReader(w, r.Body, limit)
+	switch cl := r.ContentLength; {
+	case cl > limit:
+		return nil, &http.MaxBytesError{Limit: limit}
+	case cl >= 0:
+		raw := make([]byte, cl)
+		if _, err := io.ReadFull(rd, raw); err != nil {
+			return nil, err
+		}
+		return raw, nil
+	}
+	return io.ReadAll(rd)
 }
 
 // bodyError turns a body that cannot be read as a request into its answer.

@@ -56,6 +56,7 @@ type Node struct {
 	httpLn     net.Listener // the HTTP API (http.go); nil without one
 	httpSrv    *http.Server
 	httpSeq    atomic.Uint64 // ids of HTTP requests that bring none
+	httpBodies chan struct{} // one token per body being read and decoded (httpBodySlots)
 	started    time.Time
 
 	hardCtx    context.Context // cancelled when in-flight work must stop
