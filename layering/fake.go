@@ -188,14 +188,21 @@ func (f *Fake) CopyAsync(dst Slot, src *weights.Blob, s Stream) error {
 	case src.Size() > f.slots[dst]:
 		return fmt.Errorf("fake: blob %s (%d bytes) does not fit slot %d (%d bytes)", src.Name, src.Size(), dst, f.slots[dst])
 	}
+	f.queueCopy(st, dst, src.Name, src.Size(), 0, src.Size())
+	return nil
+}
+
+// queueCopy times a copy of moved bytes of blob name on stream st, after
+// the copies before it on any stream (one copy engine), writing span bytes
+// of slot dst from offset on.
+func (f *Fake) queueCopy(st *fakeStream, dst Slot, name string, moved, offset, span int64) {
 	d := 0.0
 	if f.Copy != nil {
-		d = f.Copy(src.Name, src.Size())
+		d = f.Copy(name, moved)
 	}
 	start := max(st.tail, f.copyFree)
 	st.tail, f.copyFree = start+d, start+d
-	f.Timeline = append(f.Timeline, Op{Kind: OpCopy, Stream: st.name, Unit: src.Name, Slot: dst, Bytes: src.Size(), Start: start, End: start + d})
-	return nil
+	f.Timeline = append(f.Timeline, Op{Kind: OpCopy, Stream: st.name, Unit: name, Slot: dst, Offset: offset, Bytes: span, Start: start, End: start + d})
 }
 
 // CopyRectAsync copies a rectangle of a pinned blob into a slot: timed as
@@ -214,14 +221,7 @@ func (f *Fake) CopyRectAsync(dst Slot, src *weights.Blob, r weights.Rect, s Stre
 	if err := r.Check(src.Size(), f.slots[dst]); err != nil {
 		return fmt.Errorf("fake: blob %s into slot %d: %w", src.Name, dst, err)
 	}
-	d := 0.0
-	if f.Copy != nil {
-		d = f.Copy(src.Name, r.Bytes())
-	}
-	start := max(st.tail, f.copyFree)
-	st.tail, f.copyFree = start+d, start+d
-	f.Timeline = append(f.Timeline, Op{Kind: OpCopy, Stream: st.name, Unit: src.Name, Slot: dst, Offset: r.DstOffset,
-		Bytes: r.DstOffset + (r.Height-1)*r.DstPitch + r.Width - r.DstOffset, Start: start, End: start + d})
+	f.queueCopy(st, dst, src.Name, r.Bytes(), r.DstOffset, (r.Height-1)*r.DstPitch+r.Width)
 	return nil
 }
 

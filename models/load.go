@@ -65,6 +65,15 @@ type Unit struct {
 	hostBE backend.Backend
 	// split is the CPU/GPU split of the compute in progress (Split).
 	split *Split
+	// shares are the GPU's shares laid out by Share, by the CPU's cut.
+	shares map[int]share
+}
+
+// share is the GPU's share of a unit at one cut (Unit.Share).
+type share struct {
+	entries []weights.Entry
+	rects   []weights.Rect
+	bytes   int64
 }
 
 // Streamed reports whether the unit's weights are streamed through slots.
@@ -118,8 +127,26 @@ func (u *Unit) DropAt(key string) []backend.Tensor {
 // its split dimension: the share's tensors laid out as they land in a slot
 // (entries, in blob order), the rectangles of the blob to copy there, and
 // the bytes they take. Tensors split by rows keep rows [c, n), those split
-// by columns columns [c, n); the others are copied whole.
+// by columns columns [c, n); the others are copied whole. Each cut is laid
+// out once (the executor asks at every pass): the slices are shared, not
+// to be changed.
 func (u *Unit) Share(c int) ([]weights.Entry, []weights.Rect, int64, error) {
+	if sh, ok := u.shares[c]; ok {
+		return sh.entries, sh.rects, sh.bytes, nil
+	}
+	entries, rects, size, err := u.layoutShare(c)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if u.shares == nil {
+		u.shares = map[int]share{}
+	}
+	u.shares[c] = share{entries, rects, size}
+	return entries, rects, size, nil
+}
+
+// layoutShare lays out the GPU's share at cut c (Share).
+func (u *Unit) layoutShare(c int) ([]weights.Entry, []weights.Rect, int64, error) {
 	specs := make([]weights.Spec, len(u.Blob.Entries))
 	for i, e := range u.Blob.Entries {
 		shape := append([]int{}, e.Shape...)

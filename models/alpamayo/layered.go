@@ -201,11 +201,11 @@ func (l *layered) bind(u *models.Unit, sh layering.Shard) error {
 			}
 		}
 		l.home[u] = key
-		entries := append([]weights.Entry(nil), u.Blob.Entries...)
-		for i := range entries {
-			entries[i].Offset += sh.Offset
+		at := func(e weights.Entry) (backend.Tensor, error) {
+			e.Offset += sh.Offset
+			return l.view(sh.Slot, e)
 		}
-		if err := u.UseAt(key, entries, view); err != nil {
+		if err := u.UseAt(key, nil, at); err != nil {
 			return err
 		}
 	}
