@@ -91,13 +91,14 @@ func (e *Expert) deviceFeatures(ff backend.FlowFeed, df *devFlow, x []float32, t
 	return nil
 }
 
-// integrateOnDevice runs flow's Euler steps on x in place on a
+// integrateOnDevice runs flow's Euler steps on x (every group's samples,
+// in order) in place on a
 // backend.FlowFeed with every unit in place: x goes up once, every step
 // (features, the expert, the update) is queued without a wait, from a
 // graph captured during the first where the backend captures, and x comes
 // back once. The bits are Integrate's over Velocity on the same backend:
 // the same ops, the same features, the same update.
-func (e *Expert) integrateOnDevice(ctx context.Context, ff backend.FlowFeed, df *devFlow, flow Flow, x []float32, p *Prefix) error {
+func (e *Expert) integrateOnDevice(ctx context.Context, ff backend.FlowFeed, df *devFlow, flow Flow, x []float32, gs []group) error {
 	s, be := e.s, e.be
 	if flow.Steps <= 0 {
 		return fmt.Errorf("diffusion: %d Euler steps", flow.Steps)
@@ -105,7 +106,7 @@ func (e *Expert) integrateOnDevice(ctx context.Context, ff backend.FlowFeed, df 
 	if len(x) != s.t*ActionDims {
 		return fmt.Errorf("diffusion: %d action values, want %d×%d: %w", len(x), s.t, ActionDims, models.ErrBadInput)
 	}
-	if err := p.check(&e.Config.Expert, s.t); err != nil {
+	if err := e.checkGroups(gs, s.t); err != nil {
 		return err
 	}
 	if err := e.flowSteps(df, flow.Steps); err != nil {
@@ -129,14 +130,14 @@ func (e *Expert) integrateOnDevice(ctx context.Context, ff backend.FlowFeed, df 
 	if err := be.(backend.DevicePos).UploadI32(df.step, []int32{0}); err != nil {
 		return fmt.Errorf("diffusion: the Euler step counter: %w", err)
 	}
-	if err := e.uploadRope(p, s); err != nil {
+	if err := e.uploadRope(gs, s); err != nil {
 		return err
 	}
 	step := func() error {
 		if err := ff.Fourier(s.feats, df.x, df.freqs, df.tf, df.step); err != nil {
 			return fmt.Errorf("diffusion: Fourier features: %w", err)
 		}
-		if err := e.compute(ctx, p, true); err != nil {
+		if err := e.compute(ctx, gs, true); err != nil {
 			return err
 		}
 		if err := ff.EulerStep(df.x, s.out, df.dt, df.step); err != nil {

@@ -205,7 +205,7 @@ func (e *Expert) Waypoints() int { return e.Space.Waypoints }
 // [Waypoints][2] and flow time t, given the VLM prefix p. It writes the
 // expert's keys and values into p's cache rows [Len, Len+Waypoints).
 func (e *Expert) Velocity(ctx context.Context, p Prefix, x []float32, t float32) ([]float32, error) {
-	if err := e.forward(ctx, &p, x, t, true); err != nil {
+	if err := e.forward(ctx, solo(&p), x, t, true); err != nil {
 		return nil, err
 	}
 	s := e.s
@@ -219,7 +219,7 @@ func (e *Expert) Velocity(ctx context.Context, p Prefix, x []float32, t float32)
 // Hidden returns the expert's final-norm hidden states [Waypoints][hidden]
 // for x and t (the input of action_out_proj), as Velocity computes them.
 func (e *Expert) Hidden(ctx context.Context, p Prefix, x []float32, t float32) ([]float32, error) {
-	if err := e.forward(ctx, &p, x, t, false); err != nil {
+	if err := e.forward(ctx, solo(&p), x, t, false); err != nil {
 		return nil, err
 	}
 	h, err := e.be.Download(e.s.h)
@@ -291,23 +291,62 @@ func (e *Expert) inProj() error {
 	return nil
 }
 
-// forward runs action_in_proj, the layers and the final norm, leaving the
-// normed hidden states in e.s.h, and with out action_out_proj into e.s.out.
-func (e *Expert) forward(ctx context.Context, p *Prefix, x []float32, t float32, out bool) error {
+// group is one sample's rows in an expert pass: Waypoints action tokens
+// after prefix p, their keys and values at cache rows [at, at+Waypoints).
+// A pass over several groups runs every unit once over all their rows.
+type group struct {
+	p  *Prefix
+	at int
+}
+
+// solo is the one group of a pass over one sample: its rows right after
+// the prefix.
+func solo(p *Prefix) []group { return []group{{p: p, at: p.Len}} }
+
+// groupsOf lays out samples[i] samples after prefixes[i], in that order:
+// the j-th sample of a prefix at cache rows Len + j·Waypoints.
+func groupsOf(prefixes []Prefix, samples []int, waypoints int) []group {
+	var gs []group
+	for i := range prefixes {
+		for j := range samples[i] {
+			gs = append(gs, group{p: &prefixes[i], at: prefixes[i].Len + j*waypoints})
+		}
+	}
+	return gs
+}
+
+// checkGroups validates every group's prefix, with room in its cache for
+// the group's rows.
+func (e *Expert) checkGroups(gs []group, rows int) error {
+	if len(gs)*e.Waypoints() != rows {
+		return fmt.Errorf("diffusion: %d samples of %d action tokens in a pass of %d rows", len(gs), e.Waypoints(), rows)
+	}
+	for _, g := range gs {
+		if err := g.p.check(&e.Config.Expert, g.at+e.Waypoints()-g.p.Len); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forward runs action_in_proj, the layers and the final norm over the
+// groups' rows, leaving the normed hidden states in e.s.h, and with out
+// action_out_proj into e.s.out.
+func (e *Expert) forward(ctx context.Context, gs []group, x []float32, t float32, out bool) error {
 	s, be := e.s, e.be
 	if s == nil {
 		return fmt.Errorf("diffusion: expert is closed")
 	}
-	if err := p.check(&e.Config.Expert, s.t); err != nil {
+	if err := e.checkGroups(gs, s.t); err != nil {
 		return err
 	}
 	if err := e.setInputs(x, t); err != nil {
 		return err
 	}
-	if err := e.uploadRope(p, s); err != nil {
+	if err := e.uploadRope(gs, s); err != nil {
 		return err
 	}
-	step := func() error { return e.compute(ctx, p, out) }
+	step := func() error { return e.compute(ctx, gs, out) }
 	if g := e.graph; g != nil && out && g.Usable(be, e.Exec) {
 		if done, err := g.Run(ctx, be, step); done || err != nil {
 			return err
@@ -316,9 +355,18 @@ func (e *Expert) forward(ctx context.Context, p *Prefix, x []float32, t float32,
 	return step()
 }
 
+// span is where group g's rows sit in its cache and what they see: the
+// prefix but its hidden rows [maskFrom, Len), and (a sample after the
+// first) the rows of the samples before it, hidden too, so that every
+// sample attends exactly as it would alone; and each other both ways.
+func (g group) span() qwen3.Span {
+	return qwen3.Span{Pos: g.at, MaskFrom: g.p.maskFrom(), MaskTo: g.at}
+}
+
 // compute runs action_in_proj, the layers and the final norm on the
-// uploaded inputs (and with out action_out_proj).
-func (e *Expert) compute(ctx context.Context, p *Prefix, out bool) error {
+// uploaded inputs (and with out action_out_proj), each unit once over
+// every group's rows.
+func (e *Expert) compute(ctx context.Context, gs []group, out bool) error {
 	s, be := e.s, e.be
 	if err := e.inProj(); err != nil {
 		return err
@@ -327,11 +375,14 @@ func (e *Expert) compute(ctx context.Context, p *Prefix, out bool) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		// The action tokens' keys and values go to cache rows [Len, Len+t);
-		// they see the prefix but its hidden rows, and each other both ways.
-		span := qwen3.Span{Pos: p.Len, MaskFrom: p.maskFrom(), MaskTo: p.Len}
-		err := e.layerUnits[i].Forward(e.Exec, be, l, s.x, p.Cache[i].K, p.Cache[i].V, span, s.layer)
-		if err != nil {
+		kc, vc, span := gs[0].p.Cache[i].K, gs[0].p.Cache[i].V, gs[0].span()
+		if len(gs) > 1 {
+			span = qwen3.Span{Groups: make([]qwen3.Group, len(gs))}
+			for j, g := range gs {
+				span.Groups[j] = qwen3.Group{Rows: e.Waypoints(), K: g.p.Cache[i].K, V: g.p.Cache[i].V, Span: g.span()}
+			}
+		}
+		if err := e.layerUnits[i].Forward(e.Exec, be, l, s.x, kc, vc, span, s.layer); err != nil {
 			return fmt.Errorf("diffusion: expert layer %d: %w", i, err)
 		}
 	}

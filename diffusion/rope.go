@@ -32,19 +32,24 @@ func (p *Prefix) positions(n int) []int {
 	return pos
 }
 
-// uploadRope fills s's rotary tables for the action tokens after prefix p.
-// Every Euler step of a sample uses the same positions, so the tables are
-// rebuilt only when the first position changes.
-func (e *Expert) uploadRope(p *Prefix, s *scratch) error {
-	first := p.RopeDelta + p.Offset
-	if s.ropeValid && s.ropeFirst == first {
+// uploadRope fills s's rotary tables for the groups' action tokens: each
+// group's rows at its prefix's positions. Every Euler step uses the same
+// positions, so the tables are rebuilt only when the first position of a
+// lone group changes (a pass of several groups always rebuilds them).
+func (e *Expert) uploadRope(gs []group, s *scratch) error {
+	first := gs[0].p.RopeDelta + gs[0].p.Offset
+	if len(gs) == 1 && s.ropeValid && s.ropeFirst == first {
 		return nil
 	}
 	s.ropeValid = false
-	models.RopeTables(s.cosH, s.sinH, p.positions(s.t), e.invFreq)
+	n := e.Waypoints()
+	half := len(s.cosH) / s.t
+	for i, g := range gs {
+		models.RopeTables(s.cosH[i*n*half:(i+1)*n*half], s.sinH[i*n*half:(i+1)*n*half], g.p.positions(n), e.invFreq)
+	}
 	if err := s.layer.SetRope(e.be, s.cosH, s.sinH); err != nil {
 		return fmt.Errorf("diffusion: %w", err)
 	}
-	s.ropeFirst, s.ropeValid = first, true
+	s.ropeFirst, s.ropeValid = first, len(gs) == 1
 	return nil
 }

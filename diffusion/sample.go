@@ -39,7 +39,8 @@ type SampleOptions struct {
 // Sample runs flow matching for one sample per prefix (each sample has its
 // own reasoning, hence its own VLM cache) and returns each sample's
 // normalised actions [Waypoints][2]: Euler steps from noise at t = 0 to
-// t = 1 over the expert's velocity field.
+// t = 1 over the expert's velocity field. The samples are integrated one
+// after the other; SampleBatch runs several through each pass together.
 func (e *Expert) Sample(ctx context.Context, prefixes []Prefix, opt SampleOptions) ([][]float32, error) {
 	per := e.Waypoints() * ActionDims
 	noise := opt.Noise
@@ -52,29 +53,20 @@ func (e *Expert) Sample(ctx context.Context, prefixes []Prefix, opt SampleOption
 	if opt.Unguided != nil && len(opt.Unguided) != len(prefixes) {
 		return nil, fmt.Errorf("diffusion: %d unguided prefixes for %d samples: %w", len(opt.Unguided), len(prefixes), models.ErrBadInput)
 	}
-	temp := float32(1)
-	if opt.Temperature != 0 {
-		temp = float32(opt.Temperature)
+	temp, err := noiseTemperature(opt.Temperature)
+	if err != nil {
+		return nil, err
 	}
-	if !(temp >= 0) || math.IsInf(float64(temp), 0) {
-		return nil, fmt.Errorf("diffusion: noise temperature %g: %w", opt.Temperature, models.ErrBadInput)
-	}
-	flow := Flow{Steps: e.Config.Steps}
-	if opt.Steps > 0 {
-		flow.Steps = opt.Steps
-	}
+	flow := e.flowOf(opt.Steps)
 	out := make([][]float32, len(prefixes))
 	for i := range prefixes {
-		x := append([]float32(nil), noise[i*per:(i+1)*per]...)
-		for j := range x {
-			x[j] *= temp
-		}
+		x := scaled(noise[i*per:(i+1)*per], temp)
 		var err error
 		if opt.Unguided != nil {
 			e.lastGraphed, e.lastGraphErr = false, nil
 			err = flow.Integrate(ctx, x, e.GuidedField(prefixes[i], opt.Unguided[i], float32(opt.GuidanceWeight)))
 		} else {
-			err = e.integrate(ctx, flow, x, prefixes[i])
+			err = e.integrate(ctx, flow, x, solo(&prefixes[i]))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("diffusion: sample %d: %w", i, err)
@@ -82,6 +74,139 @@ func (e *Expert) Sample(ctx context.Context, prefixes []Prefix, opt SampleOption
 		out[i] = x
 	}
 	return out, nil
+}
+
+// Draws are the trajectory samples of one prefix in SampleBatch: Samples
+// of them, each from its own noise, all attending to the prefix's cache.
+type Draws struct {
+	Prefix Prefix
+	// Samples is the number of samples, at least 1. The prefix's cache
+	// needs room for all their action tokens: Len + Samples·Waypoints
+	// rows (sample j's keys and values go to rows Len + j·Waypoints on).
+	Samples int
+	// Noise is the samples' initial states [Samples][Waypoints][2]
+	// before Temperature scales them; nil draws them from
+	// GaussianNoise(Seed, …), so that sample 0's noise is a lone
+	// sample's of the same seed (as torch.randn over B·K samples gives
+	// the first sample the draw of a batch of one).
+	Noise []float32
+	// Seed seeds the noise when Noise is nil.
+	Seed uint64
+	// Temperature scales the initial noise as SampleOptions.Temperature.
+	Temperature float64
+}
+
+// SampleBatch runs flow matching for every sample of every Draws
+// together: each Euler step runs each unit of the expert once over all
+// their action tokens (Samples·Waypoints rows of each Draws), so that a
+// streamed unit is copied once a step for all of them; the norms, rotary
+// embedding and attention run per sample, each over its own prefix as it
+// would alone (qwen3.Span.Groups). steps overrides the config's Euler
+// steps when positive. It returns each Draws' samples' normalised actions
+// [Samples][Waypoints·2].
+//
+// A lone sample runs exactly as Sample runs it. With several, every
+// sample's result is its lone run's up to the backend's matrix products
+// over more rows: bit-identical on a backend whose products compute each
+// row alone (cpu), within rounding where a GEMM's algorithm depends on the
+// rows (cuBLAS may pick another one for 384 rows than for 64).
+func (e *Expert) SampleBatch(ctx context.Context, draws []Draws, steps int) ([][][]float32, error) {
+	per := e.Waypoints() * ActionDims
+	var x []float32
+	var prefixes []Prefix
+	var samples []int
+	for i, d := range draws {
+		if d.Samples < 1 {
+			return nil, fmt.Errorf("diffusion: draws %d: %d samples: %w", i, d.Samples, models.ErrBadInput)
+		}
+		noise := d.Noise
+		if noise == nil {
+			noise = GaussianNoise(d.Seed, d.Samples*per)
+		}
+		if len(noise) != d.Samples*per {
+			return nil, fmt.Errorf("diffusion: draws %d: noise of %d values for %d samples of %d: %w", i, len(noise), d.Samples, per, models.ErrBadInput)
+		}
+		temp, err := noiseTemperature(d.Temperature)
+		if err != nil {
+			return nil, err
+		}
+		x = append(x, scaled(noise, temp)...)
+		prefixes = append(prefixes, d.Prefix)
+		samples = append(samples, d.Samples)
+	}
+	if len(draws) == 0 {
+		return nil, nil
+	}
+	gs := groupsOf(prefixes, samples, e.Waypoints())
+	if len(gs) > 1 {
+		restore, err := e.widen(len(gs) * e.Waypoints())
+		if err != nil {
+			return nil, err
+		}
+		defer restore()
+	}
+	if err := e.integrate(ctx, e.flowOf(steps), x, gs); err != nil {
+		return nil, fmt.Errorf("diffusion: %w", err)
+	}
+	out := make([][][]float32, len(draws))
+	at := 0
+	for i, d := range draws {
+		for range d.Samples {
+			out[i] = append(out[i], x[at:at+per])
+			at += per
+		}
+	}
+	return out, nil
+}
+
+// widen gives the Expert activations (and device flow memory) for a pass
+// of rows action tokens until restore is called, which frees them and
+// puts the one-sample ones back.
+func (e *Expert) widen(rows int) (restore func(), err error) {
+	if e.s == nil {
+		return nil, fmt.Errorf("diffusion: expert is closed")
+	}
+	base, flow := e.s, e.flow
+	wide, err := newScratch(e.be, e.Config, rows, ActionDims, e.InProj.features())
+	if err != nil {
+		return nil, err
+	}
+	e.s, e.flow = wide, nil
+	return func() {
+		e.freeFlow()
+		e.s.free(e.be)
+		e.s, e.flow = base, flow
+	}, nil
+}
+
+// flowOf is the flow of the config's Euler steps, or of steps when
+// positive.
+func (e *Expert) flowOf(steps int) Flow {
+	if steps > 0 {
+		return Flow{Steps: steps}
+	}
+	return Flow{Steps: e.Config.Steps}
+}
+
+// noiseTemperature is the factor of the initial noise: t, or 1 for 0.
+func noiseTemperature(t float64) (float32, error) {
+	temp := float32(1)
+	if t != 0 {
+		temp = float32(t)
+	}
+	if !(temp >= 0) || math.IsInf(float64(temp), 0) {
+		return 0, fmt.Errorf("diffusion: noise temperature %g: %w", t, models.ErrBadInput)
+	}
+	return temp, nil
+}
+
+// scaled is a copy of noise times temp.
+func scaled(noise []float32, temp float32) []float32 {
+	x := append([]float32(nil), noise...)
+	for j := range x {
+		x[j] *= temp
+	}
+	return x
 }
 
 // GuidedField is classifier-free guidance's velocity field: the expert's
@@ -106,10 +231,11 @@ func (e *Expert) GuidedField(p, unguided Prefix, w float32) Field {
 	}
 }
 
-// integrate runs one sample's Euler steps, replaying them from a graph
-// where the backend can (see models.StepGraph), all on the device where
-// it is a backend.FlowFeed and every unit is in place.
-func (e *Expert) integrate(ctx context.Context, flow Flow, x []float32, p Prefix) error {
+// integrate runs the Euler steps of the groups' samples (x holds them in
+// order), replaying them from a graph where the backend can (see
+// models.StepGraph), all on the device where it is a backend.FlowFeed and
+// every unit is in place.
+func (e *Expert) integrate(ctx context.Context, flow Flow, x []float32, gs []group) error {
 	if !e.NoGraphs {
 		e.graph = &models.StepGraph{}
 		defer func() {
@@ -123,9 +249,18 @@ func (e *Expert) integrate(ctx context.Context, flow Flow, x []float32, p Prefix
 		return err
 	}
 	if _, dp := e.be.(backend.DevicePos); ff != nil && dp && !e.HostEuler && models.Direct(e.Exec) {
-		return e.integrateOnDevice(ctx, ff, df, flow, x, &p)
+		return e.integrateOnDevice(ctx, ff, df, flow, x, gs)
 	}
-	return flow.Integrate(ctx, x, e.Field(p))
+	return flow.Integrate(ctx, x, func(ctx context.Context, x []float32, t float32) ([]float32, error) {
+		if err := e.forward(ctx, gs, x, t, true); err != nil {
+			return nil, err
+		}
+		v, err := e.be.Download(e.s.out)
+		if err != nil {
+			return nil, fmt.Errorf("diffusion: downloading the velocity: %w", err)
+		}
+		return v, nil
+	})
 }
 
 // StepGraph reports whether the last sample's Euler steps replayed a

@@ -92,6 +92,8 @@ type Options struct {
 	// defaults); NoiseTemperature scales the flow's initial noise and
 	// GuidanceWeight sets classifier-free guidance (alpamayo.Request).
 	Temperature, TopP, NoiseTemperature, GuidanceWeight float64
+	// Samples is the number of trajectory samples (0: 1).
+	Samples int
 }
 
 // PreprocessOnHost keeps the resize, normalization and patch layout of
@@ -203,6 +205,7 @@ func observationOptions(obs *node.Observation) (Options, error) {
 	opt := Options{
 		Seed: uint64(obs.T0), Cameras: obs.CameraOrder,
 		NavText: obs.NavText, Question: obs.Question,
+		Samples: obs.NumTrajSamples,
 	}
 	if obs.Seed != nil {
 		opt.Seed = *obs.Seed
@@ -243,6 +246,7 @@ func (e *Alpamayo) Run(ctx context.Context, frames []msgs.Frame, ego []msgs.EgoP
 		Noise:              opt.Noise,
 		NoiseTemperature:   opt.NoiseTemperature,
 		GuidanceWeight:     opt.GuidanceWeight,
+		Samples:            opt.Samples,
 	}
 	grids, release, err := e.preprocess(ctx, frames, &req.Images)
 	if err != nil {
@@ -333,13 +337,8 @@ func modelOrder(frames []msgs.Frame, names []string) ([]msgs.Frame, []int, error
 func PlanOf(res *alpamayo.Result, preprocess time.Duration) *msgs.Plan {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	p := &msgs.Plan{
-		Reasoning: res.Reasoning,
-		Trajectory: msgs.Trajectory{
-			DT:  0.1,
-			XYZ: make([][3]float64, len(res.XYZ)),
-			Rot: make([][9]float64, len(res.Rot)),
-		},
-		Actions:       make([][2]float64, len(res.Actions)),
+		Reasoning:     res.Reasoning,
+		Trajectory:    msgs.Trajectory{DT: 0.1},
 		Answer:        res.Answer,
 		VRAMPeakBytes: uint64(max(res.VRAMPeakBytes, 0)),
 		TimingMs: msgs.Timing{
@@ -350,16 +349,29 @@ func PlanOf(res *alpamayo.Result, preprocess time.Duration) *msgs.Plan {
 			Diffusion:  ms(res.Timing.Diffusion),
 		},
 	}
-	for i, v := range res.XYZ {
-		p.Trajectory.XYZ[i] = [3]float64{float64(v[0]), float64(v[1]), float64(v[2])}
-	}
-	for i, r := range res.Rot {
-		for j := range r {
-			p.Trajectory.Rot[i][j] = float64(r[j])
-		}
-	}
-	for i, a := range res.Actions {
-		p.Actions[i] = [2]float64{float64(a[0]), float64(a[1])}
+	p.Trajectory.XYZ, p.Trajectory.Rot, p.Actions = wireTrajectory(res.XYZ, res.Rot, res.Actions)
+	for _, s := range res.Samples {
+		ts := msgs.TrajSample{Trajectory: msgs.Trajectory{DT: p.Trajectory.DT}}
+		ts.Trajectory.XYZ, ts.Trajectory.Rot, ts.Actions = wireTrajectory(s.XYZ, s.Rot, s.Actions)
+		p.Samples = append(p.Samples, ts)
 	}
 	return p
+}
+
+// wireTrajectory converts a sample's waypoints and actions to the
+// protocol's float64 arrays.
+func wireTrajectory(xyz [][3]float32, rot [][9]float32, actions [][2]float32) ([][3]float64, [][9]float64, [][2]float64) {
+	ox, or, oa := make([][3]float64, len(xyz)), make([][9]float64, len(rot)), make([][2]float64, len(actions))
+	for i, v := range xyz {
+		ox[i] = [3]float64{float64(v[0]), float64(v[1]), float64(v[2])}
+	}
+	for i, r := range rot {
+		for j := range r {
+			or[i][j] = float64(r[j])
+		}
+	}
+	for i, a := range actions {
+		oa[i] = [2]float64{float64(a[0]), float64(a[1])}
+	}
+	return ox, or, oa
 }

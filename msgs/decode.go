@@ -170,6 +170,7 @@ func inferRequestFrom(o object) InferRequest {
 	r.Temperature = pointer(o, "temperature", asFloat)
 	r.TopP = pointer(o, "top_p", asFloat)
 	r.Seed = pointer(o, "seed", asUint64)
+	r.NumTrajSamples = field(o, "num_traj_samples", optional, asInt)
 	return r
 }
 
@@ -226,6 +227,14 @@ func planFrom(o object) Plan {
 	p.BudgetBytes = field(o, "budget_bytes", required, asUint64)
 	p.VRAMPeakBytes = field(o, "vram_peak_bytes", required, asUint64)
 	p.Answer = field(o, "answer", optional, asString)
+	for so := range children(o, "samples", optional) {
+		var ts TrajSample
+		if to, ok := child(so, "trajectory", required); ok {
+			ts.Trajectory = trajectoryFrom(to)
+		}
+		ts.Actions = list(so, "actions", required, asVec2)
+		p.Samples = append(p.Samples, ts)
+	}
 	return p
 }
 

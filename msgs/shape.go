@@ -70,14 +70,17 @@ var (
 	poseShape  = objectOf([]string{"stamp_ns"}, map[string]*shape{"xyz": numbers, "rot": numbers})
 
 	requestShape = objectOf([]string{"v", "id", "use_latest", "prompt", "max_reasoning_tokens", "deadline_ms",
-		"nav_text", "question", "temperature", "top_p", "seed"},
+		"nav_text", "question", "temperature", "top_p", "seed", "num_traj_samples"},
 		map[string]*shape{"frames": arrayOf(frameShape), "ego_history": arrayOf(poseShape), "camera_order": arrayOf(scalar)})
+
+	trajShape = objectOf([]string{"dt"}, map[string]*shape{"xyz": arrayOf(numbers), "rot": arrayOf(numbers)})
 
 	planShape = objectOf([]string{"v", "id", "node", "model", "stamp_ns", "reasoning", "budget_bytes", "vram_peak_bytes", "answer"},
 		map[string]*shape{
-			"trajectory": objectOf([]string{"dt"}, map[string]*shape{"xyz": arrayOf(numbers), "rot": arrayOf(numbers)}),
+			"trajectory": trajShape,
 			"actions":    arrayOf(numbers),
 			"timing_ms":  objectOf([]string{"preprocess", "vision", "prefill", "decode", "diffusion", "total"}, nil),
+			"samples":    arrayOf(objectOf(nil, map[string]*shape{"trajectory": trajShape, "actions": arrayOf(numbers)})),
 		})
 
 	errorShape = objectOf([]string{"v", "id"}, map[string]*shape{"error": objectOf([]string{"code", "message"}, nil)})

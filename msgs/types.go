@@ -102,6 +102,20 @@ type InferRequest struct {
 	// Seed seeds the reasoning's sampling and the trajectory's noise.
 	// Absent: the node picks one (the observation's t0).
 	Seed *uint64 `msgpack:"seed,omitempty"`
+	// NumTrajSamples is the number of trajectory samples, 1 to
+	// MaxTrajSamples (NVIDIA's num_traj_samples): the first in the Plan's
+	// trajectory and actions, the others in its Samples. 0 (absent)
+	// means 1.
+	NumTrajSamples int `msgpack:"num_traj_samples,omitempty"`
+}
+
+// MaxTrajSamples is the most trajectory samples a request may ask for.
+const MaxTrajSamples = 16
+
+// TrajSample is one trajectory sample after the first (Plan.Samples).
+type TrajSample struct {
+	Trajectory Trajectory   `msgpack:"trajectory"`
+	Actions    [][2]float64 `msgpack:"actions"`
 }
 
 // Trajectory is a planned path in the ego frame at t0 (x forward, y left,
@@ -139,6 +153,10 @@ type Plan struct {
 	// Answer is the answer to the request's Question (optional key; sent
 	// only then, with an empty trajectory).
 	Answer string `msgpack:"answer,omitempty"`
+	// Samples are trajectory samples 1 to K−1 of a request's
+	// num_traj_samples K (optional key; sent only when K > 1): sample 0
+	// is Trajectory and Actions.
+	Samples []TrajSample `msgpack:"samples,omitempty"`
 }
 
 // Code classifies an Error.

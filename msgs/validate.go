@@ -97,6 +97,10 @@ func (r *InferRequest) Validate() error {
 		return badRequest("temperature", "must be finite and >= 0 (0: greedy), got %g", *r.Temperature)
 	case r.TopP != nil && !(*r.TopP > 0 && *r.TopP <= 1):
 		return badRequest("top_p", "must be in (0, 1], got %g", *r.TopP)
+	case r.NumTrajSamples < 0 || r.NumTrajSamples > MaxTrajSamples:
+		return badRequest("num_traj_samples", "must be 1 to %d, got %d", MaxTrajSamples, r.NumTrajSamples)
+	case r.NumTrajSamples > 1 && r.Question != "":
+		return badRequest("num_traj_samples", "is for planning; a request with a question gets an answer, not trajectories")
 	}
 	seen := map[string]int{}
 	for i, c := range r.CameraOrder {
@@ -138,6 +142,11 @@ func (p *Plan) Validate() error {
 			return err
 		}
 	}
+	for i := range p.Samples {
+		if err := p.Samples[i].validate(joinIndex("samples", i)); err != nil {
+			return err
+		}
+	}
 	t := p.TimingMs
 	for _, s := range []struct {
 		key string
@@ -148,6 +157,33 @@ func (p *Plan) Validate() error {
 	} {
 		if !(s.ms >= 0 && !math.IsInf(s.ms, 1)) {
 			return badRequest("timing_ms."+s.key, "must be finite and non-negative, got %g", s.ms)
+		}
+	}
+	return nil
+}
+
+// validate checks a trajectory sample at path: one rotation and one action
+// for each waypoint, a positive step when there are waypoints, finite
+// numbers.
+func (s *TrajSample) validate(path string) error {
+	n := len(s.Trajectory.XYZ)
+	tr := joinKey(path, "trajectory")
+	switch {
+	case len(s.Trajectory.Rot) != n:
+		return badRequest(joinKey(tr, "rot"), "got %d rotations for %d waypoints", len(s.Trajectory.Rot), n)
+	case len(s.Actions) != n:
+		return badRequest(joinKey(path, "actions"), "got %d actions for %d waypoints", len(s.Actions), n)
+	case n > 0 && !(s.Trajectory.DT > 0 && !math.IsInf(s.Trajectory.DT, 1)):
+		return badRequest(joinKey(tr, "dt"), "must be positive and finite, got %g", s.Trajectory.DT)
+	}
+	for i := range n {
+		for _, v := range []struct {
+			at string
+			xs []float64
+		}{{joinKey(tr, "xyz"), s.Trajectory.XYZ[i][:]}, {joinKey(tr, "rot"), s.Trajectory.Rot[i][:]}, {joinKey(path, "actions"), s.Actions[i][:]}} {
+			if err := finite(joinIndex(v.at, i), v.xs); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -31,6 +31,27 @@ type Engine interface {
 	Infer(ctx context.Context, obs *Observation) (*msgs.Plan, error)
 }
 
+// BatchEngine is an Engine that runs several observations together, each
+// streamed unit of its model brought in once for all of them. The node
+// gathers waiting requests into a batch (Options.MaxBatch, BatchWait) and
+// calls InferBatch from its one worker goroutine.
+type BatchEngine interface {
+	Engine
+	// InferBatch answers every observation: results[i] is obs[i]'s plan
+	// or error, as Infer would return them for obs[i] alone (the same
+	// plan: the engine states any tolerance). A batch larger than the
+	// engine can hold at once (its VRAM budget) is run in parts; one
+	// observation's error fails only its own result. ctx is the batch's:
+	// it ends at the latest deadline among the requests.
+	InferBatch(ctx context.Context, obs []*Observation) []Result
+}
+
+// Result is one observation's answer from InferBatch: a plan or an error.
+type Result struct {
+	Plan *msgs.Plan
+	Err  error
+}
+
 // EngineInfo describes what an engine's model takes. The node reads it
 // once at start for cameras, frames and poses (they must not change), and
 // again for each status message for the budget and plan summary.
@@ -111,6 +132,10 @@ type Observation struct {
 	Temperature *float64
 	TopP        *float64
 	Seed        *uint64
+	// NumTrajSamples is the request's number of trajectory samples
+	// (msgs.InferRequest.NumTrajSamples): 0 or 1 for one; the plan then
+	// holds the other ones in Samples.
+	NumTrajSamples int
 }
 
 // ErrBadInput marks an engine error caused by the request's content (for

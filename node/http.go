@@ -302,7 +302,16 @@ type PlanJSON struct {
 	TimingMs      map[string]float64 `json:"timing_ms"`
 	BudgetBytes   uint64             `json:"budget_bytes"`
 	VRAMPeakBytes uint64             `json:"vram_peak_bytes"`
-	Warnings      []string           `json:"warnings"`
+	// Samples are trajectory samples 1 to K−1 of num_traj_samples K,
+	// absent for one sample (msgs.Plan.Samples).
+	Samples  []SampleJSON `json:"samples,omitempty"`
+	Warnings []string     `json:"warnings"`
+}
+
+// SampleJSON is a trajectory sample after the first, in JSON.
+type SampleJSON struct {
+	Trajectory TrajectoryJSON `json:"trajectory"`
+	Actions    [][2]float64   `json:"actions"`
 }
 
 // TrajectoryJSON is a Trajectory in JSON.
@@ -318,8 +327,14 @@ func NewPlanJSON(p *msgs.Plan, warnings []string) PlanJSON {
 	if warnings == nil {
 		warnings = []string{}
 	}
+	var samples []SampleJSON
+	for _, s := range p.Samples {
+		samples = append(samples, SampleJSON{Actions: s.Actions,
+			Trajectory: TrajectoryJSON{DT: s.Trajectory.DT, XYZ: s.Trajectory.XYZ, Rot: s.Trajectory.Rot}})
+	}
 	return PlanJSON{
-		ID: p.ID, Node: p.Node, Model: p.Model, StampNs: p.StampNs,
+		Samples: samples,
+		ID:      p.ID, Node: p.Node, Model: p.Model, StampNs: p.StampNs,
 		Trajectory: TrajectoryJSON{DT: p.Trajectory.DT, XYZ: p.Trajectory.XYZ, Rot: p.Trajectory.Rot},
 		Actions:    p.Actions, Reasoning: p.Reasoning,
 		TimingMs: map[string]float64{"preprocess": t.Preprocess, "vision": t.Vision, "prefill": t.Prefill,

@@ -156,7 +156,7 @@ func TestHTTPBadRequests(t *testing.T) {
 			return b
 		}, 422, "images[3]", "decoding jpeg"},
 		{"answer mode", func(b map[string]any) any { b["mode"] = "answer"; return b }, 422, "mode", "not served"},
-		{"samples", func(b map[string]any) any { b["num_traj_samples"] = 6; return b }, 422, "num_traj_samples", "1 trajectory"},
+		{"samples", func(b map[string]any) any { b["num_traj_samples"] = 17; return b }, 422, "num_traj_samples", "want 1 to 16 trajectory samples"},
 		{"model", func(b map[string]any) any { b["model"] = "nvidia/alpamayo1.5"; return b }, 422, "model", `serves "test-vla"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -33,7 +33,7 @@ type httpInferRequest struct {
 	MaxReasoningTokens *int              `json:"max_reasoning_tokens"`  // the protocol's name
 	Prompt             string            `json:"prompt"`
 	DeadlineMs         *int              `json:"deadline_ms"`
-	NumTrajSamples     *int              `json:"num_traj_samples"` // 1 only
+	NumTrajSamples     *int              `json:"num_traj_samples"` // 1 to msgs.MaxTrajSamples
 	Question           *string           `json:"question"`         // not served
 	Stream             *bool             `json:"stream"`           // false only
 
@@ -90,8 +90,8 @@ func buildHTTPRequest(body *httpInferRequest, info EngineInfo, model string, max
 		return nil, unprocessable(id, "mode", "%q: want trajectory or both", body.Mode)
 	case body.Question != nil && *body.Question != "":
 		return nil, unprocessable(id, "question", "questions (VQA) are not served: the model answers with a trajectory and its reasoning")
-	case body.NumTrajSamples != nil && *body.NumTrajSamples != 1:
-		return nil, unprocessable(id, "num_traj_samples", "%d: this node draws 1 trajectory a request", *body.NumTrajSamples)
+	case body.NumTrajSamples != nil && (*body.NumTrajSamples < 1 || *body.NumTrajSamples > msgs.MaxTrajSamples):
+		return nil, unprocessable(id, "num_traj_samples", "%d: want 1 to %d trajectory samples", *body.NumTrajSamples, msgs.MaxTrajSamples)
 	case body.Stream != nil && *body.Stream:
 		return nil, unprocessable(id, "stream", "streaming answers are not served")
 	case body.MaxTokens != nil && body.MaxReasoningTokens != nil && *body.MaxTokens != *body.MaxReasoningTokens:
@@ -165,6 +165,9 @@ func (b *httpBuilt) options(body *httpInferRequest) *httpError {
 	}
 	if body.MaxReasoningTokens != nil {
 		b.req.MaxReasoningTokens = *body.MaxReasoningTokens
+	}
+	if body.NumTrajSamples != nil {
+		b.req.NumTrajSamples = *body.NumTrajSamples
 	}
 	if b.req.MaxReasoningTokens < 0 {
 		return unprocessable(id, "max_tokens", "%d: want ≥ 0 (0: the model's default)", b.req.MaxReasoningTokens)

@@ -62,7 +62,7 @@ type Node struct {
 	hardCtx    context.Context // cancelled when in-flight work must stop
 	hardCancel context.CancelFunc
 	workerDone chan struct{}
-	running    atomic.Pointer[job] // the job the worker runs, or nil
+	running    atomic.Pointer[[]*job] // the jobs the worker runs (a batch), or nil
 	statusStop chan struct{}
 	statusDone chan struct{}
 
@@ -315,8 +315,10 @@ func (n *Node) shutdown(ctx context.Context) error {
 		case <-time.After(abandonAfter):
 			// The engine does not return: answer its request and leave it.
 			n.log.Error("shutdown: the inference in flight did not stop when cancelled; leaving it", "after", abandonAfter)
-			if j := n.running.Load(); j != nil {
-				n.stopped(j, context.Canceled)
+			if js := n.running.Load(); js != nil {
+				for _, j := range *js {
+					n.stopped(j, context.Canceled)
+				}
 			}
 			errs = append(errs, ErrInferenceAbandoned)
 		}

@@ -18,6 +18,7 @@ const (
 	DefaultMaxPayload     = 8 << 20                // the embedded server's max_payload: 16 JPEG frames fit
 	DefaultReconnectWait  = 250 * time.Millisecond // between attempts to reach a lost server
 	DefaultShutdownGrace  = 30 * time.Second       // Run's limit on finishing in-flight work
+	DefaultMaxBatch       = 8                      // requests run together by a BatchEngine
 )
 
 // Options configure a node. Set them with Option functions.
@@ -43,7 +44,13 @@ type Options struct {
 	// default (embedded) or the server's limit (external).
 	MaxPayload int64
 
-	QueueBound     int           // requests that may wait while one runs, ≥ 1
+	QueueBound int // requests that may wait while one runs, ≥ 1
+	// MaxBatch is the most waiting requests run together through a
+	// BatchEngine (1: one at a time); BatchWait how long the worker waits
+	// for more once it has fewer (0: it takes what is waiting and goes, so
+	// that a request that arrives alone runs at once).
+	MaxBatch       int
+	BatchWait      time.Duration
 	StatusInterval time.Duration // between Status messages
 	MetricsAddr    string        // "host:port" for Prometheus metrics over HTTP; "" serves none
 	HTTPAddr       string        // "host:port" for the HTTP API (docs/http.md); "" serves none
@@ -244,6 +251,19 @@ func WithTLS(caFile, certFile, keyFile string) Option {
 	}
 }
 
+// WithBatch lets a BatchEngine run up to max waiting requests together,
+// the worker waiting up to wait for more when fewer are waiting (see
+// Options.MaxBatch).
+func WithBatch(max int, wait time.Duration) Option {
+	return func(o *Options) error {
+		if max < 1 || wait < 0 {
+			return fmt.Errorf("batch of %d requests waiting %v, want ≥ 1 and ≥ 0", max, wait)
+		}
+		o.MaxBatch, o.BatchWait = max, wait
+		return nil
+	}
+}
+
 // withClock replaces the node's clock (tests).
 func withClock(now func() time.Time) Option {
 	return func(o *Options) error { o.now = now; return nil }
@@ -253,6 +273,7 @@ func withClock(now func() time.Time) Option {
 func buildOptions(opts []Option) (Options, error) {
 	o := Options{
 		QueueBound:     DefaultQueueBound,
+		MaxBatch:       DefaultMaxBatch,
 		StatusInterval: DefaultStatusInterval,
 		ReconnectWait:  DefaultReconnectWait,
 		now:            time.Now,

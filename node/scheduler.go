@@ -109,6 +109,41 @@ func (s *scheduler) next() *job {
 	}
 }
 
+// gather takes up to k more waiting jobs for a batch, oldest first: those
+// waiting now, and, while fewer than k, those that arrive within wait.
+func (s *scheduler) gather(k int, wait time.Duration) []*job {
+	var out []*job
+	var timeout <-chan time.Time
+	for {
+		s.mu.Lock()
+		take := min(k-len(out), len(s.waiting))
+		out = append(out, s.waiting[:take]...)
+		clear(s.waiting[:take])
+		s.waiting = s.waiting[take:]
+		closed := s.closed
+		s.mu.Unlock()
+		if len(out) == k || wait <= 0 || closed {
+			return out
+		}
+		if timeout == nil {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-s.ready:
+		case <-timeout:
+			s.mu.Lock()
+			take := min(k-len(out), len(s.waiting))
+			out = append(out, s.waiting[:take]...)
+			clear(s.waiting[:take])
+			s.waiting = s.waiting[take:]
+			s.mu.Unlock()
+			return out
+		}
+	}
+}
+
 // remove takes j out of the queue; it reports false when j was not waiting
 // (the worker took it, or it was answered otherwise).
 func (s *scheduler) remove(j *job) bool {

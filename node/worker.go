@@ -12,49 +12,117 @@ import (
 	"vlanode/node/ingest"
 )
 
-// work runs the queue's jobs one at a time until the scheduler closes.
+// work runs the queue's jobs until the scheduler closes: one at a time, or
+// with a BatchEngine in batches of the jobs waiting (Options.MaxBatch).
 func (n *Node) work() {
 	defer close(n.workerDone)
+	batcher, _ := n.engine.(BatchEngine)
 	for {
 		j := n.sched.next()
 		if j == nil {
 			return
 		}
-		n.m.queueDepth.Set(float64(n.sched.depth()))
-		if j.timer != nil {
-			j.timer.Stop()
+		jobs := []*job{j}
+		if batcher != nil && n.opts.MaxBatch > 1 {
+			jobs = append(jobs, n.sched.gather(n.opts.MaxBatch-1, n.opts.BatchWait)...)
 		}
-		n.running.Store(j)
-		n.run(j)
+		n.m.queueDepth.Set(float64(n.sched.depth()))
+		for _, j := range jobs {
+			if j.timer != nil {
+				j.timer.Stop()
+			}
+		}
+		n.running.Store(&jobs)
+		if len(jobs) == 1 {
+			n.run(j)
+		} else {
+			n.runBatch(batcher, jobs)
+		}
 		n.running.Store(nil)
 	}
 }
 
 // run answers one job: with a plan, or with the error that prevented it.
 func (n *Node) run(j *job) {
+	obs, ok := n.prepare(j)
+	if !ok {
+		return
+	}
+	ctx, cancel := n.jobContext([]*job{j})
+	n.m.inflight.Set(1)
+	engineStart := n.now()
+	plan, err := n.infer(ctx, obs)
+	cancel()
+	n.m.inflight.Set(0)
+	n.finish(j, obs, plan, err, engineStart)
+}
+
+// runBatch answers the jobs of a batch through the engine's InferBatch.
+func (n *Node) runBatch(be BatchEngine, jobs []*job) {
+	var ready []*job
+	var obs []*Observation
+	for _, j := range jobs {
+		if o, ok := n.prepare(j); ok {
+			ready, obs = append(ready, j), append(obs, o)
+		}
+	}
+	if len(ready) == 0 {
+		return
+	}
+	ctx, cancel := n.jobContext(ready)
+	n.m.inflight.Set(float64(len(ready)))
+	engineStart := n.now()
+	results := n.inferBatch(ctx, be, obs)
+	cancel()
+	n.m.inflight.Set(0)
+	for i, j := range ready {
+		n.finish(j, obs[i], results[i].Plan, results[i].Err, engineStart)
+	}
+}
+
+// prepare checks a job taken from the queue and builds its observation;
+// false means it was answered already (its deadline passed, or its frames
+// could not be had).
+func (n *Node) prepare(j *job) (*Observation, bool) {
 	start := n.now()
 	n.m.stage("queue", start.Sub(j.admitted))
 	if !j.deadline.IsZero() && !start.Before(j.deadline) {
 		n.shed(j, shedDeadline, fmt.Sprintf("deadline of %d ms passed while waiting in the queue", j.req.DeadlineMs))
-		return
+		return nil, false
 	}
 	obs, e := n.observation(j)
 	if e != nil {
 		n.sendJobError(j, e)
-		return
+		return nil, false
 	}
-	ctx, cancel := n.hardCtx, context.CancelFunc(func() {})
-	if !j.deadline.IsZero() {
-		ctx, cancel = context.WithDeadline(ctx, j.deadline)
+	n.m.stage("assemble", n.now().Sub(start))
+	return obs, true
+}
+
+// jobContext is the context the engine runs jobs under: the node's hard
+// context, ending at the latest of the jobs' deadlines (none when one has
+// none). A job whose own deadline passes first is answered
+// deadline_exceeded when its plan comes (finish).
+func (n *Node) jobContext(jobs []*job) (context.Context, context.CancelFunc) {
+	var last time.Time
+	for _, j := range jobs {
+		if j.deadline.IsZero() {
+			return n.hardCtx, func() {}
+		}
+		if j.deadline.After(last) {
+			last = j.deadline
+		}
 	}
-	n.m.inflight.Set(1)
-	engineStart := n.now()
-	n.m.stage("assemble", engineStart.Sub(start))
-	plan, err := n.infer(ctx, obs)
-	cancel()
-	n.m.inflight.Set(0)
+	return context.WithDeadline(n.hardCtx, last)
+}
+
+// finish answers a job with the engine's plan or error.
+func (n *Node) finish(j *job, obs *Observation, plan *msgs.Plan, err error, engineStart time.Time) {
 	end := n.now()
 	n.m.stage("engine", end.Sub(engineStart))
+	if err == nil && plan == nil {
+		err = fmt.Errorf("engine returned neither a plan nor an error")
+	}
 	switch {
 	case err != nil && n.hardCtx.Err() != nil && !errors.Is(err, ErrBadInput) && !errors.Is(err, ErrUnsupported):
 		n.stopped(j, err)
@@ -96,6 +164,7 @@ func (n *Node) observation(j *job) (*Observation, *msgs.Error) {
 		MaxReasoningTokens: r.MaxReasoningTokens, Frames: r.Frames,
 		CameraOrder: r.CameraOrder, NavText: r.NavText, Question: r.Question,
 		Temperature: r.Temperature, TopP: r.TopP, Seed: r.Seed,
+		NumTrajSamples: r.NumTrajSamples,
 	}
 	if obs.CameraOrder == nil {
 		obs.CameraOrder = n.info.Cameras
@@ -147,6 +216,29 @@ func (n *Node) infer(ctx context.Context, obs *Observation) (plan *msgs.Plan, er
 		err = fmt.Errorf("engine returned neither a plan nor an error")
 	}
 	return plan, err
+}
+
+// inferBatch calls the engine's InferBatch, turning a panic into an error
+// of every observation, and a missing answer into an error of its own.
+func (n *Node) inferBatch(ctx context.Context, be BatchEngine, obs []*Observation) (results []Result) {
+	defer func() {
+		if p := recover(); p != nil {
+			n.log.Error("engine panicked", "batch", len(obs), "panic", p, "stack", string(debug.Stack()))
+			results = make([]Result, len(obs))
+			for i := range results {
+				results[i].Err = fmt.Errorf("engine panicked: %v", p)
+			}
+		}
+	}()
+	results = be.InferBatch(ctx, obs)
+	if len(results) != len(obs) {
+		err := fmt.Errorf("engine answered %d of a batch of %d", len(results), len(obs))
+		results = make([]Result, len(obs))
+		for i := range results {
+			results[i].Err = err
+		}
+	}
+	return results
 }
 
 // complete fills in the fields of a plan that are the node's business.

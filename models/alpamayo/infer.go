@@ -53,9 +53,18 @@ type Request struct {
 	TopP        float64
 	// Seed makes sampling and the flow-matching noise reproducible.
 	Seed uint64
-	// Noise, when set, is the flow matching's initial state [64][2] before
-	// NoiseTemperature scales it (the source's torch.randn draw).
+	// Noise, when set, is the flow matching's initial state of every
+	// sample, [Samples][64][2], before NoiseTemperature scales it (the
+	// source's torch.randn draw).
 	Noise []float32
+	// Samples is the number of trajectory samples (the release's
+	// num_traj_samples); 0 means 1. The samples share the prompt's
+	// prefill, the reasoning and its cache, and run through the expert
+	// together, each from its own noise: sample 0's is a lone sample's
+	// (the first Waypoints·2 values of the seed's noise), so that sample 0
+	// is the plan of Samples 1 (see diffusion.Expert.SampleBatch for the
+	// rounding). At most MaxSamples.
+	Samples int
 	// NoiseTemperature scales the flow's initial noise (Alpamayo 1.5's
 	// sample(temperature=…)); 0 means 1.
 	NoiseTemperature float64
@@ -68,6 +77,10 @@ type Request struct {
 	// true, none otherwise); 1 is no guidance.
 	GuidanceWeight float64
 }
+
+// MaxSamples bounds Request.Samples: each sample adds Waypoints rows to
+// every expert pass and to the KV cache.
+const MaxSamples = 16
 
 // Default sampling of the release (NVlabs/alpamayo test_inference.py).
 const (
@@ -102,6 +115,9 @@ type Result struct {
 	Normalized []float32
 	XYZ        [][3]float32
 	Rot        [][9]float32
+	// Samples are the other trajectory samples of Request.Samples (1 to
+	// K−1), each as the fields above hold sample 0.
+	Samples []Trajectory
 	// PromptTokens is the prompt length, CachedTokens L (what the expert
 	// attended to). PromptIDs is the prompt.
 	PromptTokens, CachedTokens int
@@ -127,6 +143,18 @@ type Result struct {
 	VRAMPeakBytes int64
 }
 
+// Trajectory is one trajectory sample: its actions, as Result holds
+// sample 0's.
+type Trajectory struct {
+	Actions    [][2]float32
+	Normalized []float32
+	XYZ        [][3]float32
+	Rot        [][9]float32
+}
+
+// samples is the request's number of trajectory samples.
+func (req *Request) samples() int { return max(req.Samples, 1) }
+
 // Infer runs the whole pipeline for one request: vision, prompt, prefill,
 // reasoning decode, diffusion, trajectory (or with a question: vision,
 // prompt, prefill, the answer's decode).
@@ -147,7 +175,7 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 	}
 	var run *layering.Runner
 	if lay := m.layered; lay != nil && !lay.direct() {
-		sched := scheduleSpec{decodes: maxNew, steps: m.Expert.Config.Steps, answer: req.Question != "", guided: weight != 0}
+		sched := scheduleSpec{decodes: maxNew, steps: m.Expert.Config.Steps, answer: req.Question != "", guided: weight != 0, samples: req.samples()}
 		var err error
 		if run, err = lay.exec.Start(m.schedule(sched)); err != nil {
 			return nil, fmt.Errorf("alpamayo: %w", err)
@@ -205,7 +233,7 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 	}
 	res.PromptTokens, res.PromptIDs = len(prompt), prompt
 
-	sess, err := m.VLM.NewSession(len(prompt) + maxNew + m.Expert.Waypoints())
+	sess, err := m.VLM.NewSession(len(prompt) + maxNew + req.samples()*m.Expert.Waypoints())
 	if err != nil {
 		return nil, fmt.Errorf("alpamayo: %w", err)
 	}
@@ -294,7 +322,7 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 
 	t0 = time.Now()
 	prefix := m.prefixOf(sess, len(prompt)+offset)
-	opt := diffusion.SampleOptions{Noise: req.Noise, Seed: req.Seed, Temperature: req.NoiseTemperature}
+	var acts [][]float32
 	if unguided != nil {
 		// The unguided cache gets every generated token after its prompt,
 		// the last one too (the source feeds the whole generation): the
@@ -306,10 +334,14 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 				return nil, fmt.Errorf("alpamayo: the unguided cache: %w", err)
 			}
 		}
-		opt.Unguided = []diffusion.Prefix{m.prefixOf(unguided, unguidedLen+offset)}
-		opt.GuidanceWeight = weight
+		acts, err = m.guidedSamples(ctx, req, prefix, m.prefixOf(unguided, unguidedLen+offset), weight)
+	} else {
+		var draws [][][]float32
+		draws, err = m.Expert.SampleBatch(ctx, []diffusion.Draws{m.draws(req, prefix)}, 0)
+		if err == nil {
+			acts = draws[0]
+		}
 	}
-	acts, err := m.Expert.Sample(ctx, []diffusion.Prefix{prefix}, opt)
 	if err != nil {
 		return nil, fmt.Errorf("alpamayo: diffusion: %w", err)
 	}
@@ -328,22 +360,66 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 			res.HomeError = res.Layers.HomeErrors.Error()
 		}
 	}
-	res.Normalized = acts[0]
-	tr, err := m.Expert.ActionsToTrajectory(acts[0], req.HistXYZ, req.HistRot)
-	if err != nil {
-		return nil, fmt.Errorf("alpamayo: %w", err)
+	if err := m.setTrajectories(res, req, acts); err != nil {
+		return nil, err
 	}
-	accel, kappa, err := m.Expert.Space.Denormalize(acts[0])
-	if err != nil {
-		return nil, fmt.Errorf("alpamayo: %w", err)
-	}
-	res.Actions = make([][2]float32, len(accel))
-	for i := range accel {
-		res.Actions[i] = [2]float32{accel[i], kappa[i]}
-	}
-	res.XYZ, res.Rot = tr.XYZ, tr.Rot
 	res.Timing.Total = time.Since(start)
 	return res, nil
+}
+
+// draws is the request's trajectory samples over prefix, for
+// diffusion.Expert.SampleBatch.
+func (m *Model) draws(req *Request, prefix diffusion.Prefix) diffusion.Draws {
+	return diffusion.Draws{Prefix: prefix, Samples: req.samples(), Noise: req.Noise, Seed: req.Seed, Temperature: req.NoiseTemperature}
+}
+
+// guidedSamples runs classifier-free guidance's flow for each of the
+// request's samples, one after the other (each Euler step runs the expert
+// over both caches), sample j from the j-th draw of the noise.
+func (m *Model) guidedSamples(ctx context.Context, req *Request, prefix, unguided diffusion.Prefix, weight float64) ([][]float32, error) {
+	k := req.samples()
+	prefixes, ung := make([]diffusion.Prefix, k), make([]diffusion.Prefix, k)
+	for i := range k {
+		prefixes[i], ung[i] = prefix, unguided
+	}
+	opt := diffusion.SampleOptions{Noise: req.Noise, Seed: req.Seed, Temperature: req.NoiseTemperature, Unguided: ung, GuidanceWeight: weight}
+	return m.Expert.Sample(ctx, prefixes, opt)
+}
+
+// setTrajectories denormalizes each sample's actions and integrates them
+// into its trajectory: sample 0 into res's fields, the others into
+// res.Samples.
+func (m *Model) setTrajectories(res *Result, req *Request, acts [][]float32) error {
+	for i, a := range acts {
+		tr, err := m.trajectory(req, a)
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			res.Actions, res.Normalized, res.XYZ, res.Rot = tr.Actions, tr.Normalized, tr.XYZ, tr.Rot
+			continue
+		}
+		res.Samples = append(res.Samples, tr)
+	}
+	return nil
+}
+
+// trajectory is one sample's normalised actions made into controls and a
+// trajectory from the request's ego history.
+func (m *Model) trajectory(req *Request, acts []float32) (Trajectory, error) {
+	tr, err := m.Expert.ActionsToTrajectory(acts, req.HistXYZ, req.HistRot)
+	if err != nil {
+		return Trajectory{}, fmt.Errorf("alpamayo: %w", err)
+	}
+	accel, kappa, err := m.Expert.Space.Denormalize(acts)
+	if err != nil {
+		return Trajectory{}, fmt.Errorf("alpamayo: %w", err)
+	}
+	out := Trajectory{Normalized: acts, Actions: make([][2]float32, len(accel)), XYZ: tr.XYZ, Rot: tr.Rot}
+	for i := range accel {
+		out.Actions[i] = [2]float32{accel[i], kappa[i]}
+	}
+	return out, nil
 }
 
 // prompt builds the request's prompt: the history tokens of its ego
@@ -644,8 +720,11 @@ func (m *Model) check(req *Request) error {
 	if len(req.Images.Grids) == 0 {
 		return fmt.Errorf("alpamayo: %w: no images", models.ErrBadInput)
 	}
-	if n := m.Expert.Waypoints() * diffusion.ActionDims; req.Noise != nil && len(req.Noise) != n {
-		return fmt.Errorf("alpamayo: %w: noise has %d values, want %d", models.ErrBadInput, len(req.Noise), n)
+	if req.Samples < 0 || req.Samples > MaxSamples {
+		return fmt.Errorf("alpamayo: %w: %d trajectory samples (want 1 to %d)", models.ErrBadInput, req.Samples, MaxSamples)
+	}
+	if n := req.samples() * m.Expert.Waypoints() * diffusion.ActionDims; req.Noise != nil && len(req.Noise) != n {
+		return fmt.Errorf("alpamayo: %w: noise has %d values, want %d (%d samples)", models.ErrBadInput, len(req.Noise), n, req.samples())
 	}
 	if c := len(req.Cameras); c > 0 && len(req.Images.Grids)%c != 0 {
 		return fmt.Errorf("alpamayo: %w: %d images for %d cameras (want the same number of frames of each camera)", models.ErrBadInput, len(req.Images.Grids), c)

@@ -252,6 +252,9 @@ type scheduleSpec struct {
 	// without the navigation text), the generated tokens fed to it in one
 	// pass, and two expert passes per Euler step.
 	guided bool
+	// samples: trajectory samples. Unguided, they share every expert
+	// pass; guided, each runs its own steps.
+	samples int
 }
 
 // schedule is one inference's passes: the vision pass, the prefill (and
@@ -300,7 +303,7 @@ func (m *Model) schedule(sp scheduleSpec) []layering.Pass {
 	steps := sp.steps
 	if sp.guided {
 		passes = append(passes, stage("feed.unguided", placement.StagePrefill, lm, 1)...)
-		steps *= 2
+		steps *= 2 * max(sp.samples, 1)
 	}
 	return append(passes, stage("diffusion", placement.StageDiffusion, m.Expert.Units, steps)...)
 }

@@ -94,6 +94,23 @@ type Span struct {
 	// backend.DevicePos backend): the keys and values are written and
 	// attended through it, so that a captured graph serves any position.
 	PosAt backend.Tensor
+	// Groups, when set, split the call's T rows into sequences of their
+	// own, in order (their Rows add up to T): each group's keys and values
+	// go to its own cache at its own span, and its rows attend only to
+	// that cache. The projections (q, k, v, o, the MLP) run once over all
+	// T rows, the weights read once; the norms, rotary embedding, cache
+	// store and attention run per group, with the shapes a call of that
+	// group alone has. The call's own kc, vc and the fields above are
+	// unused. Causal and PosAt are not allowed in a group.
+	Groups []Group
+}
+
+// Group is one sequence of a grouped call (Span.Groups): Rows rows whose
+// keys and values go to K and V at Span.Pos, attending as Span says.
+type Group struct {
+	Rows int
+	K, V backend.Tensor
+	Span Span
 }
 
 // Forward runs the layer as a causal decoder: Attend with the tokens at
@@ -117,6 +134,9 @@ func (l *Layer) Attend(be backend.Backend, x backend.Tensor, kc, vc backend.Tens
 // q, k, v, their norms and rotary embedding, the cache store, attention,
 // o and the residual.
 func (l *Layer) Attention(be backend.Backend, x backend.Tensor, kc, vc backend.Tensor, sp Span, s *Scratch) error {
+	if len(sp.Groups) > 0 {
+		return l.attentionGroups(be, x, sp.Groups, s)
+	}
 	c := l.cfg
 	eps := float32(c.RMSNormEps)
 	pos := sp.Pos
@@ -159,6 +179,66 @@ func (l *Layer) Attention(be backend.Backend, x backend.Tensor, kc, vc backend.T
 		}
 	}
 	return nil
+}
+
+// attentionGroups is Attention over groups of rows (Span.Groups): q, k
+// and v of every row in one call, then per group the norms, rotary
+// embedding and cache store, and attention on its own cache, then o and
+// the residual of every row in one call.
+func (l *Layer) attentionGroups(be backend.Backend, x backend.Tensor, groups []Group, s *Scratch) error {
+	c := l.cfg
+	eps := float32(c.RMSNormEps)
+	total := 0
+	for i, g := range groups {
+		if g.Rows <= 0 || g.K == nil || g.V == nil || g.Span.Causal || g.Span.PosAt != nil || len(g.Span.Groups) > 0 {
+			return fmt.Errorf("group %d: want rows > 0, its own cache, no causal mask, no device position and no groups", i)
+		}
+		total += g.Rows
+	}
+	if total != s.t {
+		return fmt.Errorf("groups of %d rows in all for a call of %d", total, s.t)
+	}
+	if err := backend.RMSNormMatMuls(be, []backend.Tensor{s.q, s.k, s.v}, s.h, x, l.InputNorm, eps,
+		[]backend.Tensor{l.Q, l.K, l.V}, []backend.Tensor{l.QBias, l.KBias, l.VBias}); err != nil {
+		return fmt.Errorf("input norm, q, k, v: %w", err)
+	}
+	row := 0
+	for i, g := range groups {
+		views, err := rowViews(be, row, g.Rows, s.q, s.k, s.v, s.attn, s.cos, s.sin)
+		if err != nil {
+			return fmt.Errorf("group %d: %w", i, err)
+		}
+		q, k, v, attn, cos, sin := views[0], views[1], views[2], views[3], views[4], views[5]
+		if err := backend.QKNormRopeCache(be, q, k, v, l.QNorm, l.KNorm, cos, sin, c.HeadDim, eps,
+			g.K, g.V, backend.CacheAt{Pos: g.Span.Pos}); err != nil {
+			return fmt.Errorf("group %d: q, k norms and rope, k and v to the cache: %w", i, err)
+		}
+		o := backend.AttnOpts{
+			Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim,
+			NKV: g.Span.Pos + g.Rows, Scale: s.scale, MaskFrom: g.Span.MaskFrom, MaskTo: g.Span.MaskTo,
+		}
+		if err := be.Attention(attn, q, g.K, g.V, o); err != nil {
+			return fmt.Errorf("group %d: attention: %w", i, err)
+		}
+		row += g.Rows
+	}
+	if err := backend.MatMulResidual(be, x, s.h, s.attn, l.O, l.OBias); err != nil {
+		return fmt.Errorf("o and attention residual: %w", err)
+	}
+	return nil
+}
+
+// rowViews are rows [row, row+n) of each of ts.
+func rowViews(be backend.Backend, row, n int, ts ...backend.Tensor) ([]backend.Tensor, error) {
+	out := make([]backend.Tensor, len(ts))
+	for i, t := range ts {
+		v, err := be.Rows(t, row, n)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
 }
 
 // MLP runs the layer's MLP part on x in place: post norm, gate, up,
