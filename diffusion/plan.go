@@ -12,12 +12,13 @@ import (
 // Fourier frequencies stay on the host), each expert layer's attention and
 // MLP parts (module placement.Expert, over the prompt, the reasoning and
 // the action tokens), then the final norm with action_out_proj. Each runs
-// once an Euler step over the action tokens.
+// once an Euler step over the action tokens of every sample of every
+// sequence (g.ExpertRows).
 func PlanUnits(expert *configs.Qwen3, in *configs.ActionInProjConfig, g placement.Geometry) []placement.Unit {
 	if !g.Diffusion {
 		return nil
 	}
-	rows := g.W.ActionTokens
+	rows := g.ExpertRows
 	step := func(ts []placement.Tensor) []placement.Work {
 		return []placement.Work{g.Work(placement.StageDiffusion, ts, rows, 0)}
 	}

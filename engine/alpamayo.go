@@ -51,7 +51,25 @@ type Setting func(*settings)
 type settings struct {
 	maxPixels int
 	host      bool
+	capacity  Capacity
 }
+
+// Capacity is what the model's plan holds at once: Batch requests of
+// Samples trajectory samples each (residency.Workload's Batch and
+// Samples). The zero value holds one request of one sample.
+type Capacity struct {
+	Batch, Samples int
+	// Unlimited says the plan has no budget: any batch fits.
+	Unlimited bool
+}
+
+// slots is the number of trajectory samples the plan holds in all.
+func (c Capacity) slots() int { return max(c.Batch, 1) * max(c.Samples, 1) }
+
+// PlanCapacity sets what the model's plan holds at once; batches larger
+// than it are run in parts, and a request with more samples than it holds
+// is refused (unsupported).
+func PlanCapacity(c Capacity) Setting { return func(s *settings) { s.capacity = c } }
 
 // MaxRequestPixels sets the budget of one request's frames (see
 // DefaultMaxRequestPixels); n ≤ 0 keeps the default.
@@ -71,6 +89,7 @@ type Alpamayo struct {
 	proc   *vision.Processor
 	dev    *vision.DeviceProcessor // the processor on the model's backend, when it preprocesses images
 	budget uint64
+	cap    Capacity
 
 	mu    sync.Mutex
 	batch vision.Batch
@@ -116,7 +135,7 @@ func NewAlpamayo(m *alpamayo.Model, name string, budget uint64, opts ...Setting)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	e := &Alpamayo{model: m, name: name, proc: proc, budget: budget}
+	e := &Alpamayo{model: m, name: name, proc: proc, budget: budget, cap: st.capacity}
 	if _, ok := m.Backend().(backend.ImagePrep); ok && !st.host {
 		if e.dev, err = proc.OnDevice(m.Backend()); err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
@@ -229,10 +248,40 @@ func (e *Alpamayo) Run(ctx context.Context, frames []msgs.Frame, ego []msgs.EgoP
 	if err := ctx.Err(); err != nil { // cancelled (deadline, shutdown) while waiting for the lock
 		return nil, 0, err
 	}
+	req, pre, release, err := e.request(ctx, frames, ego, maxTokens, opt, &e.batch)
+	if err != nil {
+		return nil, pre, err
+	}
+	defer release()
+	res, err := e.model.Infer(ctx, req)
+	if err != nil {
+		return nil, pre, modelError(err)
+	}
+	return res, pre, nil
+}
+
+// modelError marks the model's errors for the node: bad input and
+// unsupported requests as such.
+func modelError(err error) error {
+	switch {
+	case errors.Is(err, models.ErrBadInput):
+		return fmt.Errorf("%w: %w", node.ErrBadInput, err)
+	case errors.Is(err, models.ErrUnsupported):
+		return fmt.Errorf("%w: %w", node.ErrUnsupported, err)
+	}
+	return err
+}
+
+// request decodes and preprocesses the frames (into vb on the host) and
+// builds the model's request. release frees what the preprocessing holds.
+func (e *Alpamayo) request(ctx context.Context, frames []msgs.Frame, ego []msgs.EgoPose, maxTokens int, opt Options, vb *vision.Batch) (*alpamayo.Request, time.Duration, func(), error) {
 	start := time.Now()
+	if k := max(opt.Samples, 1); !e.cap.Unlimited && k > e.cap.slots() {
+		return nil, 0, nil, fmt.Errorf("%w: num_traj_samples: %d samples; this node's plan holds %d (serve --samples, --max-batch)", node.ErrUnsupported, k, e.cap.slots())
+	}
 	frames, cameras, err := modelOrder(frames, opt.Cameras)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	req := &alpamayo.Request{
 		Cameras:            cameras,
@@ -248,14 +297,13 @@ func (e *Alpamayo) Run(ctx context.Context, frames []msgs.Frame, ego []msgs.EgoP
 		GuidanceWeight:     opt.GuidanceWeight,
 		Samples:            opt.Samples,
 	}
-	grids, release, err := e.preprocess(ctx, frames, &req.Images)
+	grids, release, err := e.preprocess(ctx, frames, &req.Images, vb)
 	if err != nil {
 		if errors.Is(err, vision.ErrInvalidFrame) {
-			return nil, 0, fmt.Errorf("%w: %w", node.ErrBadInput, err)
+			return nil, 0, nil, fmt.Errorf("%w: %w", node.ErrBadInput, err)
 		}
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
-	defer release()
 	pre := time.Since(start)
 	for _, g := range grids {
 		req.Images.Grids = append(req.Images.Grids, qwen3vl.Grid{T: g.T, H: g.H, W: g.W})
@@ -272,30 +320,83 @@ func (e *Alpamayo) Run(ctx context.Context, frames []msgs.Frame, ego []msgs.EgoP
 		req.HistXYZ = append(req.HistXYZ, xyz)
 		req.HistRot = append(req.HistRot, rot)
 	}
-	res, err := e.model.Infer(ctx, req)
-	if err != nil {
-		switch {
-		case errors.Is(err, models.ErrBadInput):
-			return nil, pre, fmt.Errorf("%w: %w", node.ErrBadInput, err)
-		case errors.Is(err, models.ErrUnsupported):
-			return nil, pre, fmt.Errorf("%w: %w", node.ErrUnsupported, err)
-		}
-		return nil, pre, err
-	}
-	return res, pre, nil
+	return req, pre, release, nil
 }
 
+// InferBatch answers the node's observations together (node.BatchEngine):
+// each is preprocessed, and they run through alpamayo.Model.InferBatch in
+// parts that the plan holds (Capacity: at most Batch requests, Samples
+// trajectory samples each on average). Each plan is the one Infer gives
+// the observation alone (see alpamayo.Model.InferBatch for the
+// tolerances).
+func (e *Alpamayo) InferBatch(ctx context.Context, obs []*node.Observation) []node.Result {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]node.Result, len(obs))
+	if err := ctx.Err(); err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	type prepared struct {
+		at  int
+		req *alpamayo.Request
+		pre time.Duration
+	}
+	var ready []prepared
+	for i, o := range obs {
+		opt, err := observationOptions(o)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		req, pre, release, err := e.request(ctx, o.Frames, o.EgoHistory, o.MaxReasoningTokens, opt, &vision.Batch{})
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		defer release()
+		ready = append(ready, prepared{at: i, req: req, pre: pre})
+	}
+	for len(ready) > 0 {
+		n, samples := 0, 0
+		for n < len(ready) && (e.cap.Unlimited || n < max(e.cap.Batch, 1) && samples+max(ready[n].req.Samples, 1) <= e.cap.slots()) {
+			samples += max(ready[n].req.Samples, 1)
+			n++
+		}
+		n = max(n, 1) // a request alone always fits (request checked its samples)
+		part := ready[:n]
+		ready = ready[n:]
+		reqs := make([]*alpamayo.Request, len(part))
+		for k, p := range part {
+			reqs[k] = p.req
+		}
+		res, errs := e.model.InferBatch(ctx, reqs)
+		for k, p := range part {
+			if errs[k] != nil {
+				out[p.at].Err = modelError(errs[k])
+				continue
+			}
+			out[p.at].Plan = PlanOf(res[k], p.pre)
+		}
+	}
+	return out
+}
+
+var _ node.BatchEngine = (*Alpamayo)(nil)
+
 // preprocess turns frames into im's pixel values, on the device or in
-// e.batch, and returns their grids and a function that frees what the
+// vb, and returns their grids and a function that frees what the
 // device path allocated (also called by the vision embedding, through
 // im.Done, once it has read them).
-func (e *Alpamayo) preprocess(ctx context.Context, frames []msgs.Frame, im *qwen3vl.Images) ([]vision.Grid, func(), error) {
+func (e *Alpamayo) preprocess(ctx context.Context, frames []msgs.Frame, im *qwen3vl.Images, vb *vision.Batch) ([]vision.Grid, func(), error) {
 	if e.dev == nil {
-		if err := e.proc.ProcessFrames(ctx, &e.batch, frames); err != nil {
+		if err := e.proc.ProcessFrames(ctx, vb, frames); err != nil {
 			return nil, nil, err
 		}
-		im.Pixels = e.batch.PixelValues
-		return e.batch.Grids, func() {}, nil
+		im.Pixels = vb.PixelValues
+		return vb.Grids, func() {}, nil
 	}
 	db, err := e.dev.ProcessFrames(ctx, frames)
 	if err != nil {

@@ -14,8 +14,14 @@ type Geometry struct {
 	Prompt int
 	// DecodeCtx is the mean number of keys a decode step attends to.
 	DecodeCtx float64
-	// ExpertCtx is the keys an expert pass attends to.
+	// ExpertCtx is the keys a sample's action tokens attend to.
 	ExpertCtx int
+	// Seqs is the number of sequences run together (Workload.Seqs): the
+	// vision, prefill and decode computes of a unit run once for each.
+	Seqs int
+	// ExpertRows are the expert's rows per pass: every sample of every
+	// sequence, in one product.
+	ExpertRows int
 }
 
 // NewGeometry is w's geometry for a model whose vision tower merges
@@ -28,6 +34,8 @@ func NewGeometry(w Workload, mergeUnit int, expert bool) Geometry {
 		Diffusion: expert && w.EulerSteps > 0 && w.ActionTokens > 0,
 		DecodeCtx: float64(w.PromptTokens) + float64(w.ReasoningTokens)/2,
 		ExpertCtx: w.PromptTokens + w.ReasoningTokens + w.ActionTokens,
+		Seqs:       w.Seqs(),
+		ExpertRows: w.ActionTokens * w.SamplesEach() * w.Seqs(),
 	}
 	if g.Vision {
 		g.Patches = w.Patches()
@@ -48,9 +56,14 @@ func (g Geometry) Passes(s Stage) int {
 }
 
 // Work is a unit's work in stage s over rows rows with tensors ts, plus
-// extra FLOPs (attention).
+// extra FLOPs (attention): one sequence's, run Seqs times a pass but in
+// the diffusion stage, whose rows are every sequence's already.
 func (g Geometry) Work(s Stage, ts []Tensor, rows int, extra float64) Work {
-	return Work{Stage: s, Passes: g.Passes(s), Rows: rows, FLOPs: MatrixFLOPs(ts, rows) + extra}
+	w := Work{Stage: s, Passes: g.Passes(s), Rows: rows, FLOPs: MatrixFLOPs(ts, rows) + extra}
+	if s != StageDiffusion {
+		w.Seqs = g.Seqs
+	}
+	return w
 }
 
 // AttnFLOPs is the attention arithmetic of rows queries over ctx keys

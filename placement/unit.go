@@ -175,8 +175,12 @@ type Work struct {
 	// through the unit's matrices: the stage's token tier.
 	Rows int
 	// FLOPs is the arithmetic of one pass (matrix products and attention),
-	// for the roofline.
+	// for the roofline: of one sequence's compute when Seqs > 1.
 	FLOPs float64
+	// Seqs is how many sequences of a batch compute the unit one after the
+	// other in each pass, each over Rows (0 or 1: one); ExeMs counts them
+	// all.
+	Seqs int
 	// ExeMs is the GPU compute time of one pass, C_EXE; the planner's
 	// profile fills it.
 	ExeMs float64

@@ -19,8 +19,30 @@ type Workload struct {
 	ReasoningTokens int `json:"reasoning_tokens"`
 	// EulerSteps are the diffusion passes of the action expert.
 	EulerSteps int `json:"euler_steps"`
-	// ActionTokens are the expert's rows per pass (64 waypoints).
+	// ActionTokens are the expert's rows per pass of one trajectory
+	// sample (64 waypoints).
 	ActionTokens int `json:"action_tokens"`
+	// Batch is the number of requests run together (0: 1): each has its
+	// own KV cache and activations, and each streamed unit is copied once
+	// a pass for all of them, its vision, prefill and decode computes run
+	// once per request.
+	Batch int `json:"batch,omitempty"`
+	// Samples is the trajectory samples of each request (0: 1): the
+	// expert runs every sample of every request in one product a pass.
+	Samples int `json:"samples,omitempty"`
+}
+
+// Seqs is the number of requests (sequences) run together: Batch, at
+// least 1.
+func (w Workload) Seqs() int { return max(w.Batch, 1) }
+
+// SamplesEach is each request's trajectory samples: Samples, at least 1.
+func (w Workload) SamplesEach() int { return max(w.Samples, 1) }
+
+// WithBatch is w for batch requests of samples trajectory samples each.
+func (w Workload) WithBatch(batch, samples int) Workload {
+	w.Batch, w.Samples = batch, samples
+	return w
 }
 
 // StandardWorkloadName names StandardWorkload.
@@ -54,6 +76,7 @@ func (w Workload) Validate() error {
 	}{
 		{"images", w.Images}, {"patches_per_image", w.PatchesPerImage},
 		{"reasoning_tokens", w.ReasoningTokens}, {"euler_steps", w.EulerSteps}, {"action_tokens", w.ActionTokens},
+		{"batch", w.Batch}, {"samples", w.Samples},
 	} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s is negative (%d)", f.name, f.v))

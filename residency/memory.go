@@ -63,6 +63,7 @@ func (a *Arch) stageActivationBytes(g placement.Geometry, s placement.Stage) int
 		if s == placement.StageVision {
 			n = vision
 		}
+		n *= int64(g.Seqs) // every sequence's pass is live at once in a batch
 		if g.Diffusion {
 			n += a.expertScratch(g)
 		}
@@ -72,18 +73,18 @@ func (a *Arch) stageActivationBytes(g placement.Geometry, s placement.Stage) int
 }
 
 // kvCacheBytes is K and V (bf16 on the GPU, see kvElementBytes) for every
-// text layer over the session:
-// prompt, reasoning tokens and (with an expert) the action tokens the
-// expert writes after them.
+// text layer over each sequence's session: prompt, reasoning tokens and
+// (with an expert) the action tokens of every trajectory sample, which
+// the expert writes after them.
 func (a *Arch) kvCacheBytes(g placement.Geometry) int64 {
 	t := a.Text
 	tokens := int64(g.Prompt + g.W.ReasoningTokens)
 	if g.Diffusion {
-		tokens += int64(g.W.ActionTokens)
+		tokens += int64(g.W.ActionTokens * g.W.SamplesEach())
 	}
-	// Two blocks (every layer's keys, every layer's values), each rounded
-	// up to whole pages as the allocator counts them.
-	return 2 * pages(int64(t.NumHiddenLayers)*tokens*int64(t.NumKeyValueHeads*t.HeadDim)*kvElementBytes(t.HeadDim))
+	// Two blocks (every layer's keys, every layer's values) a session,
+	// each rounded up to whole pages as the allocator counts them.
+	return int64(g.Seqs) * 2 * pages(int64(t.NumHiddenLayers)*tokens*int64(t.NumKeyValueHeads*t.HeadDim)*kvElementBytes(t.HeadDim))
 }
 
 // kvElementBytes is the size of a KV-cache element on the CUDA backend
@@ -114,7 +115,7 @@ const scratchPages = 24
 // expert's scratch, which lives as long as the model.
 func (a *Arch) activationBytes(g placement.Geometry) int64 {
 	vision, prefill := a.passActivations(g)
-	total := max(vision, prefill)
+	total := max(vision, prefill) * int64(g.Seqs)
 	if g.Diffusion {
 		total += a.expertScratch(g)
 	}
@@ -151,21 +152,35 @@ func (a *Arch) passActivations(g placement.Geometry) (vision, prefill int64) {
 func (a *Arch) decodeActivationBytes(g placement.Geometry) int64 {
 	t := a.Text
 	perToken := 2*t.HiddenSize + 2*t.NumAttentionHeads*t.HeadDim + 2*t.NumKeyValueHeads*t.HeadDim + 2*t.IntermediateSize + t.HeadDim
-	floats := int64(perToken + t.HiddenSize + t.VocabSize)
+	floats := int64(perToken+t.HiddenSize+t.VocabSize) * int64(g.Seqs)
 	if g.Diffusion {
-		floats += a.expertScratch(g)
+		floats += a.expertScratch(g) + a.wideExpertScratch(g)
 	}
 	return floats*f32Bytes + scratchPages*pageBytes
 }
 
 // expertScratch is diffusion's scratch in floats: the action tokens'
 // Fourier features, action_in_proj's MLP, the expert layer's activations
-// and the output.
+// and the output, for one sample's rows (kept as long as the model).
 func (a *Arch) expertScratch(g placement.Geometry) int64 {
+	return int64(g.W.ActionTokens) * a.expertCols()
+}
+
+// wideExpertScratch is the scratch of a pass over several samples' rows
+// (g.ExpertRows), which diffusion.Expert.SampleBatch allocates beside the
+// one-sample scratch for the diffusion stage; 0 for one sample.
+func (a *Arch) wideExpertScratch(g placement.Geometry) int64 {
+	if g.ExpertRows <= g.W.ActionTokens {
+		return 0
+	}
+	return int64(g.ExpertRows) * a.expertCols()
+}
+
+// expertCols are the floats of diffusion's scratch per action token.
+func (a *Arch) expertCols() int64 {
 	e, in := a.Expert, a.ActionIn
-	cols := in.InputFeatures() + 2*in.HiddenSize + 2*e.HiddenSize + 2*e.NumAttentionHeads*e.HeadDim +
-		2*e.NumKeyValueHeads*e.HeadDim + 2*e.IntermediateSize + e.HeadDim + configs.ActionDims
-	return int64(g.W.ActionTokens) * int64(cols)
+	return int64(in.InputFeatures() + 2*in.HiddenSize + 2*e.HiddenSize + 2*e.NumAttentionHeads*e.HeadDim +
+		2*e.NumKeyValueHeads*e.HeadDim + 2*e.IntermediateSize + e.HeadDim + configs.ActionDims)
 }
 
 // backendScratchBytes is the CUDA backend's own scratch at its peak: the
@@ -183,7 +198,7 @@ func (a *Arch) backendScratchBytes(g placement.Geometry) int64 {
 	}
 	if g.Diffusion {
 		e := a.Expert
-		x = max(x, int64(g.W.ActionTokens)*int64(e.IntermediateSize))
+		x = max(x, int64(g.ExpertRows)*int64(e.IntermediateSize))
 		kv = max(kv, 2*int64(g.ExpertCtx)*int64(e.NumKeyValueHeads*alignUp(e.HeadDim, flashHeadAlign)))
 	}
 	// The bf16 GEMM input and K/V copies, and decode attention's partial

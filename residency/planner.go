@@ -94,6 +94,7 @@ type planner struct {
 	prof   *Profile
 	opts   Options
 	budget int64
+	seqs   int                                   // sequences run together (Workload.Seqs)
 	stages []placement.Stage                     // the stages that run, in order
 	fixed  map[placement.Stage]map[Purpose]int64 // fixed costs per stage
 	all    stageSet                              // every stage that runs
@@ -434,9 +435,12 @@ func (pl *planner) evaluate(homes []stageSet, slot int64) *choice {
 	return c
 }
 
-// cpuAllowed says whether the plan may run shards on the CPU.
+// cpuAllowed says whether the plan may run shards on the CPU: not with
+// --exact, and not for a batch (a CPU share is one hand-off a unit turn,
+// and a batch's turn computes every sequence's rows one after the other;
+// alpamayo.Model.InferBatch runs a batch through a plan without shares).
 func (pl *planner) cpuAllowed() bool {
-	return !pl.opts.Exact && pl.prof.CPU != nil && pl.opts.Kind != GPUOnly
+	return !pl.opts.Exact && pl.prof.CPU != nil && pl.opts.Kind != GPUOnly && pl.seqs == 1
 }
 
 // pickStage chooses stage s's kind: GPU-only, Static (every split unit on
@@ -614,7 +618,7 @@ func (pl *planner) simulateStage(homes []stageSet, s placement.Stage, f float64)
 
 // newPlanner prepares items for planning.
 func newPlanner(arch *Arch, items []item, w placement.Workload, p *Profile, budget int64, opts Options) *planner {
-	pl := &planner{items: items, prof: p, opts: opts, budget: budget, fixed: map[placement.Stage]map[Purpose]int64{}}
+	pl := &planner{items: items, prof: p, opts: opts, budget: budget, seqs: w.Seqs(), fixed: map[placement.Stage]map[Purpose]int64{}}
 	for _, s := range placement.Stages() {
 		for _, it := range items {
 			if _, ok := it.WorkIn(s); ok && !it.HostOnly {

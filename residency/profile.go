@@ -254,6 +254,12 @@ func (p *Profile) Cost(units []placement.Unit) {
 }
 
 func (p *Profile) exeMs(u *placement.Unit, w *placement.Work) (float64, string) {
+	ms, how := p.oneExeMs(u, w)
+	return ms * float64(max(w.Seqs, 1)), how
+}
+
+// oneExeMs is C_EXE of one sequence's compute of the work.
+func (p *Profile) oneExeMs(u *placement.Unit, w *placement.Work) (float64, string) {
 	own := p.rooflineMs(u.Bytes, w.FLOPs)
 	if u.HostOnly {
 		own = 0 // host work has no device roofline

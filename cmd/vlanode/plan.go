@@ -10,6 +10,7 @@ import (
 
 	"vlanode/configs"
 	"vlanode/models/alpamayo"
+	"vlanode/msgs"
 	"vlanode/placement"
 	"vlanode/residency"
 )
@@ -25,6 +26,8 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	workloadName := fs.String("workload", placement.StandardWorkloadName, "workload: "+strings.Join(workloadNames(), ", "))
 	vlm := fs.String("vlm", "", "alpamayo_r1: the VLM's config folder or file, overriding the checkpoint's vlm_name_or_path")
 	asJSON := fs.Bool("json", false, "print the plan as one JSON object")
+	batch := fs.Int("batch", 1, "requests run together (serve --max-batch): each has its own KV cache and activations; states the largest batch that fits the budget")
+	samples := fs.Int("samples", 1, "trajectory samples of each request (num_traj_samples; serve --samples)")
 	var opts planOpts
 	opts.register(fs)
 	if err := parse(fs, args); err != nil {
@@ -35,6 +38,12 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *dir == "" {
 		return usagef("--model is required")
+	}
+	if *batch < 1 || *batch > residency.MaxBatchSearch {
+		return usagef("--batch %d: want 1 to %d", *batch, residency.MaxBatchSearch)
+	}
+	if *samples < 1 || *samples > msgs.MaxTrajSamples {
+		return usagef("--samples %d: want 1 to %d", *samples, msgs.MaxTrajSamples)
 	}
 	budget, err := residency.ParseBudget(*budgetFlag)
 	if err != nil {
@@ -52,11 +61,22 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	w = w.WithBatch(*batch, *samples)
+	info := planInfo{dir: *dir, profile: profName, device: prof.Device, h2d: prof.H2DGBps, cpu: prof.CPU}
+	if *batch > 1 || *samples > 1 {
+		units := func(w placement.Workload) []placement.Unit { return alpamayo.PlanUnits(arch, w) }
+		if info.largest, err = residency.LargestBatch(arch, units, w, prof, budget, opts.options(), residency.MaxBatchSearch); err != nil {
+			return err
+		}
+		if info.largest < *batch {
+			return fmt.Errorf("a batch of %d requests of %d trajectory samples does not fit a budget of %s: the largest that fits is %d",
+				*batch, *samples, residency.FormatBytes(budget), info.largest)
+		}
+	}
 	plan, err := residency.NewPlan(arch, alpamayo.PlanUnits(arch, w), w, prof, budget, opts.options())
 	if err != nil {
 		return err
 	}
-	info := planInfo{dir: *dir, profile: profName, device: prof.Device, h2d: prof.H2DGBps, cpu: prof.CPU}
 	if *asJSON {
 		return writePlanJSON(stdout, plan, info)
 	}

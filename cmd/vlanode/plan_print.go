@@ -18,6 +18,10 @@ type planInfo struct {
 	dir, profile, device string
 	h2d                  float64 // GB/s
 	cpu                  *residency.CPUProfile
+	// largest is the largest batch of the workload's requests that fits
+	// the budget (residency.LargestBatch up to MaxBatchSearch), when a
+	// batch or samples were asked for; 0 otherwise.
+	largest int
 }
 
 // writePlanText prints the plan: the placement per module, each stage's
@@ -28,6 +32,10 @@ func writePlanText(w io.Writer, p *residency.Plan, in planInfo) {
 	fmt.Fprintf(w, "model %s (%s)\n", p.Model, in.dir)
 	fmt.Fprintf(w, "workload %s: %d images × %d patches, %d prompt tokens, %d reasoning tokens, %d Euler steps × %d action tokens\n",
 		wl.Name, wl.Images, wl.PatchesPerImage, wl.PromptTokens, wl.ReasoningTokens, wl.EulerSteps, wl.ActionTokens)
+	if wl.Seqs() > 1 || wl.SamplesEach() > 1 {
+		fmt.Fprintf(w, "batch %d requests × %d trajectory samples (largest batch that fits the budget: %s); %.2f plans/s predicted\n",
+			wl.Seqs(), wl.SamplesEach(), largestText(in.largest), float64(wl.Seqs())*1e3/p.TotalMs)
+	}
 	fmt.Fprintf(w, "profile %s: %s, pinned H2D %.1f GB/s\n", in.profile, in.device, in.h2d)
 	switch {
 	case p.Options.Exact:
@@ -243,6 +251,19 @@ type planJSON struct {
 	Roofline       []string                    `json:"timed_by_roofline,omitempty"`
 	Modules        []moduleJSON                `json:"modules"`
 	Units          []residency.UnitPlan        `json:"units"`
+	// LargestBatch is the largest batch that fits the budget, with
+	// --batch or --samples (MaxBatchSearch standing for more).
+	LargestBatch int     `json:"largest_batch,omitempty"`
+	PlansPerS    float64 `json:"plans_per_s"`
+}
+
+// largestText is the largest batch for people: a count, or "≥ N" at the
+// search's limit.
+func largestText(n int) string {
+	if n >= residency.MaxBatchSearch {
+		return fmt.Sprintf("≥ %d", n)
+	}
+	return strconv.Itoa(n)
 }
 
 type moduleJSON struct {
@@ -260,7 +281,8 @@ func writePlanJSON(w io.Writer, p *residency.Plan, in planInfo) error {
 		Model: p.Model, ModelDir: in.dir, Workload: p.Workload, Profile: in.profile, Device: in.device,
 		BudgetBytes: p.BudgetBytes, Unlimited: p.BudgetBytes == 0, MinBudgetBytes: p.MinBudgetBytes,
 		SlotBytes: p.SlotBytes, HostBytes: p.HostBytes, Exact: p.Options.Exact, Stages: p.Stages, Bytes: p.Bytes,
-		Roofline: p.Roofline, Units: p.Units,
+		Roofline: p.Roofline, Units: p.Units, LargestBatch: in.largest,
+		PlansPerS:   math.Round(float64(p.Workload.Seqs())*1e6/p.TotalMs) / 1e3,
 		PredictedMs: stageMap(p.PredictedMs, p.TotalMs), PreloadMs: stageMap(p.PreloadMs, p.PreloadTotalMs),
 	}
 	for _, m := range p.Modules() {
