@@ -352,3 +352,33 @@ func TestHTTPBodyAllocations(t *testing.T) {
 	t.Logf("a %d-byte body (limit %d) allocated %.2f times its size", len(raw), n.httpBodyLimit(), ratio)
 	assert.LessOrEqual(t, ratio, 3.5)
 }
+
+// TestHTTPTrajectorySamples: num_traj_samples reaches the engine as the
+// NATS key does, and the answer carries the other samples under samples
+// (absent for one sample).
+func TestHTTPTrajectorySamples(t *testing.T) {
+	eng := &testEngine{plan: func(obs *Observation) (*msgs.Plan, error) {
+		p := &msgs.Plan{Trajectory: msgs.Trajectory{DT: 0.1, XYZ: [][3]float64{{1, 0, 0}}, Rot: [][9]float64{{1, 0, 0, 0, 1, 0, 0, 0, 1}}},
+			Actions: [][2]float64{{0.5, 0}}}
+		for i := 1; i < max(obs.NumTrajSamples, 1); i++ {
+			s := msgs.TrajSample{Trajectory: p.Trajectory, Actions: [][2]float64{{float64(i), 0}}}
+			p.Samples = append(p.Samples, s)
+		}
+		return p, nil
+	}}
+	_, url := httpNode(t, eng)
+	body := httpBody(t)
+	body["num_traj_samples"] = 3
+	status, out := post(t, url, body)
+	require.Equal(t, http.StatusOK, status, "%v", out)
+	samples, ok := out["samples"].([]any)
+	require.True(t, ok, "%v", out)
+	require.Len(t, samples, 2)
+	s1 := samples[1].(map[string]any)
+	assert.Equal(t, "[[2 0]]", fmt.Sprint(s1["actions"]))
+	assert.Contains(t, s1, "trajectory")
+
+	status, out = post(t, url, httpBody(t))
+	require.Equal(t, http.StatusOK, status)
+	assert.NotContains(t, out, "samples", "one sample: the answer has no samples")
+}

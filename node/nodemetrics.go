@@ -25,6 +25,8 @@ type nodeMetrics struct {
 	framesReceived *metrics.CounterVec // by camera
 	framesRejected *metrics.CounterVec // by reason
 	jobs           *metrics.CounterVec // by outcome
+	batches        *metrics.CounterVec // batches of more than one request run together
+	batched        *metrics.CounterVec // requests run in them
 	queueDepth     *metrics.Gauge
 	inflight       *metrics.Gauge
 	stages         *metrics.HistogramVec
@@ -48,8 +50,10 @@ func newNodeMetrics(cameras []string) *nodeMetrics {
 		framesReceived: r.NewCounterVec("vlanode_frames_received_total", "Frames kept for use_latest, by camera.", "camera", cameras...),
 		framesRejected: r.NewCounterVec("vlanode_frames_rejected_total", "Frames dropped, by reason.", "reason", frameReasons...),
 		jobs:           r.NewCounterVec("vlanode_jobs_total", "Jobs taken from the jobs queue, by outcome.", "outcome", jobOutcomes...),
+		batches:        r.NewCounterVec("vlanode_batches_total", "Batches of more than one request run together (--max-batch).", ""),
+		batched:        r.NewCounterVec("vlanode_batched_requests_total", "Requests run in those batches.", ""),
 		queueDepth:     r.NewGauge("vlanode_queue_depth", "Requests waiting for the engine."),
-		inflight:       r.NewGauge("vlanode_inflight", "Inferences running (0 or 1)."),
+		inflight:       r.NewGauge("vlanode_inflight", "Requests running: 0, 1, or a batch's."),
 		stages:         r.NewHistogramVec("vlanode_stage_seconds", "Time spent in each stage of a request: the node's (unmarshal, queue, assemble, engine, reply, total) and the model's (preprocess, vision, prefill, decode, diffusion).", "stage", stageBuckets),
 		vramPeak:       r.NewGauge("vlanode_vram_peak_bytes", "Largest peak device memory an inference reported."),
 		budget:         r.NewGauge("vlanode_budget_bytes", "VRAM budget; 0 means unlimited."),
@@ -77,6 +81,8 @@ func (m *nodeMetrics) counters(cameras []string) msgs.Counters {
 	c := msgs.Counters{
 		"requests": uint64(m.requests.Value("")),
 		"plans":    uint64(m.plans.Value("")),
+		"batches":  uint64(m.batches.Value("")),
+		"batched":  uint64(m.batched.Value("")),
 	}
 	for _, code := range []msgs.Code{msgs.CodeBadRequest, msgs.CodeOverloaded, msgs.CodeDeadlineExceeded, msgs.CodeUnsupported, msgs.CodeInternal} {
 		c["errors_"+string(code)] = uint64(m.errors.Value(string(code)))

@@ -18,7 +18,7 @@ const (
 	DefaultMaxPayload     = 8 << 20                // the embedded server's max_payload: 16 JPEG frames fit
 	DefaultReconnectWait  = 250 * time.Millisecond // between attempts to reach a lost server
 	DefaultShutdownGrace  = 30 * time.Second       // Run's limit on finishing in-flight work
-	DefaultMaxBatch       = 8                      // requests run together by a BatchEngine
+	DefaultMaxBatch       = 1                      // requests run together by a BatchEngine: one at a time
 )
 
 // Options configure a node. Set them with Option functions.

@@ -71,6 +71,10 @@ func (n *Node) runBatch(be BatchEngine, jobs []*job) {
 	}
 	ctx, cancel := n.jobContext(ready)
 	n.m.inflight.Set(float64(len(ready)))
+	if len(ready) > 1 {
+		n.m.batches.Inc("")
+		n.m.batched.Add("", float64(len(ready)))
+	}
 	engineStart := n.now()
 	results := n.inferBatch(ctx, be, obs)
 	cancel()

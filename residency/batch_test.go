@@ -19,7 +19,7 @@ func batchPlan(t *testing.T, a *residency.Arch, p *residency.Profile, budget int
 
 // TestBatchFixedCosts: the KV cache is one per sequence, with each
 // sample's action tokens; the vision and prefill activations are every
-// sequence's; the decode stage adds a pass over every sample's expert
+// sequence's own over one shared scratch; the decode stage adds a pass over every sample's expert
 // rows; and the minimum budget grows with the batch.
 func TestBatchFixedCosts(t *testing.T) {
 	a := alpamayo10B(t)
@@ -47,7 +47,8 @@ func TestBatchFixedCosts(t *testing.T) {
 	assert.Less(t, kv(six), 2*kv(one))
 	for _, s := range []placement.Stage{placement.StageVision, placement.StagePrefill} {
 		act1, act4 := stage(one, s).Bytes[residency.PurposeActivations], stage(four, s).Bytes[residency.PurposeActivations]
-		assert.Greater(t, act4, 3*act1, "%s: every sequence's pass is live", s)
+		assert.Greater(t, act4, act1, "%s: every sequence's pass is live", s)
+		assert.Less(t, act4, 3*act1, "%s: over one shared scratch", s)
 	}
 	assert.Greater(t, stage(six, placement.StageDiffusion).Bytes[residency.PurposeActivations],
 		stage(one, placement.StageDiffusion).Bytes[residency.PurposeActivations], "the wide expert pass's scratch")

@@ -54,16 +54,19 @@ func (a *Arch) fixedCosts(w placement.Workload, p *Profile, s placement.Stage) m
 // stageActivationBytes is the activation memory live during stage s: the
 // vision pass's scratch (with the features it hands over), the prefill's
 // (with the visual features), or, from the decode on, a decode step's;
-// plus the expert's scratch, which lives as long as the model.
+// plus the expert's scratch, which lives as long as the model. In a batch
+// every sequence's pass is live at once over one shared scratch
+// (alpamayo.Model.InferBatch): the shared part once, each sequence's own
+// part (its hidden states, rotary tables, features) once a sequence.
 func (a *Arch) stageActivationBytes(g placement.Geometry, s placement.Stage) int64 {
 	switch s {
 	case placement.StageVision, placement.StagePrefill:
 		vision, prefill := a.passActivations(g)
-		n := prefill
+		p := prefill
 		if s == placement.StageVision {
-			n = vision
+			p = vision
 		}
-		n *= int64(g.Seqs) // every sequence's pass is live at once in a batch
+		n := p.shared + p.own*int64(g.Seqs)
 		if g.Diffusion {
 			n += a.expertScratch(g)
 		}
@@ -115,33 +118,41 @@ const scratchPages = 24
 // expert's scratch, which lives as long as the model.
 func (a *Arch) activationBytes(g placement.Geometry) int64 {
 	vision, prefill := a.passActivations(g)
-	total := max(vision, prefill) * int64(g.Seqs)
+	total := max(vision.shared+vision.own*int64(g.Seqs), prefill.shared+prefill.own*int64(g.Seqs))
 	if g.Diffusion {
 		total += a.expertScratch(g)
 	}
 	return total*f32Bytes + scratchPages*pageBytes
 }
 
+// passFloats are a pass's activations at its peak, in floats: the scratch
+// a batch's sequences share, and what each sequence holds of its own.
+type passFloats struct{ shared, own int64 }
+
 // passActivations are the floats the vision pass and the prefill hold at
 // their peaks.
-func (a *Arch) passActivations(g placement.Geometry) (vision, prefill int64) {
+func (a *Arch) passActivations(g placement.Geometry) (vision, prefill passFloats) {
 	var features int64
 	if g.Vision {
 		v := a.Vision
 		P := int64(g.Patches)
-		// x, and scratch h, q, k, v, attn [P, hidden]; the folded copy
-		// [P/unit, unit·hidden]; ff [P, intermediate]; cos, sin [P, headDim/2].
-		scratch := P * int64(7*v.HiddenSize+v.IntermediateSize+v.HeadDim())
+		// Shared: scratch h, q, k, v, attn [P, hidden], the folded copy
+		// [P/unit, unit·hidden], ff [P, intermediate]. Each pass's own: x
+		// [P, hidden], cos, sin [P, headDim/2], and the pixel rows while
+		// embedding or the features it makes.
 		features = int64(len(v.DeepstackVisualIndexes)+1) * int64(g.Merged) * int64(v.OutHiddenSize)
-		patches := P * int64(v.PatchDim()) // the pixel rows, while embedding
-		vision = scratch + max(patches, features)
+		patches := P * int64(v.PatchDim())
+		vision = passFloats{shared: P * int64(6*v.HiddenSize+v.IntermediateSize), own: P*int64(v.HiddenSize+v.HeadDim()) + max(patches, features)}
 	}
 	t := a.Text
-	// x and scratch h [T, hidden]; q, attn [T, heads·headDim]; k, v
-	// [T, kvHeads·headDim]; gate, up [T, intermediate]; cos, sin.
-	perToken := 2*t.HiddenSize + 2*t.NumAttentionHeads*t.HeadDim + 2*t.NumKeyValueHeads*t.HeadDim + 2*t.IntermediateSize + t.HeadDim
-	logits := int64(t.HiddenSize + t.VocabSize) // the last row's norm and logits
-	prefill = int64(g.Prompt)*int64(perToken) + features + logits
+	// Shared: scratch h [T, hidden]; q, attn [T, heads·headDim]; k, v
+	// [T, kvHeads·headDim]; gate, up [T, intermediate]. Each prefill's
+	// own: x [T, hidden], cos, sin, the visual features, the last row's
+	// norm and logits.
+	T := int64(g.Prompt)
+	shared := T * int64(t.HiddenSize+2*t.NumAttentionHeads*t.HeadDim+2*t.NumKeyValueHeads*t.HeadDim+2*t.IntermediateSize)
+	logits := int64(t.HiddenSize + t.VocabSize)
+	prefill = passFloats{shared: shared, own: T*int64(t.HiddenSize+t.HeadDim) + features + logits}
 	return vision, prefill
 }
 

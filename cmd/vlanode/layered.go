@@ -107,6 +107,9 @@ func countPlaced(p *residency.Plan, place placement.Weights) int {
 // budgeted is Alpamayo-R1 loaded within a budget, with what keeps it
 // alive.
 type budgeted struct {
+	// batch is the most requests the plan holds at once (budgetSpec.batch,
+	// or fewer where the budget holds fewer).
+	batch int
 	be    backend.Backend
 	model *alpamayo.Model
 	plan  *residency.Plan
@@ -138,6 +141,10 @@ type budgetSpec struct {
 	budget   int64 // 0: unlimited
 	layers   layerFlags
 	profile  bool // time every copy and compute (Result.Layers.Turns)
+	// batch and samples are the requests the plan holds at once and the
+	// trajectory samples of each (0: 1); a budget that holds fewer
+	// requests lowers batch (budgeted.batch).
+	batch, samples int
 }
 
 // loadBudgeted plans the checkpoint for the standard workload within the
@@ -152,7 +159,21 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := placement.StandardWorkload()
+	w := placement.StandardWorkload().WithBatch(s.batch, s.samples)
+	batch := w.Seqs()
+	if batch > 1 {
+		units := func(w placement.Workload) []placement.Unit { return alpamayo.PlanUnits(arch, w) }
+		fits, err := residency.LargestBatch(arch, units, w, prof, s.budget, s.layers.options(), batch)
+		if err != nil {
+			return nil, err
+		}
+		if fits < batch && fits > 0 {
+			fmt.Fprintf(log, "vlanode: %s holds batches of %d requests of %d trajectory samples, not %d: batches of up to %d\n",
+				budgetText(s.budget), fits, w.SamplesEach(), batch, fits)
+			batch = fits
+		}
+		w = w.WithBatch(max(fits, 1), s.samples)
+	}
 	plan, err := residency.NewPlan(arch, alpamayo.PlanUnits(arch, w), w, prof, s.budget, s.layers.options())
 	if err != nil {
 		return nil, err
@@ -161,7 +182,7 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &budgeted{plan: plan, mode: mode}
+	b := &budgeted{plan: plan, mode: mode, batch: min(batch, w.Seqs())}
 	// The CUDA allocator charges the context and the cuBLAS handle to the
 	// budget itself, as the plan does.
 	be, err := device.Open(s.device, device.Options{Threads: s.threads, Ordinal: s.ordinal, Budget: s.budget}, log)

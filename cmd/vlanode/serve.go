@@ -35,6 +35,7 @@ type engineSpec struct {
 type engineEnv struct {
 	BudgetBytes uint64        // --budget resolved (auto: free VRAM − --budget-reserve); 0: unlimited
 	GPU         int           // --gpu resolved: the CUDA ordinal; -1: none
+	MaxBatch    int           // --max-batch: the most requests the engine should plan to run together
 	Telemetry   gpu.Telemetry // NVML for that GPU, or nil
 	Log         *slog.Logger
 }
@@ -220,6 +221,8 @@ type serveConfig struct {
 	budget        budgetFlag
 	reserve       byteSize
 	logLevel      string
+	maxBatch      int
+	batchWait     time.Duration
 }
 
 // parseServe parses serve's flags (and the engine's).
@@ -236,6 +239,8 @@ func parseServe(args []string, stderr io.Writer, spec engineSpec) (*serveConfig,
 	fs.Var(&c.maxPayload, "max-payload", "largest request in bytes (e.g. 8MiB); the embedded server's max_payload; with --nats-url, capped by the server's")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464); empty: off")
 	fs.IntVar(&c.queueBound, "queue-bound", node.DefaultQueueBound, "requests that may wait while one runs; past it: overloaded")
+	fs.IntVar(&c.maxBatch, "max-batch", node.DefaultMaxBatch, "most waiting requests run together, each streamed unit copied once for all (the plan holds that many; a smaller budget lowers it)")
+	fs.DurationVar(&c.batchWait, "batch-wait", 0, "with --max-batch: how long to wait for more requests once fewer are waiting (0: take what waits, so that a lone request runs at once)")
 	fs.DurationVar(&c.statusEvery, "status-interval", node.DefaultStatusInterval, "how often Status is published")
 	fs.DurationVar(&c.grace, "shutdown-grace", node.DefaultShutdownGrace, "on SIGTERM/SIGINT: how long the inference in flight may take to finish")
 	fs.DurationVar(&c.syncTolerance, "sync-tolerance", 0, "sync window: how far a frame may be from its slot (0: half a frame period)")
@@ -306,6 +311,8 @@ func (c *serveConfig) check() error {
 	switch {
 	case c.queueBound < 1:
 		return usagef("--queue-bound must be at least 1")
+	case c.maxBatch < 1 || c.maxBatch > residency.MaxBatchSearch || c.batchWait < 0:
+		return usagef("--max-batch must be 1 to %d and --batch-wait not negative", residency.MaxBatchSearch)
 	case c.maxPayload < 0 || c.maxPayload > 64<<20:
 		return usagef("--max-payload must be at most 64MiB (the NATS server's limit)")
 	case c.statusEvery <= 0 || c.grace < 0:
@@ -342,6 +349,7 @@ func (c *serveConfig) options(log *slog.Logger, tel gpu.Telemetry) []node.Option
 		node.WithName(c.name),
 		node.WithMaxPayload(int64(c.maxPayload)),
 		node.WithQueueBound(c.queueBound),
+		node.WithBatch(c.maxBatch, c.batchWait),
 		node.WithStatusInterval(c.statusEvery),
 		node.WithMetricsAddr(c.metricsAddr),
 		node.WithSyncWindow(c.syncTolerance, c.staleAfter, c.ringCapacity),
@@ -401,7 +409,7 @@ func serveCommand(spec engineSpec) func(ctx context.Context, args []string, stdo
 		if err := node.CheckCredentials(ctx, c.options(log, tel)...); err != nil {
 			return err
 		}
-		engine, err := spec.build(ctx, engineEnv{BudgetBytes: budget, GPU: ordinal, Telemetry: tel, Log: log})
+		engine, err := spec.build(ctx, engineEnv{BudgetBytes: budget, GPU: ordinal, MaxBatch: c.maxBatch, Telemetry: tel, Log: log})
 		if err != nil {
 			return fmt.Errorf("loading the model: %w", err)
 		}

@@ -9,6 +9,7 @@ import (
 	"vlanode/backend"
 	"vlanode/diffusion"
 	"vlanode/models"
+	"vlanode/models/qwen3"
 	"vlanode/models/qwen3vl"
 	"vlanode/placement"
 )
@@ -33,8 +34,11 @@ import (
 // computes shares of units on the CPU (one hand-off a unit turn).
 //
 // The batch's results share its stage times, its executor profile and
-// its peak of device memory. The caller bounds the batch by the plan's
-// fixed costs (Layering.Plan, residency.Workload's Batch and Samples).
+// its peak of device memory. The sequences' vision passes and prefills
+// share one pass's activations (each keeps its hidden states, features and
+// rotary tables), as residency's fixed costs of a batch count them. The
+// caller bounds the batch by the plan's fixed costs (Layering.Plan,
+// residency.Workload's Batch and Samples).
 func (m *Model) InferBatch(ctx context.Context, reqs []*Request) ([]*Result, []error) {
 	results, errs := make([]*Result, len(reqs)), make([]error, len(reqs))
 	var together []int
@@ -166,7 +170,23 @@ func (m *Model) inferTogether(ctx context.Context, reqs []*Request) ([]*Result, 
 		{"prefill", &timing.Prefill, func(s *sequence) error { return m.batchPrefill(ctx, s) }},
 		{"decode", &timing.Decode, func(s *sequence) error { return m.batchDecode(ctx, s) }},
 	}
+	// The sequences' vision passes and prefills run each unit in turn:
+	// they share one pass's activations (each keeps its hidden states,
+	// features and rotary tables), freed before the decode.
+	m.VLM.Vision.ShareScratch(true)
+	m.VLM.Text.Shared = qwen3.NewSharedScratch(m.be, m.VLM.Text.Config)
+	unshare := func() {
+		m.VLM.Vision.ShareScratch(false)
+		if sh := m.VLM.Text.Shared; sh != nil {
+			sh.Free()
+			m.VLM.Text.Shared = nil
+		}
+	}
+	defer unshare()
 	for _, st := range stages {
+		if st.name == "decode" {
+			unshare()
+		}
 		t0 := time.Now()
 		live := liveOf(seqs)
 		if len(live) == 0 {

@@ -38,6 +38,11 @@ type Model struct {
 	// Exec runs each unit's compute where its weights are; nil runs them
 	// in place (every unit resident).
 	Exec models.Runner
+	// Shared, when set, lends the activations of calls of more than one
+	// token (a prefill) to every session: a batch whose sequences run each
+	// unit in turn (alpamayo's) needs one prefill's activations, not one
+	// per sequence.
+	Shared *SharedScratch
 	// NoGraphs runs decode steps op by op even where a graph could replay
 	// them (see Session.ForwardEmbedded): for comparisons.
 	NoGraphs bool

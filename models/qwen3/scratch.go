@@ -53,6 +53,55 @@ func NewScratch(be backend.Backend, c *configs.Qwen3, T int) (*Scratch, error) {
 	return s, nil
 }
 
+// SharedScratch hands out scratches whose activations are shared: for a
+// batch whose sequences run each unit one after the other (never two at
+// once), every sequence's call of T tokens uses the same activations, and
+// only its rotary tables, which it uploads once for all the layers, are
+// its own. It serves one goroutine at a time and MUST be released with
+// Free.
+type SharedScratch struct {
+	be backend.Backend
+	c  *configs.Qwen3
+	by map[int]*Scratch // the shared activations, by tokens
+}
+
+// NewSharedScratch makes a SharedScratch for a model of configuration c.
+func NewSharedScratch(be backend.Backend, c *configs.Qwen3) *SharedScratch {
+	return &SharedScratch{be: be, c: c, by: map[int]*Scratch{}}
+}
+
+// Get returns a scratch of T tokens over the shared activations, with
+// rotary tables of its own; freeing it frees only those.
+func (p *SharedScratch) Get(T int) (*Scratch, error) {
+	base, ok := p.by[T]
+	if !ok {
+		var err error
+		if base, err = NewScratch(p.be, p.c, T); err != nil {
+			return nil, err
+		}
+		p.by[T] = base
+	}
+	s := &Scratch{t: T, h: base.h, q: base.q, attn: base.attn, k: base.k, v: base.v, gate: base.gate, up: base.up, scale: base.scale}
+	for _, dst := range []*backend.Tensor{&s.cos, &s.sin} {
+		t, err := p.be.Alloc("activations", tensor.F32, T, p.c.HeadDim/2)
+		if err != nil {
+			s.Free(p.be)
+			return nil, fmt.Errorf("qwen3: allocating rotary tables: %w", err)
+		}
+		*dst = t
+		s.allocated = append(s.allocated, t)
+	}
+	return s, nil
+}
+
+// Free releases the shared activations.
+func (p *SharedScratch) Free() {
+	for _, s := range p.by {
+		s.Free(p.be)
+	}
+	clear(p.by)
+}
+
 // Tokens is the number of tokens T the scratch holds.
 func (s *Scratch) Tokens() int { return s.t }
 

@@ -462,9 +462,13 @@ func columns(be backend.Backend, t backend.Tensor, lo, n int) (backend.Tensor, e
 }
 
 // scratch returns activations for T tokens: the session's kept decode
-// scratch when T is 1, else a new one the caller frees.
+// scratch when T is 1, else a new one the caller frees (over the model's
+// Shared activations when set).
 func (s *Session) scratch(T int) (*Scratch, error) {
 	if T != 1 {
+		if sh := s.m.Shared; sh != nil {
+			return sh.Get(T)
+		}
 		return NewScratch(s.m.be, s.m.Config, T)
 	}
 	if s.step == nil {

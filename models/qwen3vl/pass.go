@@ -54,6 +54,9 @@ type visionScratch struct {
 }
 
 func (v *Vision) newScratch(P int) (*visionScratch, error) {
+	if v.shared != nil {
+		return v.sharedScratch(P)
+	}
 	c := v.Config
 	s := &visionScratch{patches: P, scale: float32(1 / math.Sqrt(float64(c.HeadDim())))}
 	for _, a := range []struct {
@@ -74,6 +77,36 @@ func (v *Vision) newScratch(P int) (*visionScratch, error) {
 		s.allocated = append(s.allocated, t)
 	}
 	return s, nil
+}
+
+// sharedScratch is a scratch of P patches over the shared activations
+// (ShareScratch), with rotary tables of its own; freeing it frees only
+// those.
+func (v *Vision) sharedScratch(P int) (*visionScratch, error) {
+	base, ok := v.shared[P]
+	if !ok {
+		shared := v.shared
+		v.shared = nil // newScratch allocates
+		var err error
+		base, err = v.newScratch(P)
+		v.shared = shared
+		if err != nil {
+			return nil, err
+		}
+		v.shared[P] = base
+	}
+	s := *base
+	s.allocated, s.segments = nil, nil
+	for _, dst := range []*backend.Tensor{&s.cos, &s.sin} {
+		t, err := v.be.Alloc("activations", tensor.F32, P, v.Config.HeadDim()/2)
+		if err != nil {
+			s.free(v.be)
+			return nil, fmt.Errorf("qwen3vl: allocating vision rotary tables: %w", err)
+		}
+		*dst = t
+		s.allocated = append(s.allocated, t)
+	}
+	return &s, nil
 }
 
 func (s *visionScratch) free(be backend.Backend) {

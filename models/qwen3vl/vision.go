@@ -49,6 +49,23 @@ type Vision struct {
 	dsMerger []int          // its merger in Deepstack
 	posCache gridCache      // interpolated position embeddings by grid
 	rope     ropeCache      // rotary tables of the last grids
+	// shared, when set (ShareScratch), lends its activations to every
+	// pass, by patches.
+	shared map[int]*visionScratch
+}
+
+// ShareScratch makes every vision pass use the same activations (a batch
+// whose passes run each unit in turn, never two at once, needs one pass's,
+// not one per image set), each pass keeping its own hidden states and
+// rotary tables; off frees them. The tower serves one goroutine at a time.
+func (v *Vision) ShareScratch(on bool) {
+	for _, s := range v.shared {
+		s.free(v.be)
+	}
+	v.shared = nil
+	if on {
+		v.shared = map[int]*visionScratch{}
+	}
 }
 
 // newVision binds the vision tower's tensors under prefix ("model.visual."
