@@ -30,10 +30,10 @@ type Geometry struct {
 func NewGeometry(w Workload, mergeUnit int, expert bool) Geometry {
 	g := Geometry{
 		W: w, Prompt: w.PromptTokens,
-		Vision:    mergeUnit > 0 && w.Patches() > 0,
-		Diffusion: expert && w.EulerSteps > 0 && w.ActionTokens > 0,
-		DecodeCtx: float64(w.PromptTokens) + float64(w.ReasoningTokens)/2,
-		ExpertCtx: w.PromptTokens + w.ReasoningTokens + w.ActionTokens,
+		Vision:     mergeUnit > 0 && w.Patches() > 0,
+		Diffusion:  expert && w.EulerSteps > 0 && w.ActionTokens > 0,
+		DecodeCtx:  float64(w.PromptTokens) + float64(w.ReasoningTokens)/2,
+		ExpertCtx:  w.PromptTokens + w.ReasoningTokens + w.ActionTokens,
 		Seqs:       w.Seqs(),
 		ExpertRows: w.ActionTokens * w.SamplesEach() * w.Seqs(),
 	}

@@ -110,4 +110,3 @@ func TestLargestBatch(t *testing.T) {
 	_, err = residency.LargestBatch(a, units, w, p, 1<<30, opts, 0)
 	assert.Error(t, err)
 }
-
