@@ -28,6 +28,7 @@ func commands() map[string]command {
 		"clip":     {"write a synthetic driving clip (camera folders + ego.csv) for replay", runClip},
 		"serve":    {"serve plans over NATS (an embedded NATS server unless --nats-url)", serveCommand(alpamayoSpec())},
 		"replay":   {"play a recorded clip into a node and summarize its answers", runReplay},
+		"load":     {"measure a node under concurrent clients: plans/s, latency against solo, plans equal to solo", runLoad},
 		"record":   {"store a node's frames, requests and plans in a JetStream stream", runRecord},
 		"synth":    {"write a checkpoint of random weights in a real model's layout", runSynth},
 		"bench":    {"run the standard workload at several VRAM budgets: latency per stage vs prediction and bound, peak memory, Accelerate", runBench},

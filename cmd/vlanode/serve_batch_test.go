@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -143,4 +145,40 @@ func TestServeAlpamayoBatch(t *testing.T) {
 			require.NoError(t, stop())
 		})
 	}
+}
+
+// TestLoadCommand runs vlanode load against a node serving the tiny model
+// in batches: every plan under load equals its solo plan, the report is
+// written, and a node that cannot be found fails the command.
+func TestLoadCommand(t *testing.T) {
+	model := tinyAlpamayo(t)
+	url, _, stop := serving(t, alpamayoSpec(), "--model", model, "--device", "cpu", "--name", "loaded",
+		"--budget", fmt.Sprint(tinyBatchMinBudget(t, model, 3, 2)), "--max-batch", "3", "--batch-wait", "500ms", "--queue-bound", "8", "--samples", "2")
+	out := filepath.Join(t.TempDir(), "load.json")
+	code, stdout, stderr := runCLI("load", "--nats-url", url, "--node", "loaded", "--clients", "3", "--requests", "1",
+		"--samples", "2", "--max-reasoning-tokens", "3", "--width", "192", "--height", "108", "--out", out)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "3 plans in")
+	assert.Contains(t, stdout, "same reasoning as solo: 3 of 3; identical plans: 3")
+	raw, err := os.ReadFile(out)
+	require.NoError(t, err)
+	var rep struct {
+		Plans     int     `json:"plans"`
+		PlansPerS float64 `json:"plans_per_s"`
+		Identical int     `json:"identical"`
+		Results   []struct {
+			Ratio float64 `json:"latency_over_solo"`
+		} `json:"results"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &rep))
+	assert.Equal(t, 3, rep.Plans)
+	assert.Equal(t, 3, rep.Identical)
+	assert.Positive(t, rep.PlansPerS)
+	require.Len(t, rep.Results, 3)
+	assert.Positive(t, rep.Results[0].Ratio)
+	require.NoError(t, stop())
+
+	code, _, stderr = runCLI("load", "--nats-url", url, "--node", "loaded", "--discover-timeout", "200ms")
+	assert.Equal(t, 1, code)
+	assert.NotEmpty(t, stderr)
 }
