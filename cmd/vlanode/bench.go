@@ -25,6 +25,7 @@ import (
 	"vlanode/layering"
 	"vlanode/models/alpamayo"
 	"vlanode/models/qwen3vl"
+	"vlanode/msgs"
 	"vlanode/node/gpu"
 	"vlanode/placement"
 	"vlanode/residency"
@@ -45,6 +46,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	lf.planOpts.register(fs)
 	budgetList := fs.String("budgets", "4G,8G,16G,none", "comma-separated VRAM budgets (G = 10⁹ bytes, GiB = 2³⁰; none = unlimited)")
 	modeList := fs.String("modes", "auto", "comma-separated executor modes to run at each budget: "+strings.Join(modeNames, ", "))
+	samples := fs.Int("samples", 1, "trajectory samples of the standard request (num_traj_samples), run through the expert together; the plans hold them")
 	runs := fs.Int("runs", 2, "measured inferences per budget and mode (the median is reported)")
 	timeline := fs.Bool("timeline", false, "after the measured runs, one more inference with every copy and compute timed: per-stage busy and idle time of both streams, the copy stream's longest gaps, and (with --out) every turn in timeline-BUDGET-MODE.json")
 	warmup := fs.Int("warmup", 1, "inferences before the measured ones (kernel compilation, cuBLAS)")
@@ -63,6 +65,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	if *runs < 1 || *warmup < 0 {
 		return usagef("--runs must be ≥ 1 and --warmup ≥ 0")
 	}
+	if *samples < 1 || *samples > msgs.MaxTrajSamples {
+		return usagef("--samples must be 1 to %d", msgs.MaxTrajSamples)
+	}
 	if err := lf.options().Validate(); err != nil {
 		return usagef("%v", err)
 	}
@@ -76,7 +81,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			return err
 		}
 	}
-	w := placement.StandardWorkload()
+	w := placement.StandardWorkload().WithBatch(0, *samples)
 	rep := &benchReport{Model: mf.dir, Workload: w, Date: time.Now().UTC().Format(time.RFC3339)}
 	if host, err := os.Hostname(); err == nil {
 		rep.Host = host
@@ -110,7 +115,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 				return err
 			}
 			r, res, err := benchOne(ctx, budgetSpec{
-				dir: mf.dir, vlm: *vlm, device: mf.device, threads: mf.threads, budget: b,
+				dir: mf.dir, vlm: *vlm, device: mf.device, threads: mf.threads, budget: b, samples: *samples,
 				layers: layerFlags{mode: mode, profile: lf.profile, planOpts: lf.planOpts},
 			}, *warmup, *runs, *timeline, nv, stderr)
 			if err != nil {
@@ -328,6 +333,7 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool
 		r.PredictedMs[string(st)] = ms
 	}
 	req := standardRequest(bm.model, placement.StandardWorkload())
+	req.Samples = s.samples
 	var res *alpamayo.Result
 	var times []alpamayo.Timing
 	for i := range warmup + runs {

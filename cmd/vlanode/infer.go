@@ -42,6 +42,7 @@ func runInfer(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	question := fs.String("question", "", "Alpamayo 1.5: ask a question about the scene (VQA) instead of planning; prints the answer")
 	guidance := fs.Float64("guidance", 0, "Alpamayo 1.5 with --nav-text: classifier-free guidance weight (1: none; 0: the config's)")
 	noiseTemp := fs.Float64("noise-temperature", 0, "scale of the flow-matching initial noise (0: 1)")
+	samples := fs.Int("samples", 1, "trajectory samples (num_traj_samples): one reasoning, the samples through the expert together; the plan holds them")
 	var lf layerFlags
 	lf.register(fs)
 	var images []string
@@ -101,19 +102,23 @@ func runInfer(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	if *samples < 1 || *samples > msgs.MaxTrajSamples {
+		return usagef("--samples must be 1 to %d", msgs.MaxTrajSamples)
+	}
 	opt := engine.Options{Greedy: *greedy, Seed: *seed, Cameras: cameras, NavText: *navText, Question: *question,
-		GuidanceWeight: *guidance, NoiseTemperature: *noiseTemp}
+		GuidanceWeight: *guidance, NoiseTemperature: *noiseTemp, Samples: *samples}
 	if *noiseFile != "" {
 		if opt.Noise, err = readNoise(*noiseFile); err != nil {
 			return err
 		}
 	}
-	bm, err := loadBudgeted(budgetSpec{dir: mf.dir, vlm: *vlm, device: mf.device, threads: mf.threads, budget: budget, layers: lf}, stderr)
+	bm, err := loadBudgeted(budgetSpec{dir: mf.dir, vlm: *vlm, device: mf.device, threads: mf.threads, budget: budget, layers: lf, samples: *samples}, stderr)
 	if err != nil {
 		return err
 	}
 	defer bm.Close()
-	eng, err := engine.NewAlpamayo(bm.model, filepath.Base(mf.dir), uint64(budget))
+	eng, err := engine.NewAlpamayo(bm.model, filepath.Base(mf.dir), uint64(budget),
+		engine.PlanCapacity(engine.Capacity{Batch: 1, Samples: *samples, Unlimited: budget == 0}))
 	if err != nil {
 		return err
 	}
@@ -242,6 +247,13 @@ type inferJSON struct {
 	Trajectory   trajectoryJSON   `json:"trajectory"`
 	TimingMs     map[string]int64 `json:"timing_ms"`
 	PromptTokens int              `json:"prompt_tokens"`
+	// Samples are trajectory samples 1 to K−1 (--samples K).
+	Samples []sampleJSON `json:"samples,omitempty"`
+}
+
+type sampleJSON struct {
+	Actions    [][2]float32   `json:"actions"`
+	Trajectory trajectoryJSON `json:"trajectory"`
 }
 
 type trajectoryJSON struct {
@@ -261,6 +273,9 @@ func printJSON(w io.Writer, res *alpamayo.Result, pre time.Duration) error {
 			"diffusion": res.Timing.Diffusion.Milliseconds(), "total": res.Timing.Total.Milliseconds() + pre.Milliseconds(),
 		},
 	}
+	for _, s := range res.Samples {
+		out.Samples = append(out.Samples, sampleJSON{Actions: s.Actions, Trajectory: trajectoryJSON{XYZ: s.XYZ, Rot: s.Rot}})
+	}
 	enc := json.NewEncoder(w)
 	return enc.Encode(out)
 }
@@ -279,6 +294,10 @@ func printPlan(w io.Writer, res *alpamayo.Result, pre time.Duration) {
 		a := res.Actions[i]
 		fmt.Fprintf(w, "  t=%.1fs  x=%7.2f  y=%7.2f  z=%5.2f   accel=%6.2f m/s²  curvature=%7.4f 1/m\n",
 			float64(i+1)*0.1, res.XYZ[i][0], res.XYZ[i][1], res.XYZ[i][2], a[0], a[1])
+	}
+	for i, s := range res.Samples {
+		end := s.XYZ[len(s.XYZ)-1]
+		fmt.Fprintf(w, "sample %d: at t=%.1fs x=%7.2f y=%7.2f\n", i+1, float64(len(s.XYZ))*0.1, end[0], end[1])
 	}
 	fmt.Fprintf(w, "timing: preprocess %d ms, vision %d ms, prefill %d ms (%d tokens), decode %d ms, diffusion %d ms, total %d ms\n",
 		pre.Milliseconds(), res.Timing.Vision.Milliseconds(), res.Timing.Prefill.Milliseconds(), res.PromptTokens,
