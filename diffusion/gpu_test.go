@@ -2,6 +2,7 @@ package diffusion_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 
@@ -89,5 +90,31 @@ func TestCUDAExpertMatchesTransformers(t *testing.T) {
 			fs := scaleDiff(t, "one Euler step's update", vs[:n*2], step)
 			t.Logf("%s: one Euler step through Sample: max |update - v₀| %.2f%% of max |v₀|", name, 100*fs)
 		})
+	}
+}
+
+// TestCUDASampleBatch runs three samples of the reference prefix through
+// one expert pass on the GPU for one Euler step: each is its lone run
+// within 1% of the actions' magnitude (the pass's products span 192 rows,
+// cuBLAS's, where a lone sample's 64 go through vla_gemm_rows: another
+// order of the same sums), and a batch is the same bits run after run.
+func TestCUDASampleBatch(t *testing.T) {
+	rc := loadCaseOn(t, cudatest.Open(t), "alpamayo-expert")
+	ctx := context.Background()
+	const k = 3
+	per := rc.ex.Waypoints() * diffusion.ActionDims
+	p := widePrefix(t, rc, k, rc.pre.Offset)
+	noise := diffusion.GaussianNoise(5, k*per)
+	got, err := rc.ex.SampleBatch(ctx, []diffusion.Draws{{Prefix: p, Samples: k, Noise: noise}}, 1)
+	require.NoError(t, err)
+	again, err := rc.ex.SampleBatch(ctx, []diffusion.Draws{{Prefix: p, Samples: k, Noise: noise}}, 1)
+	require.NoError(t, err)
+	require.Equal(t, got, again, "deterministic")
+	for j := range k {
+		lone, err := rc.ex.Sample(ctx, []diffusion.Prefix{p}, diffusion.SampleOptions{Noise: noise[j*per : (j+1)*per], Steps: 1})
+		require.NoError(t, err)
+		d := scaleDiff(t, fmt.Sprintf("sample %d of %d against its lone run", j, k), lone[0], got[0][j])
+		t.Logf("sample %d of %d: max |batch - lone| %.3g of the actions' magnitude", j, k, d)
+		require.LessOrEqual(t, d, 0.01)
 	}
 }
