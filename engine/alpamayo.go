@@ -68,7 +68,7 @@ func (c Capacity) slots() int { return max(c.Batch, 1) * max(c.Samples, 1) }
 
 // PlanCapacity sets what the model's plan holds at once; batches larger
 // than it are run in parts, and a request with more samples than it holds
-// is refused (unsupported).
+// is refused (unsupported). Without a budget any batch fits.
 func PlanCapacity(c Capacity) Setting { return func(s *settings) { s.capacity = c } }
 
 // MaxRequestPixels sets the budget of one request's frames (see
@@ -136,6 +136,9 @@ func NewAlpamayo(m *alpamayo.Model, name string, budget uint64, opts ...Setting)
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	e := &Alpamayo{model: m, name: name, proc: proc, budget: budget, cap: st.capacity}
+	if budget == 0 {
+		e.cap.Unlimited = true // no budget: any batch fits
+	}
 	if _, ok := m.Backend().(backend.ImagePrep); ok && !st.host {
 		if e.dev, err = proc.OnDevice(m.Backend()); err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
