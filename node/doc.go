@@ -17,7 +17,9 @@
 // # Requests
 //
 // A request is decoded and checked against the model on the endpoint's
-// subscription goroutine, then queued; one worker runs the engine. Every
+// subscription goroutine, then queued; one worker runs the engine, one
+// request at a time or, with a BatchEngine and WithBatch, the requests
+// waiting together (each still answered with its own reply). Every
 // request that has a reply subject is answered exactly once, with a Plan or
 // an Error:
 //
