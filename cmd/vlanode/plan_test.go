@@ -207,3 +207,53 @@ func TestPlanAlpamayo15_10B(t *testing.T) {
 		assert.InDelta(t, a.PredictedMs["total"], b.PredictedMs["total"], 0.5)
 	}
 }
+
+// TestPlanBatch: plan --batch and --samples plan the batch, state the
+// largest batch that fits and the predicted plans/s; a batch that does
+// not fit exits 1 naming the largest that does; bad values are usage
+// errors.
+func TestPlanBatch(t *testing.T) {
+	dir := configOnly(t, synth.AlpamayoR1_10B)
+	var out struct {
+		MinBudgetBytes int64   `json:"min_budget_bytes"`
+		LargestBatch   int     `json:"largest_batch"`
+		PlansPerS      float64 `json:"plans_per_s"`
+		Workload       struct {
+			Batch   int `json:"batch"`
+			Samples int `json:"samples"`
+		} `json:"workload"`
+		Stages []struct {
+			Stage    string  `json:"stage"`
+			Rows     int     `json:"rows"`
+			CPUShare float64 `json:"cpu_share"`
+		} `json:"stages"`
+	}
+	code, stdout, stderr := runCmd("plan", "--json", "--model", dir, "--budget", "8GiB", "--batch", "4", "--samples", "2")
+	require.Equal(t, 0, code, stderr)
+	require.NoError(t, json.Unmarshal([]byte(stdout), &out))
+	assert.Equal(t, 4, out.Workload.Batch)
+	assert.Equal(t, 2, out.Workload.Samples)
+	assert.GreaterOrEqual(t, out.LargestBatch, 4)
+	assert.Positive(t, out.PlansPerS)
+	for _, s := range out.Stages {
+		assert.Zero(t, s.CPUShare, "a batch plans no CPU share (%s)", s.Stage)
+		if s.Stage == "diffusion" {
+			assert.Equal(t, 4*2*64, s.Rows, "every sample's action tokens in one pass")
+		}
+	}
+	one := planJSONOf(t, "--model", dir, "--budget", "8GiB")
+	assert.Greater(t, out.MinBudgetBytes, one.MinBudgetBytes)
+
+	code, stdout, stderr = runCmd("plan", "--model", dir, "--budget", "8GiB", "--batch", "8")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "batch 8 requests × 1 trajectory samples (largest batch that fits the budget: ")
+
+	code, _, stderr = runCmd("plan", "--model", dir, "--budget", "8GiB", "--batch", "64")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "a batch of 64 requests of 1 trajectory samples does not fit")
+	assert.Contains(t, stderr, "the largest that fits is")
+	for _, bad := range [][]string{{"--batch", "0"}, {"--samples", "17"}} {
+		code, _, _ = runCmd(append([]string{"plan", "--model", dir}, bad...)...)
+		assert.Equal(t, 2, code, "%v", bad)
+	}
+}
