@@ -295,8 +295,9 @@ func (e *Expert) inProj() error {
 // after prefix p, their keys and values at cache rows [at, at+Waypoints).
 // A pass over several groups runs every unit once over all their rows.
 type group struct {
-	p  *Prefix
-	at int
+	p    *Prefix
+	at   int
+	draw int // the Draws it samples for: its rows run with that Draws' alone
 }
 
 // solo is the one group of a pass over one sample: its rows right after
@@ -309,7 +310,7 @@ func groupsOf(prefixes []Prefix, samples []int, waypoints int) []group {
 	var gs []group
 	for i := range prefixes {
 		for j := range samples[i] {
-			gs = append(gs, group{p: &prefixes[i], at: prefixes[i].Len + j*waypoints})
+			gs = append(gs, group{p: &prefixes[i], at: prefixes[i].Len + j*waypoints, draw: i})
 		}
 	}
 	return gs
@@ -364,38 +365,106 @@ func (g group) span() qwen3.Span {
 }
 
 // compute runs action_in_proj, the layers and the final norm on the
-// uploaded inputs (and with out action_out_proj), each unit once over
-// every group's rows.
+// uploaded inputs (and with out action_out_proj), each unit once a pass.
+// Within a unit's turn each Draws' rows compute in turn, over their own
+// view of the activations: a Draws' samples run together (one product over
+// their rows, the attention per sample), with the shapes they have when
+// that Draws runs alone, so that a batch of requests gives each the bits
+// it gets alone.
 func (e *Expert) compute(ctx context.Context, gs []group, out bool) error {
-	s, be := e.s, e.be
-	if err := e.inProj(); err != nil {
+	be := e.be
+	runs, err := e.runsOf(gs)
+	if err != nil {
 		return err
+	}
+	each := func(f func(r drawRun) error) func() error {
+		return func() error {
+			for _, r := range runs {
+				if err := f(r); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	if err := models.Do(e.Exec, e.inUnit, each(func(r drawRun) error { return e.InProj.Forward(be, r.s.x, r.s.feats, r.s) })); err != nil {
+		return fmt.Errorf("diffusion: %w", err)
 	}
 	for i, l := range e.Layers {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		kc, vc, span := gs[0].p.Cache[i].K, gs[0].p.Cache[i].V, gs[0].span()
-		if len(gs) > 1 {
-			span = qwen3.Span{Groups: make([]qwen3.Group, len(gs))}
-			for j, g := range gs {
-				span.Groups[j] = qwen3.Group{Rows: e.Waypoints(), K: g.p.Cache[i].K, V: g.p.Cache[i].V, Span: g.span()}
-			}
+		lu := e.layerUnits[i]
+		err := models.Do(e.Exec, lu.Attn, each(func(r drawRun) error {
+			kc, vc, span := r.span(i, e.Waypoints())
+			return l.Attention(be, r.s.x, kc, vc, span, r.s.layer)
+		}))
+		if err == nil {
+			err = models.Do(e.Exec, lu.MLP, each(func(r drawRun) error { return l.MLP(be, r.s.x, r.s.layer, lu.MLP.Split()) }))
 		}
-		if err := e.layerUnits[i].Forward(e.Exec, be, l, s.x, kc, vc, span, s.layer); err != nil {
+		if err != nil {
 			return fmt.Errorf("diffusion: expert layer %d: %w", i, err)
 		}
 	}
-	return models.Do(e.Exec, e.headUnit, func() error {
-		if err := be.RMSNorm(s.h, s.x, e.Norm, float32(e.Config.Expert.RMSNormEps)); err != nil {
+	return models.Do(e.Exec, e.headUnit, each(func(r drawRun) error {
+		if err := be.RMSNorm(r.s.h, r.s.x, e.Norm, float32(e.Config.Expert.RMSNormEps)); err != nil {
 			return fmt.Errorf("diffusion: expert final norm: %w", err)
 		}
 		if !out {
 			return nil
 		}
-		if err := be.MatMul(s.out, s.h, e.OutProj.W, e.OutProj.B); err != nil {
+		if err := be.MatMul(r.s.out, r.s.h, e.OutProj.W, e.OutProj.B); err != nil {
 			return fmt.Errorf("diffusion: action_out_proj: %w", err)
 		}
 		return nil
-	})
+	}))
+}
+
+// drawRun is one Draws' samples in a pass: their groups and their rows'
+// view of the activations (the whole scratch when the pass has one).
+type drawRun struct {
+	gs []group
+	s  *scratch
+}
+
+// runsOf splits a pass's groups by Draws, each with its rows' view of
+// e.s.
+func (e *Expert) runsOf(gs []group) ([]drawRun, error) {
+	var runs []drawRun
+	for i, g := range gs {
+		if i == 0 || g.draw != gs[i-1].draw {
+			runs = append(runs, drawRun{})
+		}
+		r := &runs[len(runs)-1]
+		r.gs = append(r.gs, g)
+	}
+	if len(runs) == 1 {
+		runs[0].s = e.s
+		return runs, nil
+	}
+	row := 0
+	for i := range runs {
+		n := len(runs[i].gs) * e.Waypoints()
+		s, err := e.s.rows(e.be, row, n)
+		if err != nil {
+			return nil, err
+		}
+		runs[i].s, row = s, row+n
+	}
+	return runs, nil
+}
+
+// span is where a run's rows sit in layer i's cache and what they attend
+// to: one sample's span over its prefix's cache, or each sample's
+// (qwen3.Span.Groups).
+func (r drawRun) span(i, waypoints int) (kc, vc backend.Tensor, span qwen3.Span) {
+	g := r.gs[0]
+	kc, vc, span = g.p.Cache[i].K, g.p.Cache[i].V, g.span()
+	if len(r.gs) > 1 {
+		span = qwen3.Span{Groups: make([]qwen3.Group, len(r.gs))}
+		for j, g := range r.gs {
+			span.Groups[j] = qwen3.Group{Rows: waypoints, K: g.p.Cache[i].K, V: g.p.Cache[i].V, Span: g.span()}
+		}
+	}
+	return kc, vc, span
 }

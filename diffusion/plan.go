@@ -12,8 +12,8 @@ import (
 // Fourier frequencies stay on the host), each expert layer's attention and
 // MLP parts (module placement.Expert, over the prompt, the reasoning and
 // the action tokens), then the final norm with action_out_proj. Each runs
-// once an Euler step over the action tokens of every sample of every
-// sequence (g.ExpertRows).
+// once an Euler step over the action tokens of every trajectory sample of
+// a sequence (g.ExpertRows), once for each sequence of a batch.
 func PlanUnits(expert *configs.Qwen3, in *configs.ActionInProjConfig, g placement.Geometry) []placement.Unit {
 	if !g.Diffusion {
 		return nil

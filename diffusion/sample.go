@@ -97,19 +97,22 @@ type Draws struct {
 }
 
 // SampleBatch runs flow matching for every sample of every Draws
-// together: each Euler step runs each unit of the expert once over all
-// their action tokens (Samples·Waypoints rows of each Draws), so that a
-// streamed unit is copied once a step for all of them; the norms, rotary
-// embedding and attention run per sample, each over its own prefix as it
-// would alone (qwen3.Span.Groups). steps overrides the config's Euler
-// steps when positive. It returns each Draws' samples' normalised actions
-// [Samples][Waypoints·2].
+// together: each Euler step runs each unit of the expert once, so that a
+// streamed unit is copied once a step for all of them. Within a unit's
+// turn each Draws computes in turn over its own rows, as it would alone:
+// its samples' action tokens in one product (Samples·Waypoints rows), the
+// norms, rotary embedding and attention per sample, each over its own
+// rows of its prefix's cache (qwen3.Span.Groups). steps overrides the
+// config's Euler steps when positive. It returns each Draws' samples'
+// normalised actions [Samples][Waypoints·2].
 //
-// A lone sample runs exactly as Sample runs it. With several, every
-// sample's result is its lone run's up to the backend's matrix products
-// over more rows: bit-identical on a backend whose products compute each
-// row alone (cpu), within rounding where a GEMM's algorithm depends on the
-// rows (cuBLAS may pick another one for 384 rows than for 64).
+// Each Draws' results are those of SampleBatch over that Draws alone, bit
+// for bit on every backend; one sample's are Sample's. Sample j > 0 of a
+// Draws is a lone sample of its noise up to the products over more rows:
+// bit-identical on a backend whose products compute each row alone (cpu),
+// within rounding where a GEMM's algorithm depends on the rows (cuBLAS
+// picks another for 384 rows than vla_gemm_rows for 64); sample 0 of K is
+// that too, which is what the tests bound.
 func (e *Expert) SampleBatch(ctx context.Context, draws []Draws, steps int) ([][][]float32, error) {
 	per := e.Waypoints() * ActionDims
 	var x []float32

@@ -67,3 +67,25 @@ func (s *scratch) free(be backend.Backend) {
 	}
 	s.allocated = nil
 }
+
+// rows is a view of rows [lo, lo+n) of the scratch (its activations, and
+// its layers' with their rotary tables), for one Draws' samples of a pass
+// over several: computed with the shapes they have alone. It owns nothing
+// and must not outlive s.
+func (s *scratch) rows(be backend.Backend, lo, n int) (*scratch, error) {
+	v := &scratch{t: n}
+	for _, a := range []struct{ dst, src *backend.Tensor }{
+		{&v.feats, &s.feats}, {&v.mlpA, &s.mlpA}, {&v.mlpB, &s.mlpB}, {&v.x, &s.x}, {&v.h, &s.h}, {&v.out, &s.out},
+	} {
+		t, err := be.Rows(*a.src, lo, n)
+		if err != nil {
+			return nil, fmt.Errorf("diffusion: rows [%d, %d) of the activations: %w", lo, lo+n, err)
+		}
+		*a.dst = t
+	}
+	var err error
+	if v.layer, err = s.layer.Rows(be, lo, n); err != nil {
+		return nil, fmt.Errorf("diffusion: %w", err)
+	}
+	return v, nil
+}

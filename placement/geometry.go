@@ -19,8 +19,9 @@ type Geometry struct {
 	// Seqs is the number of sequences run together (Workload.Seqs): the
 	// vision, prefill and decode computes of a unit run once for each.
 	Seqs int
-	// ExpertRows are the expert's rows per pass: every sample of every
-	// sequence, in one product.
+	// ExpertRows are the expert's rows per pass of one sequence: every
+	// trajectory sample's action tokens, in one product (a batch's
+	// sequences each run theirs in turn).
 	ExpertRows int
 }
 
@@ -35,7 +36,7 @@ func NewGeometry(w Workload, mergeUnit int, expert bool) Geometry {
 		DecodeCtx:  float64(w.PromptTokens) + float64(w.ReasoningTokens)/2,
 		ExpertCtx:  w.PromptTokens + w.ReasoningTokens + w.ActionTokens,
 		Seqs:       w.Seqs(),
-		ExpertRows: w.ActionTokens * w.SamplesEach() * w.Seqs(),
+		ExpertRows: w.ActionTokens * w.SamplesEach(),
 	}
 	if g.Vision {
 		g.Patches = w.Patches()
@@ -56,11 +57,10 @@ func (g Geometry) Passes(s Stage) int {
 }
 
 // Work is a unit's work in stage s over rows rows with tensors ts, plus
-// extra FLOPs (attention): one sequence's, run Seqs times a pass but in
-// the diffusion stage, whose rows are every sequence's already.
+// extra FLOPs (attention): one sequence's, run Seqs times a pass.
 func (g Geometry) Work(s Stage, ts []Tensor, rows int, extra float64) Work {
 	w := Work{Stage: s, Passes: g.Passes(s), Rows: rows, FLOPs: MatrixFLOPs(ts, rows) + extra}
-	if s != StageDiffusion {
+	if g.Seqs > 1 {
 		w.Seqs = g.Seqs
 	}
 	return w

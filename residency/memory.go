@@ -178,13 +178,15 @@ func (a *Arch) expertScratch(g placement.Geometry) int64 {
 }
 
 // wideExpertScratch is the scratch of a pass over several samples' rows
-// (g.ExpertRows), which diffusion.Expert.SampleBatch allocates beside the
-// one-sample scratch for the diffusion stage; 0 for one sample.
+// (every sequence's g.ExpertRows), which diffusion.Expert.SampleBatch
+// allocates beside the one-sample scratch for the diffusion stage; 0 for
+// one sample.
 func (a *Arch) wideExpertScratch(g placement.Geometry) int64 {
-	if g.ExpertRows <= g.W.ActionTokens {
+	rows := int64(g.ExpertRows) * int64(g.Seqs)
+	if rows <= int64(g.W.ActionTokens) {
 		return 0
 	}
-	return int64(g.ExpertRows) * a.expertCols()
+	return rows * a.expertCols()
 }
 
 // expertCols are the floats of diffusion's scratch per action token.

@@ -238,7 +238,7 @@ func TestPlanBatch(t *testing.T) {
 	for _, s := range out.Stages {
 		assert.Zero(t, s.CPUShare, "a batch plans no CPU share (%s)", s.Stage)
 		if s.Stage == "diffusion" {
-			assert.Equal(t, 4*2*64, s.Rows, "every sample's action tokens in one pass")
+			assert.Equal(t, 2*64, s.Rows, "a request's samples' action tokens in one product")
 		}
 	}
 	one := planJSONOf(t, "--model", dir, "--budget", "8GiB")

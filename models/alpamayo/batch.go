@@ -20,13 +20,11 @@ import (
 // one executor run: the vision pass over every request's images, the
 // prefill of every prompt, the decode steps of every sequence in lockstep
 // (a sequence that ends drops out; the others' steps go on unchanged) and
-// the expert over every trajectory sample's rows at each Euler step, each
-// streamed unit copied once a pass for all of them. Each sequence's
-// vision, prefill and decode computes run one after the other inside the
-// unit's turn, with the shapes they have alone: their results are the lone
-// run's, bit for bit. The expert runs one product over every sample's rows
-// (diffusion.Expert.SampleBatch): bit for bit the lone run's on the cpu
-// backend, within cuBLAS's rounding on the GPU.
+// the expert at each Euler step, each streamed unit copied once a pass for
+// all of them. Each sequence's computes run one after the other inside the
+// unit's turn, with the shapes they have alone (its trajectory samples in
+// one product, diffusion.Expert.SampleBatch): every result is the lone
+// run's, bit for bit.
 //
 // Run one at a time instead, each through Infer: questions and guided
 // requests (their passes differ), and every request when the model runs

@@ -102,6 +102,26 @@ func (p *SharedScratch) Free() {
 	clear(p.by)
 }
 
+// Rows is a view of rows [lo, lo+n) of the scratch: its activations and
+// rotary tables, for a call over those rows of a larger one's input (a
+// batch's sequence, run with the shapes it has alone). The view owns
+// nothing: freeing it frees nothing, and it must not outlive s. It has no
+// hand-off to the CPU of its own.
+func (s *Scratch) Rows(be backend.Backend, lo, n int) (*Scratch, error) {
+	v := &Scratch{t: n, scale: s.scale}
+	for _, a := range []struct{ dst, src *backend.Tensor }{
+		{&v.h, &s.h}, {&v.q, &s.q}, {&v.attn, &s.attn}, {&v.k, &s.k}, {&v.v, &s.v},
+		{&v.gate, &s.gate}, {&v.up, &s.up}, {&v.cos, &s.cos}, {&v.sin, &s.sin},
+	} {
+		t, err := be.Rows(*a.src, lo, n)
+		if err != nil {
+			return nil, fmt.Errorf("qwen3: rows [%d, %d) of the activations: %w", lo, lo+n, err)
+		}
+		*a.dst = t
+	}
+	return v, nil
+}
+
 // Tokens is the number of tokens T the scratch holds.
 func (s *Scratch) Tokens() int { return s.t }
 
