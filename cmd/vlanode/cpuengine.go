@@ -11,15 +11,14 @@ import (
 
 // newCPUEngine starts the CPU engine's backend: the bf16 kernels on
 // threads pinned workers (0: every core but two, which stay with the Go
-// runtime and the CUDA driver's threads; with isolate the process's other
-// threads move there while the engine lives), and a small Go pool for the
-// rest of a share's ops (the norm, the copies). The returned function
-// closes both.
-func newCPUEngine(threads int, isolate bool) (*cpu.Backend, func() error, error) {
+// runtime and the CUDA driver's threads), and a small Go pool for the rest
+// of a share's ops (the norm, the copies). The returned function closes
+// both.
+func newCPUEngine(threads int) (*cpu.Backend, func() error, error) {
 	if threads <= 0 {
 		threads = max(1, runtime.NumCPU()-2)
 	}
-	pool, err := kern.NewPool(kern.Options{Threads: threads, Isolate: isolate})
+	pool, err := kern.NewPool(kern.Options{Threads: threads})
 	if err != nil {
 		return nil, nil, fmt.Errorf("the CPU engine's kernels: %w", err)
 	}

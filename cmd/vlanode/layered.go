@@ -30,14 +30,12 @@ type planOpts struct {
 	exact      bool
 	kind       string
 	cpuThreads int
-	cpuIsolate bool
 }
 
 func (o *planOpts) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.exact, "exact", false, "forbid CPU shards: the GPU computes every unit, and plans stay bit-identical across budgets")
 	fs.StringVar(&o.kind, "plan-kind", "", "force one plan for every stage that streams: gpu-only, static (MLPs on the CPU) or dynamic (MLPs split between CPU and GPU); default: the cheapest per stage")
 	fs.IntVar(&o.cpuThreads, "cpu-threads", 0, "threads of the CPU engine that computes CPU shards (default: all cores but two)")
-	fs.BoolVar(&o.cpuIsolate, "cpu-isolate", true, "while the CPU engine runs, move the process's other threads (Go's, the CUDA driver's, frame decoding) to the cores it leaves, so that none preempts its workers")
 }
 
 // options are the planner's options.
@@ -174,7 +172,7 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 	b.closers = append(b.closers, be.Close)
 	lay := &alpamayo.Layering{Plan: plan, Mode: mode, Profile: s.profile}
 	if planUsesCPU(plan) {
-		engine, closeEngine, err := newCPUEngine(s.layers.cpuThreads, s.layers.cpuIsolate)
+		engine, closeEngine, err := newCPUEngine(s.layers.cpuThreads)
 		if err != nil {
 			return nil, errors.Join(err, b.Close())
 		}

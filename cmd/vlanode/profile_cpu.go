@@ -34,7 +34,7 @@ var cpuTiers = []int{1, 4, 16, 64, 512}
 // the two give the tier's bandwidth (their difference) and its cost per
 // call (what is left).
 func measureCPU(p *residency.Profile, threads int, log io.Writer) error {
-	engine, closeEngine, err := newCPUEngine(threads, true) // as the executor runs it by default
+	engine, closeEngine, err := newCPUEngine(threads)
 	if err != nil {
 		return err
 	}

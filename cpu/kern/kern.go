@@ -162,11 +162,6 @@ type Options struct {
 	// WorkerSpin and CallerSpin bound busy waiting before a futex sleep;
 	// 0 means the defaults.
 	WorkerSpin, CallerSpin time.Duration
-	// Isolate moves every other thread of the process (the Go runtime's,
-	// the CUDA driver's) to the CPUs the workers leave, while the pool
-	// runs; Close moves them back. Nothing moves when the workers take
-	// every CPU the process may use.
-	Isolate bool
 }
 
 // Pool is a set of pinned worker threads that run one operation at a time.
@@ -176,11 +171,10 @@ type Pool struct {
 	mu     sync.Mutex
 	c      *C.kern_pool // nil once closed
 	cpus   []int
-	iso    *isolation // Options.Isolate: undone by Close
-	forced Path       // Options.Path
-	small  Path       // Auto's path below amxMin rows
-	amx    bool       // Auto may use AMX
-	amxErr error      // why not, when the CPU has AMX but Linux refused it
+	forced Path  // Options.Path
+	small  Path  // Auto's path below amxMin rows
+	amx    bool  // Auto may use AMX
+	amxErr error // why not, when the CPU has AMX but Linux refused it
 	amxMin int
 	// Knobs that tests and benchmarks set: the AMX path's K chunk in
 	// columns (a multiple of 32) and the AVX-512/AMX software prefetch
@@ -258,18 +252,10 @@ func NewPool(o Options) (*Pool, error) {
 	for i, c := range cpus {
 		unsafe.Slice(ccpus, n)[i] = C.int(c)
 	}
-	if o.Isolate {
-		// Before the workers start: they pin themselves to their CPUs.
-		iso, err := isolate(cpus)
-		if err != nil {
-			return nil, err
-		}
-		p.iso = iso
-	}
 	var msg [256]C.char
 	if rc := C.kern_pool_new(ccpus, C.int(n), C.int64_t(ws.Nanoseconds()), C.int64_t(cs.Nanoseconds()),
 		&p.c, &msg[0], C.int(len(msg))); rc != 0 {
-		return nil, errors.Join(fmt.Errorf("kern: new pool on CPUs %v: %s: %w", cpus, C.GoString(&msg[0]), syscall.Errno(rc)), p.iso.undo())
+		return nil, fmt.Errorf("kern: new pool on CPUs %v: %s: %w", cpus, C.GoString(&msg[0]), syscall.Errno(rc))
 	}
 	return p, nil
 }
@@ -283,9 +269,7 @@ func (p *Pool) Close() error {
 	}
 	C.kern_pool_free(p.c)
 	p.c = nil
-	err := p.iso.undo()
-	p.iso = nil
-	return err
+	return nil
 }
 
 // Threads is the number of workers.
