@@ -70,9 +70,9 @@ type StagePlan struct {
 	// EntryMs is the profile's calibrated cost of the stage beyond the
 	// simulation (Profile.StageEntryMs), for a stage that copies anything.
 	EntryMs float64 `json:"entry_ms,omitempty"`
-	CopyMs      float64 `json:"copy_ms"`
-	GPUMs       float64 `json:"gpu_ms"`
-	CPUMs       float64 `json:"cpu_ms"`
+	CopyMs  float64 `json:"copy_ms"`
+	GPUMs   float64 `json:"gpu_ms"`
+	CPUMs   float64 `json:"cpu_ms"`
 	// EnterBytes are copied into homes in the stage's first pass (units
 	// whose home starts with it).
 	EnterBytes int64 `json:"enter_bytes"`
