@@ -29,6 +29,7 @@ func commands() map[string]command {
 		"serve":    {"serve plans over NATS (an embedded NATS server unless --nats-url)", serveCommand(alpamayoSpec())},
 		"replay":   {"play a recorded clip into a node and summarize its answers", runReplay},
 		"record":   {"store a node's frames, requests and plans in a JetStream stream", runRecord},
+		"budget":   {"report or change a serving node's VRAM budget (vla.<node>.control)", runBudget},
 		"synth":    {"write a checkpoint of random weights in a real model's layout", runSynth},
 		"bench":    {"run the standard workload at several VRAM budgets: latency per stage vs prediction and bound, peak memory, Accelerate", runBench},
 		"profile":  {"measure the GPU for the planner (copy bandwidth, GEMV/GEMM rates, fixed memory, every unit's compute): a profile JSON", runProfile},
