@@ -210,6 +210,11 @@ func (n *Node) startControl() error {
 	if err != nil {
 		return fmt.Errorf("node: subscribing to control: %w", err)
 	}
+	// Control requests are small and rare: bounded as the micro
+	// protocol's subjects are (docs/node.md, "Memory").
+	if err := sub.SetPendingLimits(controlPendingMsgs, controlPendingBytes); err != nil {
+		return fmt.Errorf("node: subscribing to control: %w", err)
+	}
 	n.controlSub = sub
 	if a := n.opts.Control.auto(); a != nil {
 		n.auto.Store(a.On)
