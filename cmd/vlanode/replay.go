@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"vlanode/msgs"
 	"vlanode/node"
@@ -106,24 +105,10 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			progress: !*noProgress, asJSON: *asJSON,
 		}, stdout, stderr)
 	}
-	source := sources[0]
-	var src replay.Source
-	if stream, ok := strings.CutPrefix(source, streamPrefix); ok {
-		js, err := jetstream.New(nc)
-		if err != nil {
-			return err
-		}
-		s, err := replay.OpenStream(ctx, js, stream)
-		if err != nil {
-			return err
-		}
-		src = s
-	} else {
-		f, err := replay.OpenFolder(source, replay.FolderConfig{Info: peer.Info, Every: *every})
-		if err != nil {
-			return err
-		}
-		src = f
+	source := clips[0].Name
+	src, err := clips[0].Open(ctx)
+	if err != nil {
+		return err
 	}
 	defer src.Close()
 	cfg := replay.Config{

@@ -279,6 +279,14 @@ func TestReplayManyCommand(t *testing.T) {
 	assert.Equal(t, 2, sum.Summary.Clips)
 	assert.Positive(t, sum.Summary.PlansPerS)
 
+	// A folder holding one clip folder is that clip, played in real time.
+	one := t.TempDir()
+	require.NoError(t, os.Rename(writeCLIClip(t, 4), filepath.Join(one, "only")))
+	code, stdout, stderr = runCLI("replay", "--nats-url", url, "--node", "cli", "--fast", "--no-progress", one)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "replaying "+filepath.Join(one, "only")+" into node cli")
+	assert.Contains(t, stdout, "plans: 3")
+
 	code, _, stderr = runCLI("replay", "--nats-url", url, "--node", "cli", "--concurrency", "2", "--speed", "2", root)
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "--speed does not apply to offline evaluation")
