@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"vlanode/cuda"
@@ -71,15 +72,17 @@ type servedModel struct {
 	settings []engine.Setting
 	log      io.Writer
 
-	mu  sync.RWMutex // Infer and Info read; Rebudget and Close write
+	mu  sync.RWMutex // Infer reads; Rebudget and Close write
 	eng *engine.Alpamayo
 	bm  *budgeted
-	// info is the model's description from the first load, kept for
-	// while no model is loaded.
-	info node.EngineInfo
 	// broken says why no model is loaded: neither the new budget nor the
 	// old one could be loaded again.
 	broken error
+
+	// info is what Info returns: the model, the budget it was loaded
+	// within and its plan's summary, replaced once a load is done, so
+	// that Status never waits for a re-plan.
+	info atomic.Pointer[node.EngineInfo]
 }
 
 var (
@@ -105,7 +108,9 @@ func (s *servedModel) load(budget uint64) error {
 		return errors.Join(err, bm.Close())
 	}
 	s.spec, s.eng, s.bm, s.broken = sp, eng, bm, nil
-	s.info = eng.Info()
+	info := eng.Info()
+	info.Plan = planSummary(bm)
+	s.info.Store(&info)
 	return nil
 }
 
@@ -120,17 +125,9 @@ func (s *servedModel) unload() error {
 	return err
 }
 
-// Info describes the model, its budget and the plan's summary.
-func (s *servedModel) Info() node.EngineInfo {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	i := s.info
-	i.BudgetBytes = uint64(s.spec.budget)
-	if s.bm != nil {
-		i.Plan = planSummary(s.bm)
-	}
-	return i
-}
+// Info describes the model, the budget it serves within and the plan's
+// summary; during a re-plan, those of the model that was loaded.
+func (s *servedModel) Info() node.EngineInfo { return *s.info.Load() }
 
 // Infer runs one inference (node.Engine).
 func (s *servedModel) Infer(ctx context.Context, obs *node.Observation) (*msgs.Plan, error) {
@@ -191,7 +188,9 @@ func (s *servedModel) Rebudget(ctx context.Context, budget uint64) error {
 	}
 	if errBack := s.load(old); errBack != nil {
 		s.broken = fmt.Errorf("loading within %s failed (%w), and within the old %s too (%w)", budgetText(int64(budget)), err, budgetText(int64(old)), errBack)
-		s.spec.budget = int64(old)
+		info := *s.info.Load()
+		info.Plan = nil // no plan is loaded
+		s.info.Store(&info)
 		return s.broken
 	}
 	return fmt.Errorf("loading within %s: %w; serving within %s again", budgetText(int64(budget)), err, budgetText(int64(old)))
@@ -207,7 +206,10 @@ func (s *servedModel) Close() error {
 
 // planSummary is the Status's summary of a loaded plan.
 func planSummary(b *budgeted) *msgs.PlanSummary {
-	sum := &msgs.PlanSummary{Mode: b.mode.String(), PredictedMs: b.plan.TotalMs}
+	sum := &msgs.PlanSummary{Mode: b.mode.String()}
+	if b.be.Name() == "cuda" { // the plan predicts the profiled GPU's time
+		sum.PredictedMs = b.plan.TotalMs
+	}
 	for _, u := range b.plan.Units {
 		switch u.Weights {
 		case placement.Resident:

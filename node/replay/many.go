@@ -115,7 +115,7 @@ feed:
 	close(next)
 	wg.Wait()
 	total.Elapsed = time.Since(start)
-	if bar != nil {
+	if bar != nil && !bar.IsFinished() {
 		bar.Finish()
 	}
 	return total, ctx.Err()
