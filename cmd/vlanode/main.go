@@ -27,7 +27,7 @@ func commands() map[string]command {
 		"infer":    {"run a VLA model on camera images: trajectory and reasoning", runInfer},
 		"clip":     {"write a synthetic driving clip (camera folders + ego.csv) for replay", runClip},
 		"serve":    {"serve plans over NATS (an embedded NATS server unless --nats-url)", serveCommand(alpamayoSpec())},
-		"replay":   {"play a recorded clip into a node and summarize its answers", runReplay},
+		"replay":   {"play a recorded clip into a node and summarize its answers; many clips at once for offline evaluation (plans/s, JSON lines)", runReplay},
 		"record":   {"store a node's frames, requests and plans in a JetStream stream", runRecord},
 		"budget":   {"report or change a serving node's VRAM budget (vla.<node>.control)", runBudget},
 		"synth":    {"write a checkpoint of random weights in a real model's layout", runSynth},
