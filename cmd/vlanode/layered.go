@@ -144,23 +144,40 @@ type budgetSpec struct {
 // budget, opens the backend with its allocator limited to the budget, and
 // loads the model with the plan's placement.
 func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
-	arch, err := loadArch(s.dir, s.vlm)
+	plan, mode, err := planBudgeted(s)
 	if err != nil {
 		return nil, err
 	}
+	return loadPlanned(s, plan, mode, log)
+}
+
+// planBudgeted plans the checkpoint for the standard workload within the
+// budget and picks the executor's mode; it reads only the configs and
+// the profile. A budget below the plan's minimum is refused with it.
+func planBudgeted(s budgetSpec) (*residency.Plan, layering.Mode, error) {
+	arch, err := loadArch(s.dir, s.vlm)
+	if err != nil {
+		return nil, 0, err
+	}
 	prof, _, err := loadProfile(s.layers.profile)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	w := placement.StandardWorkload()
 	plan, err := residency.NewPlan(arch, alpamayo.PlanUnits(arch, w), w, prof, s.budget, s.layers.options())
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	mode, err := s.layers.resolveMode(plan)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	return plan, mode, nil
+}
+
+// loadPlanned opens the backend with its allocator limited to the budget
+// and loads the model with the plan's placement.
+func loadPlanned(s budgetSpec, plan *residency.Plan, mode layering.Mode, log io.Writer) (*budgeted, error) {
 	b := &budgeted{plan: plan, mode: mode}
 	// The CUDA allocator charges the context and the cuBLAS handle to the
 	// budget itself, as the plan does.
@@ -198,7 +215,7 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 		predicted = fmt.Sprintf(", predicted %.0f ms for the standard workload", plan.TotalMs)
 	}
 	fmt.Fprintf(log, "vlanode: %s within %s: %d units resident, %d streamed (%s mode)%s\n",
-		arch.Name, budgetText(s.budget), residentUnits(plan), streamedUnits(plan), mode, predicted)
+		plan.Model, budgetText(s.budget), residentUnits(plan), streamedUnits(plan), mode, predicted)
 	return b, nil
 }
 
