@@ -60,10 +60,10 @@ func sampleStage(plan *residency.Plan, s placement.Stage, turns []layering.Turn,
 }
 
 // apply sets the CPU section's rate for the sample's tier (the tier
-// whose rows are nearest: the one the planner reads for it) and the copy
-// rate while the CPU computes to what the executor measured: the rate from
-// the compute time less the tier's cost per call, the copy rate from the
-// copy stream's busy time. It returns what changed, for the log and the
+// whose rows are nearest: the one the planner reads for it), scaling its
+// compute roof with it, and the copy rate while the CPU computes to what
+// the executor measured: the rate from the compute time less the tier's
+// cost per call, the copy rate from the copy stream's busy time. It returns what changed, for the log and the
 // profile's source.
 func (s coexecSample) apply(c *residency.CPUProfile) (string, error) {
 	if c == nil || len(c.Rates) == 0 {
@@ -84,6 +84,10 @@ func (s coexecSample) apply(c *residency.CPUProfile) (string, error) {
 	h2d := float64(s.CopyBytes) / (s.CopyMs * 1e6)
 	note := fmt.Sprintf("%d-row rate %.1f → %.1f GB/s (%d tasks, %.1f ms, %.2f GB), copies while it computes %.1f → %.1f GB/s (%.2f GB in %.1f ms)",
 		r.Rows, r.GBps, gbps, s.Tasks, s.CPUMs, float64(s.CPUBytes)/1e9, c.H2DBusyGBps, h2d, float64(s.CopyBytes)/1e9, s.CopyMs)
+	// The tier's compute roof moves with it: the loop measured both from
+	// the same calls, and at few rows its FLOP rate is its byte rate in
+	// FLOPs (a roof left behind would cap the new rate: CPUProfile.Ms).
+	r.TFLOPs *= gbps / r.GBps
 	r.GBps, c.H2DBusyGBps = gbps, h2d
 	return note, nil
 }

@@ -36,6 +36,7 @@ func TestCalibrateSample(t *testing.T) {
 	note, err := s.apply(cpu)
 	require.NoError(t, err)
 	assert.InDelta(t, 6e9/59e6, cpu.Rates[0].GBps, 1e-9, "6 GB in 60 ms less two calls of 0.5 ms")
+	assert.InDelta(t, 6e9/59e6/50, cpu.Rates[0].TFLOPs, 1e-9, "the compute roof scaled with the rate")
 	assert.InDelta(t, 100, cpu.H2DBusyGBps, 1e-9, "9 GB in 90 ms")
 	assert.Equal(t, 40.0, cpu.Rates[1].GBps, "the other tier is left as measured")
 	assert.Contains(t, note, "1-row rate 50.0 → 101.7 GB/s")
