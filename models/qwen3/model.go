@@ -9,6 +9,7 @@ import (
 	"vlanode/backend"
 	"vlanode/configs"
 	"vlanode/models"
+	"vlanode/models/layered"
 	"vlanode/placement"
 	"vlanode/safetensors"
 	"vlanode/tensor"
@@ -48,6 +49,9 @@ type Model struct {
 	// waits on the host for the token it feeds (benchmarks).
 	SerialGreedy bool
 
+	// layered is the plan's executor (LoadWith with a Layering); Exec is
+	// it then.
+	layered   *layered.Executor
 	embedHost *weights.Blob  // the table's blob when it stays on the host
 	embedFeed backend.Tensor // its copy that device-fed greedy steps read (feedTable)
 	gathered  []float32      // gatherHost's rows, reused
@@ -257,4 +261,13 @@ func (m *Model) gatherHost(dst backend.Tensor, ids []int32) error {
 		}
 	}
 	return m.be.Upload(dst, out)
+}
+
+// HeadUnits are the LM head blocks' units, in order.
+func HeadUnits(blocks []*HeadBlock) []*models.Unit {
+	out := make([]*models.Unit, len(blocks))
+	for i, b := range blocks {
+		out[i] = b.Unit
+	}
+	return out
 }

@@ -159,7 +159,7 @@ func (s *Session) Close() {
 // new position when all is set ([len(ids), vocab] row-major), else for the
 // last one only ([vocab]).
 func (s *Session) Forward(ctx context.Context, ids []int32, all bool) ([]float32, error) {
-	m, c := s.m, s.m.Config
+	m := s.m
 	T := len(ids)
 	if T == 0 {
 		return nil, fmt.Errorf("qwen3: no tokens: %w", models.ErrBadInput)
@@ -167,12 +167,25 @@ func (s *Session) Forward(ctx context.Context, ids []int32, all bool) ([]float32
 	if s.len+T > s.cap {
 		return nil, fmt.Errorf("qwen3: %d tokens after %d do not fit the session's %d: %w", T, s.len, s.cap, models.ErrBadInput)
 	}
-	x, err := m.EmbedTokens(ids)
+	x, err := s.forwardHidden(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
 	defer m.be.Free(x)
-	half := c.HeadDim / 2
+	return m.Logits(x, all)
+}
+
+// forwardHidden appends ids to the sequence and returns the last layer's
+// output for them ([len(ids), hidden], before the final norm), a new
+// tensor the caller frees.
+func (s *Session) forwardHidden(ctx context.Context, ids []int32) (backend.Tensor, error) {
+	m := s.m
+	T := len(ids)
+	x, err := m.EmbedTokens(ids)
+	if err != nil {
+		return nil, err
+	}
+	half := m.Config.HeadDim / 2
 	cos, sin := make([]float32, T*half), make([]float32, T*half)
 	pos := make([]int, T)
 	for i := range pos {
@@ -180,9 +193,10 @@ func (s *Session) Forward(ctx context.Context, ids []int32, all bool) ([]float32
 	}
 	models.RopeTables(cos, sin, pos, m.invFreq)
 	if err := s.ForwardEmbedded(ctx, x, cos, sin, nil); err != nil {
+		m.be.Free(x)
 		return nil, err
 	}
-	return m.Logits(x, all)
+	return x, nil
 }
 
 // ForwardEmbedded runs the decoder layers over x [T, hidden], the embedded

@@ -1,0 +1,160 @@
+package qwen3_test
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"vlanode/configs"
+	"vlanode/cpu"
+	"vlanode/layering"
+	"vlanode/models/layered"
+	"vlanode/models/qwen3"
+	"vlanode/placement"
+	"vlanode/residency"
+	"vlanode/safetensors"
+)
+
+// streamAll is plan with every device unit streamed in every stage, and
+// each MLP computed as kind says: by the GPU (GPU-only), by the CPU whole
+// (Static) or split at half its intermediate size (Dynamic). The tiny
+// checkpoints' units (200 KB) all fit in VRAM at any budget the planner
+// accepts (two DFB slots of 2 MiB pages), so the planner never streams
+// them; this is the placement the planner gives a large model's
+// non-resident units.
+func streamAll(plan *residency.Plan, kind residency.Kind) *residency.Plan {
+	out := *plan
+	out.Units = nil
+	out.SlotBytes = 0
+	for _, u := range plan.Units {
+		if u.Weights == placement.Host {
+			out.Units = append(out.Units, u)
+			continue
+		}
+		u.Weights, u.Home = placement.Streamed, nil
+		u.Place = map[placement.Stage]placement.Placement{}
+		for _, s := range u.Stages {
+			pl := placement.StreamGPU
+			switch {
+			case u.SplitDim == 0:
+			case kind == residency.Static:
+				pl = placement.HostCPU
+			case kind == residency.Dynamic:
+				pl.CPUSplit = u.SplitDim / 2
+			}
+			u.Place[s] = pl
+		}
+		out.SlotBytes = max(out.SlotBytes, u.Bytes)
+		out.Units = append(out.Units, u)
+	}
+	return &out
+}
+
+// TestLayeredGreedyMatchesTransformers runs every tiny reference
+// checkpoint through the layering executor on the cpu backend (standing
+// in for the device; layering.Host's slots, a second cpu backend as the
+// CPU engine) with a chunked prefill (two passes): as the planner places
+// it (everything resident: the units are tiny) and with every unit
+// streamed and each MLP on the GPU (GPU-only), on the CPU (Static) or
+// split between them (Dynamic). The greedy ids equal transformers', the
+// logits of every pick are within the reference tolerance, and a second
+// generation gives the same bits.
+func TestLayeredGreedyMatchesTransformers(t *testing.T) {
+	prof, err := residency.DefaultProfile()
+	require.NoError(t, err)
+	for _, name := range referenceCases(t) {
+		dir := filepath.Join(referenceDir, name)
+		ref, ids, exp := loadCase(t, dir)
+		info, err := exp.Tensor("greedy_ids")
+		require.NoError(t, err)
+		want, err := info.I64()
+		require.NoError(t, err)
+		stepInfo, err := exp.Expect("step_logits", 0, len(want), ref.Config.VocabSize)
+		require.NoError(t, err)
+		steps, err := stepInfo.F32()
+		require.NoError(t, err)
+
+		cfg, err := configs.LoadQwen3(dir)
+		require.NoError(t, err)
+		arch := residency.Qwen3Arch(cfg)
+		chunk := (len(ids) + 1) / 2
+		w := placement.TextWorkload(len(ids), len(want), chunk)
+		units := qwen3.PlanText(arch.Text, arch.Geometry(w), 0)
+		free, err := residency.NewPlan(arch, units, w, prof, 0, residency.Options{})
+		require.NoError(t, err)
+		planned, err := residency.NewPlan(arch, units, w, prof, free.MinBudgetBytes, residency.Options{})
+		require.NoError(t, err)
+		pre, ok := planned.Stage(placement.StagePrefill)
+		require.True(t, ok)
+		assert.Equal(t, 2, pre.Passes, "a chunked prefill")
+		assert.Equal(t, chunk, pre.Rows)
+		dec, ok := planned.Stage(placement.StageDecode)
+		require.True(t, ok)
+		assert.Equal(t, len(want)-1, dec.Passes)
+		for _, tc := range []struct {
+			name    string
+			plan    *residency.Plan
+			streams bool
+			cpuBusy bool
+		}{
+			{"planned", planned, false, false},
+			{"gpu-only", streamAll(planned, residency.GPUOnly), true, false},
+			{"static", streamAll(planned, residency.Static), true, true},
+			{"dynamic", streamAll(planned, residency.Dynamic), true, true},
+		} {
+			t.Run(name+"/"+tc.name, func(t *testing.T) {
+				be, err := cpu.New()
+				require.NoError(t, err)
+				defer be.Close()
+				engine, err := cpu.New(cpu.WithThreads(2))
+				require.NoError(t, err)
+				defer engine.Close()
+				dev := layering.NewHost()
+				lay := &layered.Config{Plan: tc.plan, Mode: layering.Pipelined, Device: dev, View: dev.WeightView(be), CPU: engine, Profile: true}
+				ck, err := safetensors.Open(dir)
+				require.NoError(t, err)
+				defer ck.Close()
+				m, err := qwen3.LoadWith(be, dir, ck, qwen3.LoadOptions{Layering: lay})
+				require.NoError(t, err)
+				defer m.Close()
+				var first *qwen3.Generation
+				for range 2 {
+					g, err := m.Generate(context.Background(), ids, len(want), qwen3.GenerateOptions{Chunk: chunk, Logits: true})
+					require.NoError(t, err)
+					got := make([]int64, len(g.IDs))
+					for i, id := range g.IDs {
+						got[i] = int64(id)
+					}
+					assert.Equal(t, want, got, "greedy ids")
+					assert.Equal(t, 2, g.Chunks)
+					require.Len(t, g.Logits, len(want))
+					v := m.Config.VocabSize
+					for s, row := range g.Logits {
+						refRow := steps[s*v : (s+1)*v]
+						for i := range refRow {
+							require.InDelta(t, refRow[i], row[i], atol+rtol*math.Abs(float64(refRow[i])), "step %d logit %d", s, i)
+						}
+					}
+					require.NotNil(t, g.Layers, "profiling: the executor ran")
+					streamed := 0
+					for _, tr := range g.Layers.Turns {
+						if tr.Slot != layering.NoSlot {
+							streamed++
+						}
+					}
+					assert.Equal(t, tc.streams, streamed > 0, "units ran from the DFB slots")
+					assert.Equal(t, tc.cpuBusy, len(g.Layers.CPUBusy) > 0, "the CPU computed shares")
+					if first == nil {
+						first = g
+						continue
+					}
+					assert.Equal(t, first.Logits, g.Logits, "the same plan gives the same bits")
+				}
+			})
+		}
+	}
+}
