@@ -12,6 +12,7 @@ import (
 	"vlanode/device"
 	"vlanode/layering"
 	"vlanode/models/alpamayo"
+	"vlanode/models/layered"
 	"vlanode/placement"
 	"vlanode/residency"
 )
@@ -170,23 +171,10 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 	}
 	b.be = be
 	b.closers = append(b.closers, be.Close)
-	lay := &alpamayo.Layering{Plan: plan, Mode: mode, Profile: s.profile}
-	if planUsesCPU(plan) {
-		engine, closeEngine, err := newCPUEngine(s.layers.cpuThreads)
-		if err != nil {
-			return nil, errors.Join(err, b.Close())
-		}
-		b.closers = append(b.closers, closeEngine)
-		lay.CPU = engine
-	}
-	if cb, ok := be.(*cuda.Backend); ok {
-		dev := cb.NewDFBDevice()
-		pinned := &hostBlobs{}
-		b.closers = append(b.closers, pinned.free, dev.Close) // dev first: it unpins
-		lay.Device, lay.View, lay.HostAlloc = dev, dev.WeightAt, pinned.alloc
-	} else {
-		dev := layering.NewHost()
-		lay.Device, lay.View = dev, dev.WeightView(be)
+	lay, closers, err := layeredConfig(be, plan, mode, s.profile, s.layers.cpuThreads)
+	b.closers = append(b.closers, closers...)
+	if err != nil {
+		return nil, errors.Join(err, b.Close())
 	}
 	if b.model, err = alpamayo.Load(be, s.dir, alpamayo.LoadOptions{VLM: s.vlm, Layering: lay}); err != nil {
 		return nil, errors.Join(err, b.Close())
@@ -200,6 +188,35 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 	fmt.Fprintf(log, "vlanode: %s within %s: %d units resident, %d streamed (%s mode)%s\n",
 		arch.Name, budgetText(s.budget), residentUnits(plan), streamedUnits(plan), mode, predicted)
 	return b, nil
+}
+
+// layeredConfig is what runs plan on be through a layering executor in
+// mode: the CPU engine of cpuThreads threads when the plan computes shares
+// on the CPU, the DFB device and pinned host blobs on CUDA (layering.Host
+// on the cpu backend); profile times every unit. closers release them, in
+// order, after the model that uses them; they are returned with an error
+// too (what was made before it).
+func layeredConfig(be backend.Backend, plan *residency.Plan, mode layering.Mode, profile bool, cpuThreads int) (*layered.Config, []func() error, error) {
+	var closers []func() error
+	lay := &layered.Config{Plan: plan, Mode: mode, Profile: profile}
+	if planUsesCPU(plan) {
+		engine, closeEngine, err := newCPUEngine(cpuThreads)
+		if err != nil {
+			return nil, nil, err
+		}
+		closers = append(closers, closeEngine)
+		lay.CPU = engine
+	}
+	if cb, ok := be.(*cuda.Backend); ok {
+		dev := cb.NewDFBDevice()
+		pinned := &hostBlobs{}
+		closers = append(closers, pinned.free, dev.Close) // dev first: it unpins
+		lay.Device, lay.View, lay.HostAlloc = dev, dev.WeightAt, pinned.alloc
+	} else {
+		dev := layering.NewHost()
+		lay.Device, lay.View = dev, dev.WeightView(be)
+	}
+	return lay, closers, nil
 }
 
 // planUsesCPU says whether the plan computes a share of some unit on the
