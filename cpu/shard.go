@@ -146,3 +146,53 @@ func (b *Backend) KernelPath(m int) string {
 	}
 	return b.kern.PathFor(m).String()
 }
+
+var _ backend.ShardMatMul = (*Backend)(nil)
+
+// MatMulShare computes dst[M, hi−lo] = x · w[lo:hi]ᵀ (backend.ShardMatMul):
+// rows [lo, hi) of w read in place, on the kernel pool for bf16 weights
+// (WithKernels), else as MatMul over a view of the rows.
+func (b *Backend) MatMulShare(dst, x, w backend.Tensor, lo, hi int) error {
+	if b.closed.Load() {
+		return ErrClosed
+	}
+	wt, err := floatOf("matmul share", "w", w)
+	if err != nil {
+		return err
+	}
+	n, k := wt.matrix()
+	if lo < 0 || hi > n || lo >= hi {
+		return fmt.Errorf("cpu: matmul share: rows [%d, %d) of w %v", lo, hi, wt)
+	}
+	if b.kern != nil && wt.dt == tensor.BF16 {
+		d, err := dstOf("matmul share", "dst", dst)
+		if err != nil {
+			return err
+		}
+		xt, err := f32Of("matmul share", "x", x)
+		if err != nil {
+			return err
+		}
+		m, xk := xt.matrix()
+		dm, dn := d.matrix()
+		if xk != k || dm != m || dn != hi-lo {
+			return fmt.Errorf("cpu: matmul share: x %v · rows [%d, %d) of w %v do not fit dst %v", xt, lo, hi, wt, d)
+		}
+		kw, err := kern.NewWeights(wt.u16, n, k)
+		if err == nil {
+			kw, err = kw.RowRange(lo, hi)
+		}
+		if err == nil {
+			err = b.kern.MatMul(kern.GEMM{Y: d.f32, X: xt.f32, M: m, W: kw})
+		}
+		if err != nil {
+			return fmt.Errorf("cpu: matmul share: %w", err)
+		}
+		return nil
+	}
+	rows, err := b.Rows(w, lo, hi-lo)
+	if err != nil {
+		return fmt.Errorf("cpu: matmul share: %w", err)
+	}
+	return b.MatMul(dst, x, rows, nil)
+}

@@ -25,7 +25,8 @@ import (
 // checkpoints' units (200 KB) all fit in VRAM at any budget the planner
 // accepts (two DFB slots of 2 MiB pages), so the planner never streams
 // them; this is the placement the planner gives a large model's
-// non-resident units.
+// non-resident units. The LM head's blocks after the first split as the
+// MLPs do.
 func streamAll(plan *residency.Plan, kind residency.Kind) *residency.Plan {
 	out := *plan
 	out.Units = nil
@@ -60,7 +61,8 @@ func streamAll(plan *residency.Plan, kind residency.Kind) *residency.Plan {
 // CPU engine) with a chunked prefill (two passes): as the planner places
 // it (everything resident: the units are tiny) and with every unit
 // streamed and each MLP on the GPU (GPU-only), on the CPU (Static) or
-// split between them (Dynamic). The greedy ids equal transformers', the
+// split between them (Dynamic), and the LM head's blocks after the first
+// likewise. The greedy ids equal transformers', the
 // logits of every pick are within the reference tolerance, and a second
 // generation gives the same bits.
 func TestLayeredGreedyMatchesTransformers(t *testing.T) {
@@ -83,7 +85,9 @@ func TestLayeredGreedyMatchesTransformers(t *testing.T) {
 		arch := residency.Qwen3Arch(cfg)
 		chunk := (len(ids) + 1) / 2
 		w := placement.TextWorkload(len(ids), len(want), chunk)
-		units := qwen3.PlanText(arch.Text, arch.Geometry(w), 0)
+		// The LM head in blocks of at most 30 KB: those after the
+		// first split with the CPU as the MLPs do.
+		units := qwen3.PlanText(arch.Text, arch.Geometry(w), 30<<10, true)
 		free, err := residency.NewPlan(arch, units, w, prof, 0, residency.Options{})
 		require.NoError(t, err)
 		planned, err := residency.NewPlan(arch, units, w, prof, free.MinBudgetBytes, residency.Options{})
@@ -95,6 +99,14 @@ func TestLayeredGreedyMatchesTransformers(t *testing.T) {
 		dec, ok := planned.Stage(placement.StageDecode)
 		require.True(t, ok)
 		assert.Equal(t, len(want)-1, dec.Passes)
+		heads := 0
+		for _, u := range planned.Units {
+			if u.ID.Module == placement.LMHead {
+				heads++
+				assert.Equal(t, u.ID.Index > 0, u.SplitDim > 0, "head block %d splits", u.ID.Index)
+			}
+		}
+		assert.GreaterOrEqual(t, heads, 2, "blocks to split")
 		for _, tc := range []struct {
 			name    string
 			plan    *residency.Plan
@@ -148,6 +160,10 @@ func TestLayeredGreedyMatchesTransformers(t *testing.T) {
 					}
 					assert.Equal(t, tc.streams, streamed > 0, "units ran from the DFB slots")
 					assert.Equal(t, tc.cpuBusy, len(g.Layers.CPUBusy) > 0, "the CPU computed shares")
+					if tc.cpuBusy {
+						_, ok := g.Layers.CPUBusy[placement.ID{Module: placement.LMHead, Index: 1}]
+						assert.True(t, ok, "the CPU computed a share of LM head block 1")
+					}
 					if first == nil {
 						first = g
 						continue

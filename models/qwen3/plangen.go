@@ -39,7 +39,7 @@ func PlanGeneration(a *residency.Arch, prompt, newTokens, chunk int, p *residenc
 			c = 0 // one pass
 		}
 		w := placement.TextWorkload(prompt, newTokens, c)
-		units := placement.DropIdle(PlanText(a.Text, a.Geometry(w), 0))
+		units := placement.DropIdle(PlanText(a.Text, a.Geometry(w), 0, true))
 		plan, err := residency.NewPlan(a, units, w, p, budget, opts)
 		var be *residency.BudgetError
 		switch {
