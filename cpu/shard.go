@@ -125,8 +125,13 @@ func (b *Backend) mlpShareKern(d, x *Tensor, gate, up backend.Tensor, down *Tens
 	if err := errors.Join(err, err2, err3); err != nil {
 		return false, fmt.Errorf("cpu: mlp share: %w", err)
 	}
-	if err := b.kern.MLP(kern.MLP{Y: d.f32, X: x.f32, M: m, Gate: gw, Up: uw, Down: dw}); err != nil {
-		return false, fmt.Errorf("cpu: mlp share: %w", err)
+	// At most kern.MaxRows rows a call (a long prompt's prefill).
+	for r0 := 0; r0 < m; r0 += kern.MaxRows {
+		rows := min(kern.MaxRows, m-r0)
+		op := kern.MLP{Y: d.f32[r0*h:], X: x.f32[r0*k:], M: rows, Gate: gw, Up: uw, Down: dw}
+		if err := b.kern.MLP(op); err != nil {
+			return false, fmt.Errorf("cpu: mlp share: %w", err)
+		}
 	}
 	return true, nil
 }
@@ -182,8 +187,9 @@ func (b *Backend) MatMulShare(dst, x, w backend.Tensor, lo, hi int) error {
 		if err == nil {
 			kw, err = kw.RowRange(lo, hi)
 		}
-		if err == nil {
-			err = b.kern.MatMul(kern.GEMM{Y: d.f32, X: xt.f32, M: m, W: kw})
+		for r0 := 0; r0 < m && err == nil; r0 += kern.MaxRows { // at most kern.MaxRows rows a call
+			rows := min(kern.MaxRows, m-r0)
+			err = b.kern.MatMul(kern.GEMM{Y: d.f32[r0*dn:], X: xt.f32[r0*k:], M: rows, W: kw})
 		}
 		if err != nil {
 			return fmt.Errorf("cpu: matmul share: %w", err)

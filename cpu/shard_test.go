@@ -181,3 +181,63 @@ func TestMatMulShare(t *testing.T) {
 		})
 	}
 }
+
+// TestSharesPastMaxRows runs MLPShare and MatMulShare on the kernel pool
+// over more rows than one kernel call takes (kern.MaxRows, a long
+// prompt's prefill): every row agrees with the Go path within bf16
+// rounding of x.
+func TestSharesPastMaxRows(t *testing.T) {
+	pool, err := kern.NewPool(kern.Options{Threads: 2})
+	require.NoError(t, err)
+	defer pool.Close()
+	fast, err := New(WithThreads(2), WithKernels(pool))
+	require.NoError(t, err)
+	defer fast.Close()
+	slow, err := New(WithThreads(2))
+	require.NoError(t, err)
+	defer slow.Close()
+	r := rand.New(rand.NewPCG(5, 6))
+	const m, k, n, h = kern.MaxRows + 3, 32, 64, 16
+	x := make([]float32, m*k)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	bf16 := func(rows, cols int) []byte {
+		buf := make([]byte, 2*rows*cols)
+		for i := 0; i < rows*cols; i++ {
+			v := uint16(math.Float32bits(float32(r.NormFloat64()*0.2)) >> 16)
+			buf[2*i], buf[2*i+1] = byte(v), byte(v>>8)
+		}
+		return buf
+	}
+	gate, up, down := bf16(n, k), bf16(n, k), bf16(h, n)
+	run := func(b *Backend) (mlp, mm []float32) {
+		w := func(buf []byte, shape ...int) *Tensor {
+			t2, err := b.Weight("w", tensor.BF16, shape, buf)
+			require.NoError(t, err)
+			return t2.(*Tensor)
+		}
+		xt, err := b.Alloc("x", tensor.F32, m, k)
+		require.NoError(t, err)
+		require.NoError(t, b.Upload(xt, x))
+		d, err := b.Alloc("d", tensor.F32, m, h)
+		require.NoError(t, err)
+		require.NoError(t, b.MLPShare(d, xt, w(gate, n, k), w(up, n, k), w(down, h, n), 8, 40))
+		mlp, err = b.Download(d)
+		require.NoError(t, err)
+		e, err := b.Alloc("e", tensor.F32, m, 24)
+		require.NoError(t, err)
+		require.NoError(t, b.MatMulShare(e, xt, w(gate, n, k), 16, 40))
+		mm, err = b.Download(e)
+		require.NoError(t, err)
+		return mlp, mm
+	}
+	gotMLP, gotMM := run(fast)
+	wantMLP, wantMM := run(slow)
+	for i := range wantMLP {
+		require.InDelta(t, wantMLP[i], gotMLP[i], 3e-2*(1+math.Abs(float64(wantMLP[i]))), "mlp element %d (row %d)", i, i/h)
+	}
+	for i := range wantMM {
+		require.InDelta(t, wantMM[i], gotMM[i], 3e-2*(1+math.Abs(float64(wantMM[i]))), "matmul element %d (row %d)", i, i/24)
+	}
+}
