@@ -16,7 +16,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"vlanode/cuda"
 	"vlanode/node/gpu"
 	"vlanode/placement"
 )
@@ -64,20 +63,24 @@ type textRun struct {
 	MeasuredMs  map[string]float64 `json:"measured_ms"`
 	PredictedMs map[string]float64 `json:"predicted_ms"`
 	CPUBusyMs   float64            `json:"cpu_busy_ms"`
-	// PeakAllocBytes is the CUDA allocator's peak, PeakNVMLBytes NVML's
-	// per-process figure, sampled.
+	// PeakAllocBytes is the most device memory in use during a generation
+	// (the CUDA allocator's account, backend.MemoryPeak); PeakNVMLBytes
+	// NVML's figure for the process, sampled during the runs (it may keep
+	// memory an earlier plan of the same load used).
 	PeakAllocBytes int64 `json:"peak_alloc_bytes"`
 	PeakNVMLBytes  int64 `json:"peak_nvml_bytes"`
 	// IDsSHA256 digests the greedy ids; SameIDs says they equal the first
 	// plan's at this budget and prompt, Deterministic that every run of
 	// this plan gave the same ids.
-	IDsSHA256     string  `json:"ids_sha256"`
-	SameIDs       bool    `json:"same_ids"`
-	Deterministic bool    `json:"deterministic"`
-	HomeError     string  `json:"home_error,omitempty"`
-	LoadSeconds   float64 `json:"load_s"`
-	Error         string  `json:"error,omitempty"`
-	ids           []int32
+	IDsSHA256     string `json:"ids_sha256"`
+	SameIDs       bool   `json:"same_ids"`
+	Deterministic bool   `json:"deterministic"`
+	HomeError     string `json:"home_error,omitempty"`
+	// LoadSeconds is the load (the budget's first run) or the
+	// re-placement of the units for this plan.
+	LoadSeconds float64 `json:"load_s"`
+	Error       string  `json:"error,omitempty"`
+	ids         []int32
 }
 
 // parsePromptLens reads --prompt-lens: token counts, K = 1024.
@@ -117,18 +120,33 @@ func runBenchText(ctx context.Context, sp benchTextSpec, stdout, stderr io.Write
 	}
 	failed := 0
 	for _, b := range sp.budgets {
+		// One load per budget: every prompt length and plan after the
+		// first re-places the units (budgetedText.replan).
+		var bm *budgetedText
 		for _, prompt := range sp.prompts {
 			var first []int32
 			for _, kind := range sp.kinds {
 				if err := ctx.Err(); err != nil {
+					if bm != nil {
+						bm.Close()
+					}
 					return err
 				}
 				lf := sp.lf
 				lf.kind = kindOption(kind)
 				s := textSpec{dir: sp.mf.dir, device: sp.mf.device, threads: sp.mf.threads, budget: b, layers: lf,
-					promptLen: prompt, newTokens: sp.newTokens, chunk: sp.chunk}
-				r, err := benchTextOne(ctx, s, syntheticPrompt(prompt, arch.Text.VocabSize), sp.warmup, sp.runs, sp.nv, stderr)
-				r.Budget, r.Prompt, r.PlanKind = b, prompt, kind
+					promptLen: prompt, newTokens: sp.newTokens, chunk: sp.chunk, replaceable: true}
+				t0 := time.Now()
+				var err error
+				if bm == nil {
+					bm, err = loadBudgetedText(s, stderr)
+				} else {
+					err = bm.replan(s, stderr)
+				}
+				r := textRun{Budget: b, Prompt: prompt, PlanKind: kind, LoadSeconds: time.Since(t0).Seconds()}
+				if err == nil {
+					err = benchTextOne(ctx, bm, s, syntheticPrompt(prompt, arch.Text.VocabSize), sp.warmup, sp.runs, sp.nv, &r)
+				}
 				if err != nil {
 					fmt.Fprintf(stderr, "vlanode bench: budget %s, prompt %d, plan %s: %v\n", budgetText(b), prompt, kind, err)
 					r.Error = err.Error()
@@ -145,6 +163,12 @@ func runBenchText(ctx context.Context, sp benchTextSpec, stdout, stderr io.Write
 					budgetText(b), prompt, kindsText(kind, r.StageKinds), r.Timing.PrefillMs, r.Timing.PrefillTokS, r.Timing.DecodeMs, r.Timing.DecodeTokS,
 					r.Timing.PredPrefillMs, r.Timing.PredDecodeMs)
 			}
+		}
+		if bm != nil {
+			if err := bm.Close(); err != nil {
+				return err
+			}
+			debug.FreeOSMemory() // the next budget loads the checkpoint again
 		}
 	}
 	if len(sp.kinds) > 1 {
@@ -180,23 +204,13 @@ func runBenchText(ctx context.Context, sp benchTextSpec, stdout, stderr io.Write
 	return nil
 }
 
-// benchTextOne loads the model within one budget for one prompt length
-// and plan and times its generations.
-func benchTextOne(ctx context.Context, s textSpec, prompt []int32, warmup, runs int, nv *gpu.NVML, log io.Writer) (textRun, error) {
-	var r textRun
+// benchTextOne times warmup+runs generations after prompt on bm, placed
+// for s, into r: the median run's timing beside the plan's prediction,
+// the generations' peak device memory, whether every run gave the same
+// ids.
+func benchTextOne(ctx context.Context, bm *budgetedText, s textSpec, prompt []int32, warmup, runs int, nv *gpu.NVML, r *textRun) error {
+	debug.FreeOSMemory() // packing garbage, before the timed runs
 	peak := startNVMLSampler(nv)
-	t0 := time.Now()
-	bm, err := loadBudgetedText(s, log)
-	if err != nil {
-		peak()
-		return r, err
-	}
-	defer func() {
-		bm.Close()
-		debug.FreeOSMemory() // the next load packs 16 GB again
-	}()
-	debug.FreeOSMemory()
-	r.LoadSeconds = time.Since(t0).Seconds()
 	r.Mode, r.Backend = bm.mode.String(), bm.be.Name()
 	r.StageKinds, r.CPUShare = stageKindMap(bm.plan), map[string]float64{}
 	for _, st := range bm.plan.Stages {
@@ -209,11 +223,12 @@ func benchTextOne(ctx context.Context, s textSpec, prompt []int32, warmup, runs 
 		g, err := runGeneration(ctx, bm, prompt, s.newTokens)
 		if err != nil {
 			peak()
-			return r, err
+			return err
 		}
 		if i >= warmup {
 			gens = append(gens, g)
 		}
+		r.PeakAllocBytes = max(r.PeakAllocBytes, g.gen.VRAMPeakBytes)
 		if r.ids == nil {
 			r.ids = g.gen.IDs
 		} else if !slices.Equal(r.ids, g.gen.IDs) {
@@ -221,9 +236,6 @@ func benchTextOne(ctx context.Context, s textSpec, prompt []int32, warmup, runs 
 		}
 	}
 	r.PeakNVMLBytes = peak()
-	if u, ok := bm.be.(*cuda.Backend); ok {
-		r.PeakAllocBytes = u.Usage().Peak
-	}
 	// The median generation by total time.
 	slices.SortFunc(gens, func(a, b *genResult) int { return int(a.gen.Total - b.gen.Total) })
 	g := gens[len(gens)/2]
@@ -238,7 +250,7 @@ func benchTextOne(ctx context.Context, s textSpec, prompt []int32, warmup, runs 
 	h := sha256.New()
 	_ = binary.Write(h, binary.LittleEndian, r.ids)
 	r.IDsSHA256 = fmt.Sprintf("%x", h.Sum(nil))
-	return r, nil
+	return nil
 }
 
 // openNVMLQuiet opens NVML for the engine's GPU on a device other than

@@ -171,7 +171,7 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 	}
 	b.be = be
 	b.closers = append(b.closers, be.Close)
-	lay, closers, err := layeredConfig(be, plan, mode, s.profile, s.layers.cpuThreads)
+	lay, closers, err := layeredConfig(be, plan, mode, s.profile, s.layers.cpuThreads, nil)
 	b.closers = append(b.closers, closers...)
 	if err != nil {
 		return nil, errors.Join(err, b.Close())
@@ -193,10 +193,12 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 // layeredConfig is what runs plan on be through a layering executor in
 // mode: the CPU engine of cpuThreads threads when the plan computes shares
 // on the CPU, the DFB device and pinned host blobs on CUDA (layering.Host
-// on the cpu backend); profile times every unit. closers release them, in
-// order, after the model that uses them; they are returned with an error
-// too (what was made before it).
-func layeredConfig(be backend.Backend, plan *residency.Plan, mode layering.Mode, profile bool, cpuThreads int) (*layered.Config, []func() error, error) {
+// on the cpu backend); profile times every unit. blobs, when not nil,
+// allocates the host blobs and outlives the device (a model re-placed by
+// several plans); else one is made and released with the device. closers
+// release them, in order, after the model that uses them; they are
+// returned with an error too (what was made before it).
+func layeredConfig(be backend.Backend, plan *residency.Plan, mode layering.Mode, profile bool, cpuThreads int, blobs *hostBlobs) (*layered.Config, []func() error, error) {
 	var closers []func() error
 	lay := &layered.Config{Plan: plan, Mode: mode, Profile: profile}
 	if planUsesCPU(plan) {
@@ -209,9 +211,12 @@ func layeredConfig(be backend.Backend, plan *residency.Plan, mode layering.Mode,
 	}
 	if cb, ok := be.(*cuda.Backend); ok {
 		dev := cb.NewDFBDevice()
-		pinned := &hostBlobs{}
-		closers = append(closers, pinned.free, dev.Close) // dev first: it unpins
-		lay.Device, lay.View, lay.HostAlloc = dev, dev.WeightAt, pinned.alloc
+		if blobs == nil {
+			blobs = &hostBlobs{}
+			closers = append(closers, blobs.free)
+		}
+		closers = append(closers, dev.Close) // dev first: it unpins
+		lay.Device, lay.View, lay.HostAlloc = dev, dev.WeightAt, blobs.alloc
 	} else {
 		dev := layering.NewHost()
 		lay.Device, lay.View = dev, dev.WeightView(be)

@@ -11,6 +11,7 @@ import (
 
 	"vlanode/backend"
 	"vlanode/configs"
+	"vlanode/cuda"
 	"vlanode/device"
 	"vlanode/layering"
 	"vlanode/models/qwen3"
@@ -68,6 +69,9 @@ type textSpec struct {
 	// promptLen and newTokens are the generation the plan is for; chunk
 	// its prefill chunk (0: the planner's).
 	promptLen, newTokens, chunk int
+	// replaceable loads the model so that replan can place it for
+	// another plan (bench: one load per budget).
+	replaceable bool
 }
 
 // budgetedText is a Qwen3 text model loaded within a budget, its units
@@ -78,25 +82,71 @@ type budgetedText struct {
 	model *qwen3.Model
 	plan  *residency.Plan
 	mode  layering.Mode
+	// blobs are the pinned host blobs (CUDA), kept across plans.
+	blobs *hostBlobs
 
-	closers []func() error
+	closers     []func() error // the backend and the blobs
+	planClosers []func() error // the plan's executor device and CPU engine
 }
 
-// Close releases the model, the checkpoint, the executor's device, the
-// pinned blobs and the backend, in that order.
+// Close releases the model, the executor's device and CPU engine, the
+// checkpoint, the pinned blobs and the backend, in that order.
 func (b *budgetedText) Close() error {
 	if b.model != nil {
 		b.model.Close()
 	}
+	errs := []error{b.closePlan()}
 	if b.ck != nil {
 		b.ck.Close()
 	}
-	var errs []error
 	for i := len(b.closers) - 1; i >= 0; i-- {
 		errs = append(errs, b.closers[i]())
 	}
 	b.closers = nil
 	return errors.Join(errs...)
+}
+
+// closePlan releases the current plan's executor device and CPU engine.
+func (b *budgetedText) closePlan() error {
+	var errs []error
+	for i := len(b.planClosers) - 1; i >= 0; i-- {
+		errs = append(errs, b.planClosers[i]())
+	}
+	b.planClosers = nil
+	return errors.Join(errs...)
+}
+
+// replan plans the generation s describes and places the loaded model
+// for it (loaded with s.replaceable, within the same budget): the last
+// plan's executor device is closed, the units re-placed and a new
+// executor made; nothing of the checkpoint is read again. A generation
+// that does not plan leaves the model as it was.
+func (b *budgetedText) replan(s textSpec, log io.Writer) error {
+	plan, err := planText(s)
+	if err != nil {
+		return err
+	}
+	mode, err := s.layers.resolveMode(plan)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := b.closePlan(); err != nil {
+		return err
+	}
+	b.plan, b.mode = plan, mode
+	lay, closers, err := layeredConfig(b.be, plan, mode, false, s.layers.cpuThreads, b.blobs)
+	b.planClosers = closers
+	if err != nil {
+		return err
+	}
+	lay.Replaceable = true
+	if err := b.model.Replan(lay); err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "vlanode: re-placed in %v: %d units resident, %d streamed (%s mode); %s\n",
+		time.Since(start).Round(time.Millisecond), residentUnits(plan), streamedUnits(plan), mode, stageKinds(plan))
+	return nil
 }
 
 // planText plans the generation s describes on the text model in s.dir.
@@ -132,11 +182,16 @@ func loadBudgetedText(s textSpec, log io.Writer) (*budgetedText, error) {
 	}
 	b.be = be
 	b.closers = append(b.closers, be.Close)
-	lay, closers, err := layeredConfig(be, plan, mode, false, s.layers.cpuThreads)
-	b.closers = append(b.closers, closers...)
+	if _, ok := be.(*cuda.Backend); ok {
+		b.blobs = &hostBlobs{}
+		b.closers = append(b.closers, b.blobs.free)
+	}
+	lay, closers, err := layeredConfig(be, plan, mode, false, s.layers.cpuThreads, b.blobs)
+	b.planClosers = closers
 	if err != nil {
 		return nil, errors.Join(err, b.Close())
 	}
+	lay.Replaceable = s.replaceable
 	if b.ck, err = safetensors.Open(s.dir); err != nil {
 		return nil, errors.Join(err, b.Close())
 	}

@@ -45,6 +45,11 @@ type Config struct {
 	// for a plan that computes shares of units on the CPU; nil refuses
 	// such a plan.
 	CPU backend.Backend
+	// Replaceable loads every unit so that another plan of the same units
+	// can place them later without reading the checkpoint again
+	// (models.Loader.Replaceable): the blobs of resident units are
+	// allocated by HostAlloc too and kept in host memory.
+	Replaceable bool
 }
 
 // unplanned is the weights of a unit the plan does not place: an unknown
@@ -74,6 +79,7 @@ func (c *Config) ConfigureLoader(ld *models.Loader) error {
 	places, heads := placementOf(c.Plan)
 	ld.HeadBlocks = heads
 	ld.HostAlloc = c.HostAlloc
+	ld.Replaceable = c.Replaceable
 	ld.Place = func(id placement.ID) placement.Weights {
 		p, ok := places[id]
 		if !ok {
@@ -103,6 +109,41 @@ type Executor struct {
 	// inference then needs no executor run, and each unit's compute runs
 	// in place (Direct), which lets the model replay captured graphs.
 	resident, profile bool
+}
+
+// Replace places units (loaded with c.Replaceable by a loader that
+// another plan of the same units configured) as c's plan says
+// (models.Unit.Replace: the units that stop being resident first, so
+// that their memory is free before the new residents take theirs) and
+// returns their new executor; the previous executor's device MUST be
+// closed before (the units' views into it are freed here).
+func Replace(c *Config, be backend.Backend, units []*models.Unit) (*Executor, error) {
+	places, heads := placementOf(c.Plan)
+	have := 0
+	for _, u := range units {
+		if u.ID.Module == placement.LMHead {
+			have++
+		}
+	}
+	if have != heads {
+		return nil, fmt.Errorf("layered: the plan cuts the LM head into %d blocks, the model has %d", heads, have)
+	}
+	for pass := range 2 {
+		for _, u := range units {
+			p, ok := places[u.ID]
+			if !ok {
+				return nil, fmt.Errorf("layered: the plan has no unit %s", u.ID)
+			}
+			// First every unit that leaves VRAM (and every view), then the
+			// new residents.
+			if (pass == 0) == (p.Weights != placement.Resident) {
+				if err := u.Replace(be, p.Weights); err != nil {
+					return nil, fmt.Errorf("layered: %w", err)
+				}
+			}
+		}
+	}
+	return New(c, be, units)
 }
 
 // New checks the loaded units (every unit the loader that c configured

@@ -49,7 +49,7 @@ func LoadWith(be backend.Backend, dir string, ck *safetensors.Checkpoint, opt Lo
 		return nil, fmt.Errorf("qwen3: %w", err)
 	}
 	m.Exec = m.layered
-	if c, ok := be.(interface{ CopiesWeights() bool }); ok && c.CopiesWeights() {
+	if c, ok := be.(interface{ CopiesWeights() bool }); ok && c.CopiesWeights() && !opt.Layering.Replaceable {
 		// The backend holds its own copy of every resident unit: their host
 		// blobs go back to the runtime.
 		for _, u := range ld.Units {
@@ -59,6 +59,27 @@ func LoadWith(be backend.Backend, dir string, ck *safetensors.Checkpoint, opt Lo
 		}
 	}
 	return m, nil
+}
+
+// Replan places the model's units as cfg's plan says and runs them
+// through a new executor on cfg's device: the model MUST have been loaded
+// with a Replaceable layering, and the previous executor's device MUST be
+// closed first (the units' views into it are freed here). The plan must
+// cut the LM head into the loaded model's blocks (the same limit: the
+// largest part). Nothing of the checkpoint is read again.
+func (m *Model) Replan(cfg *layered.Config) error {
+	if m.layered == nil {
+		return errors.New("qwen3: replan of a model loaded without a layering executor")
+	}
+	ex, err := layered.Replace(cfg, m.be, m.Units)
+	if err != nil {
+		// The units may be half placed and the old executor's device is
+		// gone: nothing runs until a plan is placed.
+		m.unplaced = fmt.Errorf("qwen3: %w", err)
+		return m.unplaced
+	}
+	m.layered, m.Exec, m.unplaced = ex, ex, nil
+	return nil
 }
 
 // SetProfiling turns the executor's per-unit timing on or off for the next
@@ -112,6 +133,9 @@ type Generation struct {
 // decode's.
 func (m *Model) Generate(ctx context.Context, prompt []int32, n int, opt GenerateOptions) (*Generation, error) {
 	start := time.Now()
+	if m.unplaced != nil {
+		return nil, fmt.Errorf("qwen3: the last plan could not be placed: %w", m.unplaced)
+	}
 	if len(prompt) == 0 || n <= 0 {
 		return nil, fmt.Errorf("qwen3: generate %d tokens after %d: %w", n, len(prompt), models.ErrBadInput)
 	}

@@ -75,3 +75,63 @@ func TestCUDALayeredGreedyMatchesTransformers(t *testing.T) {
 		})
 	}
 }
+
+// TestCUDAReplan is TestReplanGreedyMatchesTransformers on the GPU: one
+// load, then plan after plan on a new cuda.DFBDevice each (the last one
+// closed first), the blobs pinned once: transformers' ids every time, the
+// resident plan's bits from the GPU-only streamed plan, the Dynamic
+// plan's bits the same before and after the others.
+func TestCUDAReplan(t *testing.T) {
+	cb := cudatest.Open(t)
+	pool, err := kern.NewPool(kern.Options{Threads: 4})
+	require.NoError(t, err)
+	defer pool.Close()
+	engine, err := cpu.New(cpu.WithThreads(2), cpu.WithKernels(pool))
+	require.NoError(t, err)
+	defer engine.Close()
+	c := newLayeredCase(t, referenceCases(t)[0])
+	scale := 0.0
+	for _, v := range c.steps {
+		scale = max(scale, float64(max(v, -v)))
+	}
+	tol := gpuScaleTol * scale
+	var blobs [][]byte
+	defer func() {
+		for _, b := range blobs {
+			require.NoError(t, cuda.HostFree(b))
+		}
+	}()
+	var dev *cuda.DFBDevice
+	config := func(plan *residency.Plan) *layered.Config {
+		if dev != nil {
+			require.NoError(t, dev.Close())
+		}
+		dev = cb.NewDFBDevice()
+		return &layered.Config{Plan: plan, Mode: layering.Pipelined, Device: dev, View: dev.WeightAt, CPU: engine, Replaceable: true,
+			HostAlloc: func(n int64) ([]byte, error) {
+				b, err := cuda.HostAlloc(n)
+				if err == nil {
+					blobs = append(blobs, b)
+				}
+				return b, err
+			}}
+	}
+	ck, err := safetensors.Open(c.dir)
+	require.NoError(t, err)
+	defer ck.Close()
+	m, err := qwen3.LoadWith(cb, c.dir, ck, qwen3.LoadOptions{Layering: config(streamAll(c.planned, residency.Dynamic))})
+	require.NoError(t, err)
+	defer func() {
+		m.Close()
+		require.NoError(t, dev.Close())
+	}()
+	first := c.generate(t, m, tol, 0)
+	require.NoError(t, m.Replan(config(c.planned)))
+	resident := c.generate(t, m, tol, 0)
+	require.NoError(t, m.Replan(config(streamAll(c.planned, residency.GPUOnly))))
+	require.Equal(t, resident.Logits, c.generate(t, m, tol, 0).Logits, "GPU-only streamed: the resident plan's bits")
+	require.NoError(t, m.Replan(config(streamAll(c.planned, residency.Static))))
+	c.generate(t, m, tol, 0)
+	require.NoError(t, m.Replan(config(streamAll(c.planned, residency.Dynamic))))
+	require.Equal(t, first.Logits, c.generate(t, m, tol, 0).Logits, "Dynamic: the same bits after the others")
+}

@@ -208,3 +208,51 @@ func TestLayeredGreedyMatchesTransformers(t *testing.T) {
 		}
 	}
 }
+
+// TestReplanGreedyMatchesTransformers loads a reference checkpoint once
+// (Replaceable) and runs it under one plan after another, each on a new
+// executor (models/layered.Replace): streamed and split (Dynamic), every
+// unit resident, the MLPs and head blocks on the CPU (Static), streamed
+// on the GPU alone, and Dynamic again: transformers' ids and logits every
+// time, and the Dynamic plan's bits the same before and after the others.
+// A plan that cuts the LM head differently is refused.
+func TestReplanGreedyMatchesTransformers(t *testing.T) {
+	c := newLayeredCase(t, referenceCases(t)[0])
+	be, err := cpu.New()
+	require.NoError(t, err)
+	defer be.Close()
+	engine, err := cpu.New(cpu.WithThreads(2))
+	require.NoError(t, err)
+	defer engine.Close()
+	config := func(plan *residency.Plan) *layered.Config {
+		dev := layering.NewHost()
+		return &layered.Config{Plan: plan, Mode: layering.Pipelined, Device: dev, View: dev.WeightView(be), CPU: engine, Replaceable: true}
+	}
+	ck, err := safetensors.Open(c.dir)
+	require.NoError(t, err)
+	defer ck.Close()
+	m, err := qwen3.LoadWith(be, c.dir, ck, qwen3.LoadOptions{Layering: config(streamAll(c.planned, residency.Dynamic))})
+	require.NoError(t, err)
+	defer m.Close()
+	first := c.generate(t, m, atol, rtol)
+	for _, plan := range []*residency.Plan{c.planned, streamAll(c.planned, residency.Static), streamAll(c.planned, residency.GPUOnly)} {
+		require.NoError(t, m.Replan(config(plan)))
+		c.generate(t, m, atol, rtol)
+	}
+	require.NoError(t, m.Replan(config(streamAll(c.planned, residency.Dynamic))))
+	again := c.generate(t, m, atol, rtol)
+	assert.Equal(t, first.Logits, again.Logits, "the same plan, the same bits, after the others")
+
+	other := *c.planned
+	other.Units = nil
+	for _, u := range c.planned.Units {
+		if u.ID.Module != placement.LMHead || u.ID.Index == 0 {
+			other.Units = append(other.Units, u)
+		}
+	}
+	assert.ErrorContains(t, m.Replan(config(&other)), "cuts the LM head into 1 blocks")
+	_, err = m.Generate(context.Background(), c.ids, 2, qwen3.GenerateOptions{})
+	assert.ErrorContains(t, err, "could not be placed")
+	require.NoError(t, m.Replan(config(c.planned)))
+	c.generate(t, m, atol, rtol)
+}

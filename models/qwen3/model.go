@@ -52,6 +52,7 @@ type Model struct {
 	// layered is the plan's executor (LoadWith with a Layering); Exec is
 	// it then.
 	layered   *layered.Executor
+	unplaced  error          // why the last Replan failed: nothing runs until one succeeds
 	embedHost *weights.Blob  // the table's blob when it stays on the host
 	embedFeed backend.Tensor // its copy that device-fed greedy steps read (feedTable)
 	gathered  []float32      // gatherHost's rows, reused
