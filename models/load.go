@@ -291,7 +291,7 @@ type Split struct {
 	// device's later work wait for the GPU's share of the weights; Join
 	// queues fn (the Receive of the CPU's result) once the slot is
 	// released.
-	Offload func(task func() error) error
+	Offload func(task func(computing func()) error) error
 	Ready   func() error
 	Join    func(fn func() error) error
 }

@@ -277,10 +277,13 @@ type benchRun struct {
 	// HomeError says why the budget refused homes the plan gave units, if
 	// it did (they were streamed instead).
 	HomeError string `json:"home_error,omitempty"`
-	// CPUBusyMs is the CPU engine's busy time in the last timed
-	// inference, CPUBytes what it read of the weights there (the plan's
-	// CPU bytes per pass over the passes run), CPUGBps their rate.
+	// CPUBusyMs is the CPU engine's compute time in the last timed
+	// inference (each task from its input's arrival to its result),
+	// CPUWaitMs the time its tasks waited for their input from the GPU,
+	// CPUBytes what it read of the weights there (the plan's CPU bytes per
+	// pass over the passes run), CPUGBps their rate over the compute time.
 	CPUBusyMs      float64          `json:"cpu_busy_ms"`
+	CPUWaitMs      float64          `json:"cpu_wait_ms"`
 	CPUBytes       int64            `json:"cpu_bytes"`
 	CPUGBps        float64          `json:"cpu_gbps"`
 	DecodeSteps    int              `json:"decode_steps"`
@@ -415,9 +418,7 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool
 	r.DecodeGraph, r.DiffusionGraph, r.GraphError = res.DecodeGraph, res.DiffusionGraph, res.GraphError
 	r.HomeError = res.HomeError
 	if res.Layers != nil {
-		for _, d := range res.Layers.CPUBusy {
-			r.CPUBusyMs += float64(d) / 1e6
-		}
+		r.CPUBusyMs, r.CPUWaitMs = res.Layers.CPUMs()
 	}
 	for _, sp := range bm.plan.Stages {
 		passes := int64(sp.Passes)

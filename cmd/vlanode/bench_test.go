@@ -94,11 +94,12 @@ func TestTimelineSummary(t *testing.T) {
 		{Pass: "prefill", Unit: placement.ID{Module: placement.VLM, Index: 0}, Slot: 0, CopyAtMs: 0, CopyMs: 4, ExeAtMs: 4, ExeMs: 1},
 		{Pass: "prefill", Unit: placement.ID{Module: placement.VLM, Index: 1}, Slot: layering.NoSlot, ExeAtMs: 5, ExeMs: 2},
 		{Pass: "decode.0", Unit: placement.ID{Module: placement.VLM, Index: 0}, Slot: 1, CopyAtMs: 4, CopyMs: 4, ExeAtMs: 8, ExeMs: 1},
-		{Pass: "decode.1", Unit: placement.ID{Module: placement.VLM, Index: 0}, Slot: 0, CopyAtMs: 11, CopyMs: 4, ExeAtMs: 15, ExeMs: 1},
+		{Pass: "decode.1", Unit: placement.ID{Module: placement.VLM, Index: 0}, Slot: 0, CopyAtMs: 11, CopyMs: 4, ExeAtMs: 15, ExeMs: 1,
+			CPU: &layering.CPUTask{Unit: placement.ID{Module: placement.VLM, Index: 0}, AtMs: 9, WaitMs: 6, Ms: 2.5}},
 	}
 	s := summarizeTimeline(turns)
 	assert.Equal(t, stageTimeline{SpanMs: 7, CopyMs: 4, ComputeMs: 3, Copies: 1, Computes: 2}, s["prefill"])
-	assert.Equal(t, stageTimeline{SpanMs: 12, CopyMs: 8, ComputeMs: 2, Copies: 2, Computes: 2}, s["decode"])
+	assert.Equal(t, stageTimeline{SpanMs: 12, CopyMs: 8, ComputeMs: 2, Copies: 2, Computes: 2, CPUMs: 2.5, CPUWaitMs: 6, CPUTasks: 1}, s["decode"])
 	gaps := copyGaps(turns)
 	require.Len(t, gaps, 1)
 	assert.Equal(t, copyGap{ms: 3, pass: "decode.1", unit: "vlm.0"}, gaps[0])
@@ -106,6 +107,7 @@ func TestTimelineSummary(t *testing.T) {
 	printTimeline(&sb, "8G", s, turns)
 	assert.Contains(t, sb.String(), "timeline 8G prefill: 7.0 ms from first op to last; copies 4.0 ms busy (1, 57%)")
 	assert.Contains(t, sb.String(), "idled 3.0 ms in 1 gaps between copies; longest: 3.00 ms before vlm.0 in decode.1")
+	assert.Contains(t, sb.String(), "timeline 8G decode: the CPU computed 2.5 ms in 1 tasks (2.500 ms each) and waited 6.0 ms for their inputs")
 }
 
 // TestBenchBound checks the streaming bound against a hand computation:
