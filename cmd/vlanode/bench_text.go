@@ -62,7 +62,10 @@ type textRun struct {
 	Timing      textTiming         `json:"timing"`
 	MeasuredMs  map[string]float64 `json:"measured_ms"`
 	PredictedMs map[string]float64 `json:"predicted_ms"`
-	CPUBusyMs   float64            `json:"cpu_busy_ms"`
+	// CPUBusyMs is the CPU engine's compute in the median run, CPUWaitMs
+	// its tasks' waits for their input from the GPU.
+	CPUBusyMs float64 `json:"cpu_busy_ms"`
+	CPUWaitMs float64 `json:"cpu_wait_ms"`
 	// PeakAllocBytes is the most device memory in use during a generation
 	// (the CUDA allocator's account, backend.MemoryPeak); PeakNVMLBytes
 	// NVML's figure for the process, sampled during the runs (it may keep
@@ -240,7 +243,7 @@ func benchTextOne(ctx context.Context, bm *budgetedText, s textSpec, prompt []in
 	slices.SortFunc(gens, func(a, b *genResult) int { return int(a.gen.Total - b.gen.Total) })
 	g := gens[len(gens)/2]
 	r.Timing = timingOf(g.gen, bm.plan)
-	r.CPUBusyMs, r.HomeError = g.cpuBusyMs, g.gen.HomeError
+	r.CPUBusyMs, r.CPUWaitMs, r.HomeError = g.cpuBusyMs, g.cpuWaitMs, g.gen.HomeError
 	r.MeasuredMs = map[string]float64{string(placement.StagePrefill): r.Timing.PrefillMs, string(placement.StageDecode): r.Timing.DecodeMs,
 		"total": r.Timing.PrefillMs + r.Timing.DecodeMs}
 	r.PredictedMs = map[string]float64{"total": bm.plan.TotalMs}

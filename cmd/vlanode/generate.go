@@ -166,6 +166,7 @@ func generateBudgeted(ctx context.Context, mf modelFlags, lf layerFlags, budgetF
 		"resident_units": residentUnits(bm.plan), "streamed_units": streamedUnits(bm.plan), "kinds": kinds})
 	rep.set("timing", t)
 	rep.set("cpu_busy_ms", g.cpuBusyMs)
+	rep.set("cpu_wait_ms", g.cpuWaitMs)
 	rep.set("vram_peak_bytes", g.gen.VRAMPeakBytes)
 	return g.gen.IDs, nil
 }

@@ -277,10 +277,10 @@ func timingOf(g *qwen3.Generation, plan *residency.Plan) textTiming {
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
 // genResult is one generation on a budgeted model, with the CPU engine's
-// busy time in it.
+// compute time in it and its tasks' waits for their input from the GPU.
 type genResult struct {
-	gen       *qwen3.Generation
-	cpuBusyMs float64
+	gen                  *qwen3.Generation
+	cpuBusyMs, cpuWaitMs float64
 }
 
 // runGeneration generates n tokens after prompt on bm.
@@ -291,9 +291,7 @@ func runGeneration(ctx context.Context, bm *budgetedText, prompt []int32, n int)
 	}
 	r := &genResult{gen: g}
 	if g.Layers != nil {
-		for _, d := range g.Layers.CPUBusy {
-			r.cpuBusyMs += ms(d)
-		}
+		r.cpuBusyMs, r.cpuWaitMs = g.Layers.CPUMs()
 	}
 	return r, nil
 }

@@ -70,7 +70,7 @@ func TestCUDALayeredGreedyMatchesTransformers(t *testing.T) {
 			for _, kind := range []residency.Kind{residency.Static, residency.Dynamic} {
 				g := run(streamAll(c.planned, kind))
 				require.NotNil(t, g.Layers, kind)
-				require.NotEmpty(t, g.Layers.CPUBusy, "%s: the CPU computed shares", kind)
+				require.NotEmpty(t, g.Layers.CPUTasks, "%s: the CPU computed shares", kind)
 			}
 		})
 	}

@@ -501,8 +501,9 @@ func (m *Model) headSplit(i int, b *HeadBlock, h, dst backend.Tensor, sp *models
 		return err
 	}
 	cbe := sp.Backend
-	err = sp.Offload(func() error {
+	err = sp.Offload(func(computing func()) error {
 		err := ex.Wait(context.Background(), t)
+		computing()
 		var y backend.Tensor
 		if err == nil {
 			err = cbe.Upload(cx, ex.Out()[:hidden])
