@@ -30,11 +30,17 @@ const (
 	// layers, hidden 4096, MLP 12288, 32 query and 8 KV heads of 128, an
 	// untied LM head over 151,936 ids.
 	Qwen3_8B Arch = "qwen3-8b"
+	// Qwen3Tiny is Qwen3-8B's layout with tiny dimensions (hidden 128, 4
+	// layers of 4 query and 2 KV heads of 32, MLP 3072, the same vocabulary
+	// and untied LM head): 88 MB, its MLPs larger than the device's 2 MiB
+	// pages, so that a plan streams them and splits them with the CPU in
+	// tests.
+	Qwen3Tiny Arch = "qwen3-tiny"
 )
 
 // Archs lists the known architectures.
 func Archs() []Arch {
-	return []Arch{AlpamayoR1_10B, AlpamayoR1Tiny, Alpamayo15_10B, Alpamayo15Tiny, Qwen3VL8B, Qwen3_8B}
+	return []Arch{AlpamayoR1_10B, AlpamayoR1Tiny, Alpamayo15_10B, Alpamayo15Tiny, Qwen3VL8B, Qwen3_8B, Qwen3Tiny}
 }
 
 // ParseArch maps a name to an Arch.
@@ -169,6 +175,10 @@ func specFor(a Arch) (*spec, error) {
 		return &spec{arch: a, vision: v, text: t}, nil
 	case Qwen3_8B:
 		return &spec{arch: a, text: qwen3_8BDims(), textOnly: true}, nil
+	case Qwen3Tiny:
+		t := qwen3_8BDims()
+		t.hidden, t.intermediate, t.layers, t.heads, t.kvHeads, t.headDim = 128, 3072, 4, 4, 2, 32
+		return &spec{arch: a, text: t, textOnly: true}, nil
 	case AlpamayoR1_10B, Alpamayo15_10B:
 		t.vocab = alpamayoVocabSize()
 		h := alpamayoHead()
