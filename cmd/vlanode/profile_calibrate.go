@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"vlanode/layering"
+	"vlanode/models/alpamayo"
 	"vlanode/placement"
 	"vlanode/residency"
 )
@@ -89,11 +90,37 @@ func (s coexecSample) apply(c *residency.CPUProfile) (string, error) {
 
 func abs(x int) int { return max(x, -x) }
 
+// calibrateEntries adds to each stage's entry cost (Profile.StageEntryMs)
+// the difference between its measured time and the plan's prediction, for
+// the stages the plan gives the GPU alone and that copy anything: there the
+// simulation's figures are measured ones, and what it misses is the
+// stage's host work and its first copies (a co-executed stage's difference
+// is the CPU figures', which the CPU calibration takes). It returns the
+// entry costs for the log.
+func calibrateEntries(p *residency.Profile, plan *residency.Plan, t alpamayo.Timing) string {
+	measured := map[placement.Stage]time.Duration{placement.StageVision: t.Vision, placement.StagePrefill: t.Prefill,
+		placement.StageDecode: t.Decode, placement.StageDiffusion: t.Diffusion}
+	if p.StageEntryMs == nil {
+		p.StageEntryMs = map[placement.Stage]float64{}
+	}
+	var parts []string
+	for _, sp := range plan.Stages {
+		if sp.Kind != residency.GPUOnly || sp.StreamedBytes+sp.EnterBytes == 0 {
+			continue
+		}
+		d := float64(measured[sp.Stage])/1e6 - sp.PredictedMs
+		p.StageEntryMs[sp.Stage] += d
+		parts = append(parts, fmt.Sprintf("%s %+.1f → %.1f ms", sp.Stage, d, p.StageEntryMs[sp.Stage]))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // calibrateCPU measures the CPU engine where the planner uses it: it
 // loads the checkpoint within budget with profile p, runs the standard
-// workload (a warm-up, then one inference with every copy, compute and CPU
-// task timed), and sets p's decode-tier CPU rate and its copy rate while
-// the CPU computes to what the executor measured; rounds times, re-planning
+// workload (a warm-up, one inference timed per stage, then one with every
+// copy, compute and CPU task timed), and sets p's decode-tier CPU rate and
+// its copy rate while the CPU computes to what the executor measured, and
+// the entry costs of the stages the GPU computes alone (calibrateEntries); rounds times, re-planning
 // with the new figures each round (a larger CPU share changes the
 // contention it measures). The install-time figures (measureCPU: the
 // kernels in a loop beside copies that never pause) differ from the
@@ -108,6 +135,7 @@ func calibrateCPU(ctx context.Context, p *residency.Profile, spec budgetSpec, ro
 	tmp.Close()
 	defer os.Remove(tmp.Name())
 	var notes []string
+	var entries string
 	spec.layers.profile = from
 	for round := range rounds {
 		bm, err := loadBudgeted(spec, log)
@@ -120,6 +148,11 @@ func calibrateCPU(ctx context.Context, p *residency.Profile, spec budgetSpec, ro
 			if _, err := bm.model.Infer(ctx, req); err != nil {
 				return coexecSample{}, fmt.Errorf("warm-up: %w", err)
 			}
+			plain, err := bm.model.Infer(ctx, req)
+			if err != nil {
+				return coexecSample{}, fmt.Errorf("timed inference: %w", err)
+			}
+			entries = calibrateEntries(p, bm.plan, plain.Timing)
 			bm.model.SetProfiling(true)
 			res, err := bm.model.Infer(ctx, req)
 			bm.model.SetProfiling(false)
@@ -138,6 +171,7 @@ func calibrateCPU(ctx context.Context, p *residency.Profile, spec budgetSpec, ro
 		if err != nil {
 			return err
 		}
+		note += "; stage entry " + entries
 		fmt.Fprintf(log, "vlanode profile: calibration round %d at %s: %s\n", round+1, budgetText(spec.budget), note)
 		notes = append(notes, note)
 		if round+1 < rounds {

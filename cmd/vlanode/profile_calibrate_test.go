@@ -2,11 +2,13 @@ package main
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"vlanode/layering"
+	"vlanode/models/alpamayo"
 	"vlanode/placement"
 	"vlanode/residency"
 )
@@ -46,4 +48,21 @@ func TestCalibrateSample(t *testing.T) {
 	fast.CPUMs = 0.9
 	_, err = fast.apply(&residency.CPUProfile{Rates: []residency.CPURate{{Rows: 1, GBps: 50, TFLOPs: 1, CallMs: 0.5}}})
 	assert.ErrorContains(t, err, "less than their cost per call")
+}
+
+// TestCalibrateEntries adds measured-minus-predicted to the entry costs
+// of the stages the GPU computes alone that copy something, and leaves
+// the co-executed stage and the one that copies nothing alone.
+func TestCalibrateEntries(t *testing.T) {
+	plan := &residency.Plan{Stages: []residency.StagePlan{
+		{Stage: placement.StageVision, Kind: residency.GPUOnly, PredictedMs: 40},
+		{Stage: placement.StagePrefill, Kind: residency.GPUOnly, PredictedMs: 230, StreamedBytes: 1},
+		{Stage: placement.StageDecode, Kind: residency.Dynamic, PredictedMs: 1700, StreamedBytes: 1, CPUBytes: 1},
+		{Stage: placement.StageDiffusion, Kind: residency.GPUOnly, PredictedMs: 130, EnterBytes: 1},
+	}}
+	p := &residency.Profile{StageEntryMs: map[placement.Stage]float64{placement.StageDiffusion: 10}}
+	note := calibrateEntries(p, plan, alpamayo.Timing{Vision: 41 * time.Millisecond, Prefill: 234 * time.Millisecond,
+		Decode: 1750 * time.Millisecond, Diffusion: 136 * time.Millisecond})
+	assert.Equal(t, map[placement.Stage]float64{placement.StagePrefill: 4, placement.StageDiffusion: 16}, p.StageEntryMs)
+	assert.Equal(t, "prefill +4.0 → 4.0 ms, diffusion +6.0 → 16.0 ms", note)
 }
