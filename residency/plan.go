@@ -154,7 +154,11 @@ func NewPlan(arch *Arch, units []placement.Unit, w placement.Workload, p *Profil
 	}
 	plan := pl.assemble(c, minimum)
 	plan.Model, plan.Workload, plan.Options = arch.Name, w, opts
-	plan.applyGraphs(p)
+	if w.Name == placement.StandardWorkloadName {
+		// The profile's stage times are the standard workload's: another
+		// workload (a text prompt) keeps the sums of its unit times.
+		plan.applyGraphs(p)
+	}
 	return plan, nil
 }
 

@@ -138,3 +138,86 @@ func TestBenchBound(t *testing.T) {
 	assert.Equal(t, map[string]int64{"vision": 30, "prefill": 800, "decode": 400, "diffusion": 0}, streamed)
 	assert.Equal(t, map[string]int64{"prefill": 400, "decode": 400}, enter)
 }
+
+// TestBenchTextSweep runs `vlanode bench` on a tiny Qwen3 reference
+// checkpoint on the CPU: every plan at two prompt lengths, one load each;
+// the runs' timing and ids in bench.json, the same ids for every plan,
+// and the sweep table (with these tiny units every plan keeps every unit
+// resident: no stage has a choice).
+func TestBenchTextSweep(t *testing.T) {
+	dir := filepath.Join("..", "..", "testdata", "reference", "qwen3-gqa2-hd64")
+	out := filepath.Join(t.TempDir(), "bench")
+	code, stdout, stderr := runCLI("bench", "--model", dir, "--device", "cpu", "--budgets", "none,1GiB", "--plan-kinds", "all",
+		"--prompt-lens", "16,32", "--new-tokens", "4", "--runs", "2", "--warmup", "0", "--out", out)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "text workload: synthetic prompts, 4 new tokens")
+	assert.Contains(t, stdout, "planner's pick = measured best in 0 of 0 configurations with a choice")
+	var rep textBenchReport
+	raw, err := os.ReadFile(filepath.Join(out, "bench.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, &rep))
+	require.Len(t, rep.Runs, 2*2*4)
+	for _, r := range rep.Runs {
+		assert.Empty(t, r.Error)
+		assert.True(t, r.SameIDs && r.Deterministic, "%+v", r)
+		assert.Positive(t, r.Timing.PrefillMs)
+		assert.Positive(t, r.Timing.DecodeTokS)
+		assert.Equal(t, 3, r.Timing.NewTokens-1)
+		assert.Len(t, r.IDsSHA256, 64)
+	}
+	assert.Equal(t, []string{"auto", "gpu-only", "static", "dynamic"}, []string{rep.Runs[0].PlanKind, rep.Runs[1].PlanKind, rep.Runs[2].PlanKind, rep.Runs[3].PlanKind})
+	require.NotNil(t, rep.Sweep)
+	assert.Len(t, rep.Sweep.Rows, 2*2*2, "budgets × prompts × stages")
+
+	code, _, stderr = runCLI("bench", "--model", dir, "--device", "cpu", "--plan-kinds", "all", "--exact")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "--exact forbids")
+	code, _, stderr = runCLI("bench", "--model", dir, "--device", "cpu", "--prompt-lens", "2X")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "--prompt-lens")
+}
+
+// TestSweepTally checks the sweep's comparison on hand-made runs: a stage
+// the forced plans place alike has no choice; where they differ, the
+// pick matches the measured best, or is within 2% of it, or is not.
+func TestSweepTally(t *testing.T) {
+	run := func(budget int64, kind string, kinds map[string]string, ms map[string]float64) sweepRun {
+		return sweepRun{Workload: "w", Budget: budget, Kind: kind, StageKinds: kinds, MeasuredMs: ms, PredictedMs: ms}
+	}
+	g := map[string]string{"prefill": "gpu-only", "decode": "gpu-only"}
+	sw := newSweep([]sweepRun{
+		run(1, "auto", map[string]string{"prefill": "gpu-only", "decode": "dynamic"}, map[string]float64{"prefill": 10, "decode": 50}),
+		run(1, "gpu-only", g, map[string]float64{"prefill": 10, "decode": 100}),
+		run(1, "static", map[string]string{"prefill": "gpu-only", "decode": "static"}, map[string]float64{"prefill": 11, "decode": 70}),
+		run(1, "dynamic", map[string]string{"prefill": "gpu-only", "decode": "dynamic"}, map[string]float64{"prefill": 10.5, "decode": 50}),
+		run(2, "auto", map[string]string{"prefill": "dynamic", "decode": "static"}, map[string]float64{"prefill": 10, "decode": 60}),
+		run(2, "gpu-only", g, map[string]float64{"prefill": 10, "decode": 100}),
+		run(2, "static", map[string]string{"prefill": "static", "decode": "static"}, map[string]float64{"prefill": 30, "decode": 60.5}),
+		run(2, "dynamic", map[string]string{"prefill": "dynamic", "decode": "dynamic"}, map[string]float64{"prefill": 10.1, "decode": 60}),
+		{Workload: "w", Budget: 3, Kind: "auto", Error: "out of memory"},
+	})
+	require.Len(t, sw.Rows, 4)
+	type got struct {
+		stage, pick, best string
+		choice, match     bool
+		within            bool
+	}
+	var rows []got
+	for _, r := range sw.Rows {
+		rows = append(rows, got{r.Stage, r.Pick, r.Best, r.Choice, r.Match, r.Within2Pct})
+	}
+	assert.Equal(t, []got{
+		{"prefill", "gpu-only", "gpu-only", false, true, true},
+		{"decode", "dynamic", "dynamic", true, true, true},
+		{"prefill", "dynamic", "gpu-only", true, false, true},
+		{"decode", "static", "dynamic", true, false, true},
+	}, rows)
+	assert.Equal(t, 3, sw.Configurations)
+	assert.Equal(t, 1, sw.Matches)
+	assert.Equal(t, 3, sw.Within2Pct)
+	var b strings.Builder
+	sw.print(&b)
+	assert.Contains(t, b.String(), "planner's pick = measured best in 1 of 3 configurations with a choice (33%); within 2% of the best in 3 (100%)")
+	assert.Contains(t, b.String(), "no choice")
+	assert.Contains(t, b.String(), "within 2%")
+}

@@ -12,6 +12,7 @@ import (
 	"vlanode/device"
 	"vlanode/layering"
 	"vlanode/models/alpamayo"
+	"vlanode/models/layered"
 	"vlanode/placement"
 	"vlanode/residency"
 )
@@ -187,23 +188,10 @@ func loadPlanned(s budgetSpec, plan *residency.Plan, mode layering.Mode, log io.
 	}
 	b.be = be
 	b.closers = append(b.closers, be.Close)
-	lay := &alpamayo.Layering{Plan: plan, Mode: mode, Profile: s.profile}
-	if planUsesCPU(plan) {
-		engine, closeEngine, err := newCPUEngine(s.layers.cpuThreads)
-		if err != nil {
-			return nil, errors.Join(err, b.Close())
-		}
-		b.closers = append(b.closers, closeEngine)
-		lay.CPU = engine
-	}
-	if cb, ok := be.(*cuda.Backend); ok {
-		dev := cb.NewDFBDevice()
-		pinned := &hostBlobs{}
-		b.closers = append(b.closers, pinned.free, dev.Close) // dev first: it unpins
-		lay.Device, lay.View, lay.HostAlloc = dev, dev.WeightAt, pinned.alloc
-	} else {
-		dev := layering.NewHost()
-		lay.Device, lay.View = dev, dev.WeightView(be)
+	lay, closers, err := layeredConfig(be, plan, mode, s.profile, s.layers.cpuThreads, nil)
+	b.closers = append(b.closers, closers...)
+	if err != nil {
+		return nil, errors.Join(err, b.Close())
 	}
 	if b.model, err = alpamayo.Load(be, s.dir, alpamayo.LoadOptions{VLM: s.vlm, Layering: lay}); err != nil {
 		return nil, errors.Join(err, b.Close())
@@ -217,6 +205,40 @@ func loadPlanned(s budgetSpec, plan *residency.Plan, mode layering.Mode, log io.
 	fmt.Fprintf(log, "vlanode: %s within %s: %d units resident, %d streamed (%s mode)%s\n",
 		plan.Model, budgetText(s.budget), residentUnits(plan), streamedUnits(plan), mode, predicted)
 	return b, nil
+}
+
+// layeredConfig is what runs plan on be through a layering executor in
+// mode: the CPU engine of cpuThreads threads when the plan computes shares
+// on the CPU, the DFB device and pinned host blobs on CUDA (layering.Host
+// on the cpu backend); profile times every unit. blobs, when not nil,
+// allocates the host blobs and outlives the device (a model re-placed by
+// several plans); else one is made and released with the device. closers
+// release them, in order, after the model that uses them; they are
+// returned with an error too (what was made before it).
+func layeredConfig(be backend.Backend, plan *residency.Plan, mode layering.Mode, profile bool, cpuThreads int, blobs *hostBlobs) (*layered.Config, []func() error, error) {
+	var closers []func() error
+	lay := &layered.Config{Plan: plan, Mode: mode, Profile: profile}
+	if planUsesCPU(plan) {
+		engine, closeEngine, err := newCPUEngine(cpuThreads)
+		if err != nil {
+			return nil, nil, err
+		}
+		closers = append(closers, closeEngine)
+		lay.CPU = engine
+	}
+	if cb, ok := be.(*cuda.Backend); ok {
+		dev := cb.NewDFBDevice()
+		if blobs == nil {
+			blobs = &hostBlobs{}
+			closers = append(closers, blobs.free)
+		}
+		closers = append(closers, dev.Close) // dev first: it unpins
+		lay.Device, lay.View, lay.HostAlloc = dev, dev.WeightAt, blobs.alloc
+	} else {
+		dev := layering.NewHost()
+		lay.Device, lay.View = dev, dev.WeightView(be)
+	}
+	return lay, closers, nil
 }
 
 // planUsesCPU says whether the plan computes a share of some unit on the
