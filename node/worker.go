@@ -32,6 +32,7 @@ func (n *Node) work() {
 				j.timer.Stop()
 			}
 		}
+		n.gate.RLock() // a budget change waits for this inference (or batch), and it for a change
 		n.running.Store(&jobs)
 		if len(jobs) == 1 {
 			n.run(j)
@@ -39,6 +40,7 @@ func (n *Node) work() {
 			n.runBatch(batcher, jobs)
 		}
 		n.running.Store(nil)
+		n.gate.RUnlock()
 	}
 }
 
@@ -257,7 +259,7 @@ func (n *Node) complete(p *msgs.Plan, j *job, obs *Observation) {
 		p.StampNs = obs.T0
 	}
 	if p.BudgetBytes == 0 {
-		p.BudgetBytes = n.info.BudgetBytes
+		p.BudgetBytes = n.budget.Load() // the inference's: a change waits for it
 	}
 	p.TimingMs.Total = ms(n.now().Sub(j.received))
 }

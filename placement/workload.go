@@ -22,13 +22,18 @@ type Workload struct {
 	// ActionTokens are the expert's rows per pass of one trajectory
 	// sample (64 waypoints).
 	ActionTokens int `json:"action_tokens"`
+	// PrefillChunk, when positive and shorter than the prompt, prefills
+	// the prompt in passes of at most that many tokens (chunked prefill:
+	// each pass appends its chunk to the KV cache and attends to every
+	// key before it); 0 prefills the prompt in one pass.
+	PrefillChunk int `json:"prefill_chunk,omitempty"`
 	// Batch is the number of requests run together (0: 1): each has its
 	// own KV cache and activations, and each streamed unit is copied once
 	// a pass for all of them, its vision, prefill and decode computes run
 	// once per request.
 	Batch int `json:"batch,omitempty"`
 	// Samples is the trajectory samples of each request (0: 1): the
-	// expert runs every sample of every request in one product a pass.
+	// expert runs a request's samples in one product a pass.
 	Samples int `json:"samples,omitempty"`
 }
 
@@ -59,6 +64,17 @@ func StandardWorkload() Workload {
 	}
 }
 
+// TextWorkloadName names the workloads of text generation (TextWorkload).
+const TextWorkloadName = "text"
+
+// TextWorkload is text generation: a prompt of prompt tokens, prefilled
+// in chunks of at most chunk tokens (0: one pass, see PrefillChunk), then
+// newTokens greedy tokens: the first comes from the prefill's logits, each
+// other from one decode pass, so newTokens−1 decode passes.
+func TextWorkload(prompt, newTokens, chunk int) Workload {
+	return Workload{Name: TextWorkloadName, PromptTokens: prompt, ReasoningTokens: max(newTokens-1, 0), PrefillChunk: chunk}
+}
+
 // Workloads maps the names the command line accepts to workloads.
 func Workloads() map[string]Workload {
 	return map[string]Workload{StandardWorkloadName: StandardWorkload()}
@@ -77,6 +93,7 @@ func (w Workload) Validate() error {
 		{"images", w.Images}, {"patches_per_image", w.PatchesPerImage},
 		{"reasoning_tokens", w.ReasoningTokens}, {"euler_steps", w.EulerSteps}, {"action_tokens", w.ActionTokens},
 		{"batch", w.Batch}, {"samples", w.Samples},
+		{"prefill_chunk", w.PrefillChunk},
 	} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s is negative (%d)", f.name, f.v))

@@ -146,10 +146,10 @@ func (a *Arch) passActivations(g placement.Geometry) (vision, prefill passFloats
 	}
 	t := a.Text
 	// Shared: scratch h [T, hidden]; q, attn [T, heads·headDim]; k, v
-	// [T, kvHeads·headDim]; gate, up [T, intermediate]. Each prefill's
-	// own: x [T, hidden], cos, sin, the visual features, the last row's
-	// norm and logits.
-	T := int64(g.Prompt)
+	// [T, kvHeads·headDim]; gate, up [T, intermediate], T the rows of one
+	// prefill pass (a chunk). Each prefill's own: x [T, hidden], cos,
+	// sin, the visual features, the last row's norm and logits.
+	T := int64(g.Chunk)
 	shared := T * int64(t.HiddenSize+2*t.NumAttentionHeads*t.HeadDim+2*t.NumKeyValueHeads*t.HeadDim+2*t.IntermediateSize)
 	logits := int64(t.HiddenSize + t.VocabSize)
 	prefill = passFloats{shared: shared, own: T*int64(t.HiddenSize+t.HeadDim) + features + logits}
@@ -202,7 +202,7 @@ func (a *Arch) expertCols() int64 {
 // flash-attention call.
 func (a *Arch) backendScratchBytes(g placement.Geometry) int64 {
 	t := a.Text
-	x := int64(g.Prompt) * int64(max(t.HiddenSize, t.NumAttentionHeads*t.HeadDim, t.IntermediateSize))
+	x := int64(g.Chunk) * int64(max(t.HiddenSize, t.NumAttentionHeads*t.HeadDim, t.IntermediateSize))
 	kv := 2 * int64(g.Prompt) * int64(t.NumKeyValueHeads*alignUp(t.HeadDim, flashHeadAlign))
 	if g.Vision {
 		v := a.Vision

@@ -21,6 +21,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"vlanode/configs"
 	"vlanode/cuda"
 	"vlanode/layering"
 	"vlanode/models/alpamayo"
@@ -56,6 +57,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	accReps := fs.Int("accelerate-reps", 1, "timed Accelerate inferences per budget (after its warm-up)")
 	out := fs.String("out", "", "folder for bench.json (and Accelerate's results); default: none written")
 	asJSON := fs.Bool("json", false, "print the report (bench.json's content) instead of the tables")
+	kindList := fs.String("plan-kinds", "", "comma-separated plans to run at each budget (and prompt length), each from its own load: auto (the planner's pick per stage), gpu-only, static, dynamic (forced for every stage that streams), or all (the four); with two or more, a sweep table compares the planner's pick per stage with the measured best of the three forced plans; default: --plan-kind's, or auto")
+	var tf textFlags
+	promptList := fs.String("prompt-lens", fmt.Sprint(defaultPromptLen), "Qwen3 text models: comma-separated prompt lengths (K = 1024 tokens: 512,2K,4K,8K), each a synthetic prompt (as generate --prompt-len)")
+	fs.IntVar(&tf.newTokens, "new-tokens", 16, "Qwen3 text models: the tokens generated after each prompt")
+	fs.IntVar(&tf.chunk, "prefill-chunk", 0, "Qwen3 text models: the prefill's chunk (0: the planner's)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -71,9 +77,24 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	if err := lf.options().Validate(); err != nil {
 		return usagef("%v", err)
 	}
+	if err := tf.check(); err != nil {
+		return err
+	}
 	budgets, err := parseBudgets(*budgetList)
 	if err != nil {
 		return err
+	}
+	kinds, err := parseKinds(*kindList, lf.planOpts)
+	if err != nil {
+		return err
+	}
+	if mt, err := configs.ReadModelType(mf.dir); err == nil && mt == "qwen3" {
+		prompts, err := parsePromptLens(*promptList)
+		if err != nil {
+			return err
+		}
+		return runBenchText(ctx, benchTextSpec{mf: mf, lf: lf, budgets: budgets, kinds: kinds, prompts: prompts,
+			newTokens: tf.newTokens, chunk: tf.chunk, warmup: *warmup, runs: *runs, out: *out, asJSON: *asJSON}, stdout, stderr)
 	}
 	modes := strings.Split(*modeList, ",")
 	for _, m := range modes {
@@ -111,37 +132,50 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	failed := 0
 	for _, b := range budgets {
 		for _, mode := range modes {
-			if err := ctx.Err(); err != nil {
-				return err
+			for _, kind := range kinds {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				opts := lf.planOpts
+				opts.kind = kindOption(kind)
+				r, res, err := benchOne(ctx, budgetSpec{
+					dir: mf.dir, vlm: *vlm, device: mf.device, threads: mf.threads, budget: b, samples: *samples,
+					layers: layerFlags{mode: mode, profile: lf.profile, planOpts: opts},
+				}, *warmup, *runs, *timeline, nv, stderr)
+				r.PlanKind = kind
+				if err != nil {
+					// Report it and go on: the other budgets still tell.
+					fmt.Fprintf(stderr, "vlanode bench: budget %s, mode %s, plan %s: %v\n", budgetText(b), mode, kind, err)
+					rep.Runs = append(rep.Runs, benchRun{Budget: b, Mode: mode, PlanKind: kind, Error: err.Error()})
+					failed++
+					continue
+				}
+				if first == nil {
+					first = res
+				}
+				r.Identical = sameResult(first, res)
+				r.SameReasoning = slices.Equal(first.ReasoningIDs, res.ReasoningIDs)
+				r.MaxActionDiff = maxAbsDiff(first.Normalized, res.Normalized)
+				rep.Runs = append(rep.Runs, r)
+				predicted := ""
+				if r.Backend == "cuda" {
+					predicted = fmt.Sprintf(" (predicted %.0f)", r.PredictedMs["total"])
+				}
+				fmt.Fprintf(stderr, "vlanode bench: %s %s %s: %.0f ms%s, peak %.2f GB allocated, %.2f GB NVML; graphs: decode %v, diffusion %v%s\n",
+					budgetText(b), r.Mode, kind, r.MeasuredMs["total"], predicted, float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9,
+					r.DecodeGraph, r.DiffusionGraph, map[bool]string{true: " (" + r.GraphError + ")"}[r.GraphError != ""])
 			}
-			r, res, err := benchOne(ctx, budgetSpec{
-				dir: mf.dir, vlm: *vlm, device: mf.device, threads: mf.threads, budget: b, samples: *samples,
-				layers: layerFlags{mode: mode, profile: lf.profile, planOpts: lf.planOpts},
-			}, *warmup, *runs, *timeline, nv, stderr)
-			if err != nil {
-				// Report it and go on: the other budgets still tell.
-				fmt.Fprintf(stderr, "vlanode bench: budget %s, mode %s: %v\n", budgetText(b), mode, err)
-				rep.Runs = append(rep.Runs, benchRun{Budget: b, Mode: mode, Error: err.Error()})
-				failed++
-				continue
-			}
-			if first == nil {
-				first = res
-			}
-			r.Identical = sameResult(first, res)
-			r.SameReasoning = slices.Equal(first.ReasoningIDs, res.ReasoningIDs)
-			r.MaxActionDiff = maxAbsDiff(first.Normalized, res.Normalized)
-			rep.Runs = append(rep.Runs, r)
-			predicted := ""
-			if r.Backend == "cuda" {
-				predicted = fmt.Sprintf(" (predicted %.0f)", r.PredictedMs["total"])
-			}
-			fmt.Fprintf(stderr, "vlanode bench: %s %s: %.0f ms%s, peak %.2f GB allocated, %.2f GB NVML; graphs: decode %v, diffusion %v%s\n",
-				budgetText(b), r.Mode, r.MeasuredMs["total"], predicted, float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9,
-				r.DecodeGraph, r.DiffusionGraph, map[bool]string{true: " (" + r.GraphError + ")"}[r.GraphError != ""])
 		}
 	}
 	rep.fillBounds()
+	if len(kinds) > 1 {
+		var rows []sweepRun
+		for _, r := range rep.Runs {
+			rows = append(rows, sweepRun{Workload: placement.StandardWorkloadName, Budget: r.Budget, Mode: r.Mode, Kind: r.PlanKind,
+				StageKinds: r.StageKinds, PredictedMs: r.PredictedMs, MeasuredMs: r.MeasuredMs, Error: r.Error})
+		}
+		rep.Sweep = newSweep(rows)
+	}
 	write := func() error {
 		if *out == "" {
 			return nil
@@ -220,12 +254,19 @@ type benchReport struct {
 	BoundSource string `json:"bound_source"`
 	// Accelerate is the baseline's latency per budget (s), when run.
 	Accelerate map[string]accelerateRun `json:"accelerate,omitempty"`
+	// Sweep compares the planner's pick per stage with the measured best
+	// of the forced plans (--plan-kinds with two or more).
+	Sweep *sweep `json:"sweep,omitempty"`
 }
 
 // benchRun is one budget and mode.
 type benchRun struct {
-	Budget      int64              `json:"budget_bytes"` // 0: none
-	Mode        string             `json:"mode"`
+	Budget int64  `json:"budget_bytes"` // 0: none
+	Mode   string `json:"mode"`
+	// PlanKind is the plan asked for (auto: the planner's pick per
+	// stage); StageKinds the kind the plan gave each stage.
+	PlanKind    string             `json:"plan_kind"`
+	StageKinds  map[string]string  `json:"stage_kinds"`
 	Backend     string             `json:"backend"` // cpu or cuda; the predictions and bounds are the GPU's
 	Resident    int                `json:"resident_units"`
 	Streamed    int                `json:"streamed_units"`
@@ -241,10 +282,13 @@ type benchRun struct {
 	// HomeError says why the budget refused homes the plan gave units, if
 	// it did (they were streamed instead).
 	HomeError string `json:"home_error,omitempty"`
-	// CPUBusyMs is the CPU engine's busy time in the last timed
-	// inference, CPUBytes what it read of the weights there (the plan's
-	// CPU bytes per pass over the passes run), CPUGBps their rate.
+	// CPUBusyMs is the CPU engine's compute time in the last timed
+	// inference (each task from its input's arrival to its result),
+	// CPUWaitMs the time its tasks waited for their input from the GPU,
+	// CPUBytes what it read of the weights there (the plan's CPU bytes per
+	// pass over the passes run), CPUGBps their rate over the compute time.
 	CPUBusyMs      float64          `json:"cpu_busy_ms"`
+	CPUWaitMs      float64          `json:"cpu_wait_ms"`
 	CPUBytes       int64            `json:"cpu_bytes"`
 	CPUGBps        float64          `json:"cpu_gbps"`
 	DecodeSteps    int              `json:"decode_steps"`
@@ -329,6 +373,7 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool
 		PredictedMs: map[string]float64{"total": bm.plan.TotalMs},
 	}
 	r.StreamedBytes, r.EnterBytes = streamedPerPass(bm.plan)
+	r.StageKinds = stageKindMap(bm.plan)
 	for st, ms := range bm.plan.PredictedMs {
 		r.PredictedMs[string(st)] = ms
 	}
@@ -379,9 +424,7 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool
 	r.DecodeGraph, r.DiffusionGraph, r.GraphError = res.DecodeGraph, res.DiffusionGraph, res.GraphError
 	r.HomeError = res.HomeError
 	if res.Layers != nil {
-		for _, d := range res.Layers.CPUBusy {
-			r.CPUBusyMs += float64(d) / 1e6
-		}
+		r.CPUBusyMs, r.CPUWaitMs = res.Layers.CPUMs()
 	}
 	for _, sp := range bm.plan.Stages {
 		passes := int64(sp.Passes)
@@ -516,10 +559,10 @@ func (rep *benchReport) print(w io.Writer) {
 		fmt.Fprintf(w, "pinned host-to-device: %.1f GB/s; bound: %s\n", rep.H2DGBps, rep.BoundSource)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "budget\tmode\tresident\tstreamed\tvision ms\tprefill ms\tdecode ms\tdiffusion ms\ttotal ms\tpredicted ms\tvs plan\tbound ms\tvs bound\tpeak alloc GB\tpeak NVML GB\twithin\tidentical\tsame ids\tmax action diff\taccelerate s\tspeedup\t")
+	fmt.Fprintln(tw, "budget\tmode\tplan\tresident\tstreamed\tvision ms\tprefill ms\tdecode ms\tdiffusion ms\ttotal ms\tpredicted ms\tvs plan\tbound ms\tvs bound\tpeak alloc GB\tpeak NVML GB\twithin\tidentical\tsame ids\tmax action diff\taccelerate s\tspeedup\t")
 	for _, r := range rep.Runs {
 		if r.Error != "" {
-			fmt.Fprintf(tw, "%s\t%s\tfailed: %s\t\n", shortBudget(r.Budget), r.Mode, r.Error)
+			fmt.Fprintf(tw, "%s\t%s\t%s\tfailed: %s\t\n", shortBudget(r.Budget), r.Mode, r.PlanKind, r.Error)
 			continue
 		}
 		m := r.MeasuredMs
@@ -539,12 +582,16 @@ func (rep *benchReport) print(w io.Writer) {
 		if a, ok := rep.Accelerate[budgetText(r.Budget)]; ok && a.LatencyS > 0 {
 			accS, speedup = fmt.Sprintf("%.2f", a.LatencyS), fmt.Sprintf("%.1f×", a.LatencyS*1e3/m["total"])
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%.3g\t%s\t%s\t\n",
-			shortBudget(r.Budget), r.Mode, r.Resident, streamedText(r), m["vision"], m["prefill"], m["decode"], m["diffusion"], m["total"],
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%.3g\t%s\t%s\t\n",
+			shortBudget(r.Budget), r.Mode, kindsText(r.PlanKind, r.StageKinds), r.Resident, streamedText(r), m["vision"], m["prefill"], m["decode"], m["diffusion"], m["total"],
 			predicted, vsPlan, bound, vsBound,
 			float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9, within, yesNo(r.Identical), yesNo(r.SameReasoning), r.MaxActionDiff, accS, speedup)
 	}
 	tw.Flush()
+	if rep.Sweep != nil {
+		fmt.Fprintln(w)
+		rep.Sweep.print(w)
+	}
 }
 
 // streamedText is the streamed units, with the CPU engine's busy time

@@ -12,6 +12,7 @@ import (
 	"vlanode/device"
 	"vlanode/layering"
 	"vlanode/models/alpamayo"
+	"vlanode/models/layered"
 	"vlanode/placement"
 	"vlanode/residency"
 )
@@ -151,38 +152,55 @@ type budgetSpec struct {
 // budget, opens the backend with its allocator limited to the budget, and
 // loads the model with the plan's placement.
 func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
-	arch, err := loadArch(s.dir, s.vlm)
+	plan, mode, err := planBudgeted(s)
 	if err != nil {
 		return nil, err
+	}
+	return loadPlanned(s, plan, mode, log)
+}
+
+// planBudgeted plans the checkpoint for the standard workload within the
+// budget and picks the executor's mode; it reads only the configs and
+// the profile. A budget below the plan's minimum is refused with it.
+func planBudgeted(s budgetSpec) (*residency.Plan, layering.Mode, error) {
+	arch, err := loadArch(s.dir, s.vlm)
+	if err != nil {
+		return nil, 0, err
 	}
 	prof, _, err := loadProfile(s.layers.profile)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	// A batch the budget cannot hold is planned as the largest that it
+	// can (loadPlanned says so; plan.Workload has it).
 	w := placement.StandardWorkload().WithBatch(s.batch, s.samples)
-	batch := w.Seqs()
-	if batch > 1 {
+	if batch := w.Seqs(); batch > 1 {
 		units := func(w placement.Workload) []placement.Unit { return alpamayo.PlanUnits(arch, w) }
 		fits, err := residency.LargestBatch(arch, units, w, prof, s.budget, s.layers.options(), batch)
 		if err != nil {
-			return nil, err
-		}
-		if fits < batch && fits > 0 {
-			fmt.Fprintf(log, "vlanode: %s holds batches of %d requests of %d trajectory samples, not %d: batches of up to %d\n",
-				budgetText(s.budget), fits, w.SamplesEach(), batch, fits)
-			batch = fits
+			return nil, 0, err
 		}
 		w = w.WithBatch(max(fits, 1), s.samples)
 	}
 	plan, err := residency.NewPlan(arch, alpamayo.PlanUnits(arch, w), w, prof, s.budget, s.layers.options())
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	mode, err := s.layers.resolveMode(plan)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	b := &budgeted{plan: plan, mode: mode, batch: min(batch, w.Seqs())}
+	return plan, mode, nil
+}
+
+// loadPlanned opens the backend with its allocator limited to the budget
+// and loads the model with the plan's placement.
+func loadPlanned(s budgetSpec, plan *residency.Plan, mode layering.Mode, log io.Writer) (*budgeted, error) {
+	b := &budgeted{plan: plan, mode: mode, batch: plan.Workload.Seqs()}
+	if want := max(s.batch, 1); b.batch < want {
+		fmt.Fprintf(log, "vlanode: %s holds batches of %d requests of %d trajectory samples, not %d: batches of up to %d\n",
+			budgetText(s.budget), b.batch, plan.Workload.SamplesEach(), want, b.batch)
+	}
 	// The CUDA allocator charges the context and the cuBLAS handle to the
 	// budget itself, as the plan does.
 	be, err := device.Open(s.device, device.Options{Threads: s.threads, Ordinal: s.ordinal, Budget: s.budget}, log)
@@ -191,23 +209,10 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 	}
 	b.be = be
 	b.closers = append(b.closers, be.Close)
-	lay := &alpamayo.Layering{Plan: plan, Mode: mode, Profile: s.profile}
-	if planUsesCPU(plan) {
-		engine, closeEngine, err := newCPUEngine(s.layers.cpuThreads)
-		if err != nil {
-			return nil, errors.Join(err, b.Close())
-		}
-		b.closers = append(b.closers, closeEngine)
-		lay.CPU = engine
-	}
-	if cb, ok := be.(*cuda.Backend); ok {
-		dev := cb.NewDFBDevice()
-		pinned := &hostBlobs{}
-		b.closers = append(b.closers, pinned.free, dev.Close) // dev first: it unpins
-		lay.Device, lay.View, lay.HostAlloc = dev, dev.WeightAt, pinned.alloc
-	} else {
-		dev := layering.NewHost()
-		lay.Device, lay.View = dev, dev.WeightView(be)
+	lay, closers, err := layeredConfig(be, plan, mode, s.profile, s.layers.cpuThreads, nil)
+	b.closers = append(b.closers, closers...)
+	if err != nil {
+		return nil, errors.Join(err, b.Close())
 	}
 	if b.model, err = alpamayo.Load(be, s.dir, alpamayo.LoadOptions{VLM: s.vlm, Layering: lay}); err != nil {
 		return nil, errors.Join(err, b.Close())
@@ -219,8 +224,42 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 		predicted = fmt.Sprintf(", predicted %.0f ms for the standard workload", plan.TotalMs)
 	}
 	fmt.Fprintf(log, "vlanode: %s within %s: %d units resident, %d streamed (%s mode)%s\n",
-		arch.Name, budgetText(s.budget), residentUnits(plan), streamedUnits(plan), mode, predicted)
+		plan.Model, budgetText(s.budget), residentUnits(plan), streamedUnits(plan), mode, predicted)
 	return b, nil
+}
+
+// layeredConfig is what runs plan on be through a layering executor in
+// mode: the CPU engine of cpuThreads threads when the plan computes shares
+// on the CPU, the DFB device and pinned host blobs on CUDA (layering.Host
+// on the cpu backend); profile times every unit. blobs, when not nil,
+// allocates the host blobs and outlives the device (a model re-placed by
+// several plans); else one is made and released with the device. closers
+// release them, in order, after the model that uses them; they are
+// returned with an error too (what was made before it).
+func layeredConfig(be backend.Backend, plan *residency.Plan, mode layering.Mode, profile bool, cpuThreads int, blobs *hostBlobs) (*layered.Config, []func() error, error) {
+	var closers []func() error
+	lay := &layered.Config{Plan: plan, Mode: mode, Profile: profile}
+	if planUsesCPU(plan) {
+		engine, closeEngine, err := newCPUEngine(cpuThreads)
+		if err != nil {
+			return nil, nil, err
+		}
+		closers = append(closers, closeEngine)
+		lay.CPU = engine
+	}
+	if cb, ok := be.(*cuda.Backend); ok {
+		dev := cb.NewDFBDevice()
+		if blobs == nil {
+			blobs = &hostBlobs{}
+			closers = append(closers, blobs.free)
+		}
+		closers = append(closers, dev.Close) // dev first: it unpins
+		lay.Device, lay.View, lay.HostAlloc = dev, dev.WeightAt, blobs.alloc
+	} else {
+		dev := layering.NewHost()
+		lay.Device, lay.View = dev, dev.WeightView(be)
+	}
+	return lay, closers, nil
 }
 
 // planUsesCPU says whether the plan computes a share of some unit on the

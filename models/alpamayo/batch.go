@@ -75,17 +75,7 @@ func (m *Model) InferBatch(ctx context.Context, reqs []*Request) ([]*Result, []e
 // share of a unit on the CPU.
 func (m *Model) batches() bool {
 	lay := m.layered
-	if lay == nil || lay.direct() {
-		return false
-	}
-	for _, places := range lay.place {
-		for _, p := range places {
-			if p.Engine == placement.CPU || p.CPUSplit > 0 {
-				return false
-			}
-		}
-	}
-	return true
+	return lay != nil && lay.Runs() && !lay.CPUShares()
 }
 
 // sequence is one request's state in a batch.
@@ -144,18 +134,16 @@ func (m *Model) inferTogether(ctx context.Context, reqs []*Request) ([]*Result, 
 		defer func() { peak = mp.PeakBytes() }()
 	}
 	lay := m.layered
-	run, err := lay.exec.Start(m.schedule(sched))
+	run, err := lay.Start(m.schedule(sched))
 	if err != nil {
 		return fail(fmt.Errorf("alpamayo: %w", err))
 	}
-	lay.run = run
 	g := &gang{exec: lay}
 	vision, text := m.VLM.Vision.Exec, m.VLM.Text.Exec
 	m.VLM.Vision.Exec, m.VLM.Text.Exec = g, g
 	defer func() {
 		m.VLM.Vision.Exec, m.VLM.Text.Exec = vision, text
-		lay.run = nil
-		_ = run.Abort() // after an error: let queued copies finish
+		lay.End() // after an error: let queued copies finish
 	}()
 
 	var timing Timing

@@ -13,6 +13,7 @@ import (
 	"vlanode/configs"
 	"vlanode/diffusion"
 	"vlanode/models"
+	"vlanode/models/layered"
 	"vlanode/models/qwen3vl"
 	"vlanode/placement"
 	"vlanode/safetensors"
@@ -38,7 +39,7 @@ type Model struct {
 
 	be      backend.Backend
 	ck      *safetensors.Checkpoint
-	layered *layered // nil: every unit resident, run in place
+	layered *layered.Executor // nil: every unit resident, run in place
 }
 
 // LoadOptions tune Load.
@@ -74,7 +75,7 @@ func Load(be backend.Backend, dir string, opt LoadOptions) (*Model, error) {
 	m := &Model{Config: cfg, Tok: tok, Tokens: ids, be: be, ck: ck}
 	ld := models.NewLoader(be, ck)
 	if opt.Layering != nil {
-		if err := opt.Layering.configureLoader(ld); err != nil {
+		if err := opt.Layering.ConfigureLoader(ld); err != nil {
 			m.Close()
 			return nil, err
 		}
@@ -90,10 +91,11 @@ func Load(be backend.Backend, dir string, opt LoadOptions) (*Model, error) {
 		return nil, fmt.Errorf("alpamayo: loading the action expert: %w", err)
 	}
 	if opt.Layering != nil {
-		if err := m.newLayered(opt.Layering, ld.Units); err != nil {
+		if m.layered, err = layered.New(opt.Layering, be, ld.Units); err != nil {
 			m.Close()
-			return nil, err
+			return nil, fmt.Errorf("alpamayo: %w", err)
 		}
+		m.VLM.Vision.Exec, m.VLM.Text.Exec, m.Expert.Exec = m.layered, m.layered, m.layered
 	}
 	if c, ok := be.(interface{ CopiesWeights() bool }); ok && c.CopiesWeights() {
 		// The backend holds its own copy of every resident unit: the host
