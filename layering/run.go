@@ -30,7 +30,10 @@ type turn struct {
 	off   int64 // where its home starts in the arena
 	cpu   int   // the CPU's share of the split dimension
 	rects []weights.Rect
-	bytes int64 // what its copy moves
+	bytes int64 // what its copy moves (raw: a compressed turn moves z.Size())
+	// z says the copy moves the unit's compressed bytes into a staging
+	// buffer and a decode expands them (Unit.Z; never a CPU-shared turn).
+	z bool
 
 	copied bool         // its copy is queued
 	ready  bool         // the compute stream waits for its weights
@@ -39,8 +42,9 @@ type turn struct {
 	stage int
 
 	// Timing events (Config.Profile): around the copy (slotted and
-	// entering turns) and around the compute. Zero when not profiling.
-	copyStart, copyEnd, exeStart, exeEnd Event
+	// entering turns), the decode (compressed turns) and the compute.
+	// Zero when not profiling.
+	copyStart, copyEnd, decStart, decEnd, exeStart, exeEnd Event
 }
 
 // copies says whether the turn copies weights.
@@ -96,6 +100,7 @@ type Runner struct {
 // then calls Do once per turn, in order, and Finish (or Abort).
 func (e *Executor) Start(passes []Pass) (*Runner, error) {
 	r := &Runner{e: e, passes: passes, entered: -1}
+	e.zRecs, e.zJobs = nil, 0
 	cur := map[*Unit]bool{}
 	for u := range e.homes {
 		cur[u] = true
@@ -205,8 +210,11 @@ func (e *Executor) newTurn(p int, u *Unit, pl placement.Placement) (*turn, error
 	case pl.Weights == placement.Resident:
 		t.home = true
 	case pl.Weights == placement.Streamed:
-		t.kind, t.bytes = slotted, u.Blob.Size()
+		t.kind, t.bytes, t.z = slotted, u.size(), u.Z != nil
 		if pl.CPUSplit > 0 {
+			if u.Z != nil {
+				return nil, fmt.Errorf("unit %s is compressed: the CPU cannot read a share of it", u.ID)
+			}
 			if u.Share == nil {
 				return nil, fmt.Errorf("unit %s split with the CPU cannot split", u.ID)
 			}
@@ -223,10 +231,13 @@ func (e *Executor) newTurn(p int, u *Unit, pl placement.Placement) (*turn, error
 		return nil, fmt.Errorf("unit %s: placement %s", u.ID, pl)
 	}
 	if t.kind == cpuWhole {
+		if u.Z != nil {
+			return nil, fmt.Errorf("unit %s is compressed: the CPU cannot compute it", u.ID)
+		}
 		t.cpu = -1 // the whole split dimension: the model knows it
 	}
 	if t.home {
-		t.bytes = u.Blob.Size()
+		t.bytes, t.z = u.size(), u.Z != nil
 	}
 	return t, nil
 }
@@ -280,18 +291,18 @@ func (r *Runner) enter(k int) error {
 	if len(newHomes) > 0 {
 		var total int64
 		for _, u := range newHomes {
-			total += roundUp(u.Blob.Size(), weights.Align)
+			total += roundUp(u.size(), weights.Align)
 		}
 		if a, err := e.dev.AllocSlot(total); err == nil {
 			var off int64
 			for _, u := range newHomes {
 				e.homes[u] = home{arena: a, off: off}
-				off += roundUp(u.Blob.Size(), weights.Align)
+				off += roundUp(u.size(), weights.Align)
 			}
 			e.arenas[a] = len(newHomes)
 		} else {
 			for _, u := range newHomes {
-				a, err := e.dev.AllocSlot(roundUp(u.Blob.Size(), weights.Align))
+				a, err := e.dev.AllocSlot(roundUp(u.size(), weights.Align))
 				if err != nil {
 					r.homeErrors = append(r.homeErrors, fmt.Errorf("home of %s in %s: %w", u.ID, st.name, err))
 					refused[u] = true
@@ -317,10 +328,10 @@ func (r *Runner) enter(k int) error {
 			continue
 		}
 		if refused[t.unit] {
-			if len(e.slots) == 0 || t.unit.Blob.Size() > e.SlotBytes {
+			if len(e.slots) == 0 || t.unit.size() > e.SlotBytes {
 				return fmt.Errorf("layering: %w, and no slot can stream it", errors.Join(r.homeErrors...))
 			}
-			t.kind, t.home, t.bytes = slotted, false, t.unit.Blob.Size()
+			t.kind, t.home, t.bytes = slotted, false, t.unit.size()
 			continue
 		}
 		h := e.homes[t.unit]
@@ -390,8 +401,12 @@ func (r *Runner) mark(t *turn) (err error) {
 	if !r.e.cfg.Profile {
 		return nil
 	}
-	t.copyStart, t.copyEnd, t.exeStart, t.exeEnd, err = r.e.mark(&r.marks)
-	return err
+	var m []Event
+	if m, err = r.e.mark(&r.marks); err != nil {
+		return err
+	}
+	t.copyStart, t.copyEnd, t.decStart, t.decEnd, t.exeStart, t.exeEnd = m[0], m[1], m[2], m[3], m[4], m[5]
+	return nil
 }
 
 // Failed reports whether the Run has failed (every later call fails).
@@ -624,6 +639,9 @@ func (r *Runner) Finish() (*Profile, error) {
 	}
 	busy, err := e.drainEngine()
 	if err != nil {
+		return nil, errors.Join(err, e.decodeStatus())
+	}
+	if err := e.decodeStatus(); err != nil {
 		return nil, err
 	}
 	p, err := e.profile(r.passes, r.turns)
@@ -643,14 +661,16 @@ func (r *Runner) Abort() error {
 	}
 	r.ended = true
 	_, eerr := r.e.drainEngine()
-	return errors.Join(r.e.dev.Synchronize(), eerr)
+	serr := r.e.dev.Synchronize()
+	return errors.Join(serr, eerr, r.e.decodeStatus())
 }
 
 // fail ends the Run with err after the queued work has finished.
 func (r *Runner) fail(err error) error {
 	if r.failed == nil {
 		_, eerr := r.e.drainEngine()
-		r.failed = errors.Join(err, r.e.dev.Synchronize(), eerr)
+		serr := r.e.dev.Synchronize()
+		r.failed = errors.Join(err, serr, eerr, r.e.decodeStatus())
 	}
 	return r.failed
 }
@@ -678,18 +698,23 @@ func (e *Executor) Run(passes []Pass) (*Profile, error) {
 	return r.Finish()
 }
 
-// mark hands out the next four timing events of the pool, growing it.
-func (e *Executor) mark(used *int) (a, b, c, d Event, err error) {
-	for len(e.marks) < *used+4 {
+// turnMarks is the timing events of a turn: around its copy, its decode
+// and its compute.
+const turnMarks = 6
+
+// mark hands out the next turnMarks timing events of the pool, growing
+// it.
+func (e *Executor) mark(used *int) ([]Event, error) {
+	for len(e.marks) < *used+turnMarks {
 		ev, err := e.dev.NewEvent(fmt.Sprintf("mark[%d]", len(e.marks)))
 		if err != nil {
-			return 0, 0, 0, 0, fmt.Errorf("layering: timing event: %w", err)
+			return nil, fmt.Errorf("layering: timing event: %w", err)
 		}
 		e.marks = append(e.marks, ev)
 	}
-	m := e.marks[*used : *used+4]
-	*used += 4
-	return m[0], m[1], m[2], m[3], nil
+	m := e.marks[*used : *used+turnMarks]
+	*used += turnMarks
+	return m, nil
 }
 
 // unitName names u in errors, nil included.
