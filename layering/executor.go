@@ -175,8 +175,8 @@ type Executor struct {
 	copied      []Event // [k] on the copy stream: staging k holds its unit's compressed bytes
 	stagingFree []Event // [k] on the decode stream: staging k's decode has read it
 	zblobs      map[*Unit]*weights.Blob
-	nz          int      // compressed copies queued so far (the ring's position)
-	zJobs       int      // jobs decoded since the last status read
+	nz          int // compressed copies queued so far (the ring's position)
+	zJobs       int // jobs decoded since the last status read
 	zRecs       []zDecodeRec
 }
 

@@ -41,7 +41,7 @@ type Turn struct {
 
 // UnitTiming is a unit's mean timing over its turns.
 type UnitTiming struct {
-	Unit          placement.ID
+	Unit                    placement.ID
 	Turns                   int
 	CopyMs, DecodeMs, ExeMs float64 // means over the turns
 }
