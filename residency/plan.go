@@ -1,9 +1,11 @@
 package residency
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
+
 	"vlanode/placement"
 )
 
@@ -28,8 +30,17 @@ type Plan struct {
 	// when nothing is streamed.
 	SlotBytes int64
 	// HostBytes is the host memory the weights take: every unit keeps its
-	// blob there (pinned where it is ever copied or read by the CPU).
-	HostBytes int64
+	// blob there (pinned where it is ever copied or read by the CPU),
+	// compressed where it streams compressed; HostRawBytes is the same
+	// with every blob raw.
+	HostBytes, HostRawBytes int64
+	// Compressed says some unit streams compressed (Options.Compress);
+	// StagingBytes is one staging buffer, the largest compressed unit
+	// (0: none). CompressNote says why Options.Compress planned no
+	// compression, when it did not.
+	Compressed   bool
+	StagingBytes int64
+	CompressNote string
 	// Units are every unit in execution order.
 	Units []UnitPlan
 	// Stages are the stages that run, in order.
@@ -77,6 +88,13 @@ type StagePlan struct {
 	// read by the CPU in each pass.
 	StreamedBytes int64 `json:"streamed_bytes"`
 	CPUBytes      int64 `json:"cpu_bytes"`
+	// CopiedBytes and EnterCopiedBytes are what the copy engine moves for
+	// StreamedBytes and EnterBytes: the compressed bytes of compressed
+	// units (equal without compression). DecodeMs is the decode engine's
+	// busy time.
+	CopiedBytes      int64   `json:"copied_bytes"`
+	EnterCopiedBytes int64   `json:"enter_copied_bytes"`
+	DecodeMs         float64 `json:"decode_ms"`
 	// Bytes is the device memory of the stage, by purpose.
 	Bytes map[Purpose]int64 `json:"bytes"`
 }
@@ -103,6 +121,11 @@ type UnitPlan struct {
 	// BenefitMsPerMB is the unit's residency benefit B by paper 1's
 	// position rules (0 for host units).
 	BenefitMsPerMB float64 `json:"benefit_ms_per_mb"`
+	// Compressed says the unit is kept compressed in host memory and
+	// copied compressed (bf16z) wherever it is copied; StoredBytes is what
+	// it keeps in host memory: its compressed size, or Bytes.
+	Compressed  bool  `json:"compressed,omitempty"`
+	StoredBytes int64 `json:"stored_bytes"`
 }
 
 // HomeIn says whether the unit's weights are in VRAM during stage s.
@@ -122,7 +145,41 @@ func (u UnitPlan) Entered(s placement.Stage, stages []placement.Stage) bool {
 // publishes them (models/alpamayo.PlanUnits), under workload w with profile
 // p within budget bytes (0: unlimited), as opts allow. A budget below the
 // minimum is a *BudgetError.
+//
+// Options.Compress compresses where it pays: the plan with compressed
+// streaming is kept when it predicts less than the plan without (the
+// staging buffers take room that residents would have had), else the raw
+// one is, saying why in Plan.CompressNote; a budget below the minimum
+// with staging buffers is planned raw.
 func NewPlan(arch *Arch, units []placement.Unit, w placement.Workload, p *Profile, budget int64, opts Options) (*Plan, error) {
+	if !opts.Compress {
+		return newPlan(arch, units, w, p, budget, opts)
+	}
+	rawOpts := opts
+	rawOpts.Compress = false
+	raw, rerr := newPlan(arch, units, w, p, budget, rawOpts)
+	z, zerr := newPlan(arch, units, w, p, budget, opts)
+	var be *BudgetError
+	switch {
+	case rerr != nil:
+		return nil, rerr
+	case errors.As(zerr, &be):
+		raw.CompressNote = fmt.Sprintf("streamed raw: the budget does not hold the staging buffers (the minimum with them is %s)", FormatBytes(be.Min))
+	case zerr != nil:
+		return nil, zerr
+	case !z.Compressed:
+		raw.CompressNote = "streamed raw: no unit that copies codes to less than " + fmt.Sprint(ZMaxRatio) + " of its bytes"
+	case z.TotalMs < raw.TotalMs:
+		return z, nil
+	default:
+		raw.CompressNote = fmt.Sprintf("streamed raw: compression does not pay at this budget (predicted %.1f ms compressed, %.1f ms raw)", z.TotalMs, raw.TotalMs)
+	}
+	raw.Options = opts
+	return raw, nil
+}
+
+// newPlan is NewPlan for the options as they are.
+func newPlan(arch *Arch, units []placement.Unit, w placement.Workload, p *Profile, budget int64, opts Options) (*Plan, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -141,6 +198,7 @@ func NewPlan(arch *Arch, units []placement.Unit, w placement.Workload, p *Profil
 	for i, u := range units {
 		items[i] = item{Unit: u, dma: p.DMAMs(u.Bytes)}
 	}
+	compress(items, p, opts)
 	if err := checkPasses(items); err != nil {
 		return nil, err
 	}
@@ -159,6 +217,7 @@ func NewPlan(arch *Arch, units []placement.Unit, w placement.Workload, p *Profil
 func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 	p := &Plan{BudgetBytes: pl.budget, MinBudgetBytes: minimum, Bytes: map[Purpose]int64{},
 		PredictedMs: map[placement.Stage]float64{}, PreloadMs: map[placement.Stage]float64{}, Timing: map[string]int{}}
+	pl.raw = c.raw
 	l := newLayout(pl.items)
 	benefit := map[int]float64{}
 	for _, m := range l.modules {
@@ -166,10 +225,18 @@ func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 			benefit[i] = l.benefit(m, k)
 		}
 	}
+	zs := make([]bool, len(pl.items)) // the units that stream compressed
 	for i, it := range pl.items {
-		p.HostBytes += it.Bytes
+		zs[i] = pl.z(i) && !it.HostOnly && c.homes[i] != pl.all
+		p.HostBytes += it.storedBytes(zs[i])
+		p.HostRawBytes += it.Bytes
 		u := UnitPlan{ID: it.ID, Bytes: it.Bytes, Stages: stagesOf(it.Unit), Home: c.homes[i].list(),
-			Place: map[placement.Stage]placement.Placement{}, SplitDim: it.SplitDim, BenefitMsPerMB: benefit[i]}
+			Place: map[placement.Stage]placement.Placement{}, SplitDim: it.SplitDim, BenefitMsPerMB: benefit[i],
+			Compressed: zs[i], StoredBytes: it.storedBytes(zs[i])}
+		if zs[i] {
+			p.Compressed = true
+			p.StagingBytes = max(p.StagingBytes, it.stored)
+		}
 		switch {
 		case it.HostOnly:
 			u.Weights = placement.Host
@@ -206,7 +273,7 @@ func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 	for _, s := range pl.stages {
 		pick := c.stages[s]
 		sp := StagePlan{Stage: s, Kind: pick.kind, CPUShare: pick.share, PredictedMs: pick.tl.end,
-			CopyMs: pick.tl.copyMs, GPUMs: pick.tl.gpuMs, CPUMs: pick.tl.cpuMs, EnterBytes: pick.enter,
+			CopyMs: pick.tl.copyMs, GPUMs: pick.tl.gpuMs, CPUMs: pick.tl.cpuMs, DecodeMs: pick.tl.decMs, EnterBytes: pick.enter,
 			Bytes: map[Purpose]int64{}}
 		for k, v := range pl.fixed[s] {
 			sp.Bytes[k] = v
@@ -223,6 +290,9 @@ func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 				sp.Bytes[PurposeResident] += it.Bytes
 			case c.homes[i].has(s):
 				arenas[pl.entry(c.homes[i], s)] += (it.Bytes + 255) / 256 * 256
+				if ok && !c.homes[i].has(pl.prev(s)) {
+					sp.EnterCopiedBytes += it.storedBytes(zs[i])
+				}
 			case ok:
 				share := 0.0
 				if it.SplitDim > 0 {
@@ -232,6 +302,7 @@ func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 				sp.CPUBytes += cpu
 				if pick.cpu[i] < it.SplitDim || it.SplitDim == 0 {
 					sp.StreamedBytes += it.Bytes - cpu
+					sp.CopiedBytes += it.storedBytes(zs[i]) - cpu
 				}
 			}
 		}
@@ -240,6 +311,9 @@ func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 		}
 		sp.Tier = placement.Tier(sp.Rows)
 		sp.Bytes[PurposeSlots] = dfbSlots * pages(p.SlotBytes)
+		if p.StagingBytes > 0 {
+			sp.Bytes[PurposeStaging] = dfbSlots * pages(p.StagingBytes)
+		}
 		var used int64
 		for _, n := range sp.Bytes {
 			used += n

@@ -33,6 +33,20 @@ type Options struct {
 	// Kind, when set, forces that plan for every stage whose units
 	// stream (comparisons; the cheapest wins otherwise).
 	Kind Kind
+	// Compress streams units compressed (bf16z) where the coding pays:
+	// each keeps its compressed bytes in pinned host memory, copies them
+	// into a staging buffer and the GPU decodes them into the slot or the
+	// home. A unit the CPU computes a share of in some stage stays raw
+	// (the CPU reads raw host weights), as do resident and host units.
+	Compress bool
+	// ZRatio is the share of a coded bf16 tensor's bytes that compression
+	// keeps, for units whose exact size Stored lacks; 0 means
+	// DefaultZRatio.
+	ZRatio float64
+	// Stored are the exact compressed sizes of units (bf16z.Unit.Size,
+	// after encoding); a unit whose stored size is not below ZMaxRatio of
+	// its bytes stays raw.
+	Stored map[placement.ID]int64
 }
 
 // Validate checks the options.
@@ -44,6 +58,14 @@ func (o Options) Validate() error {
 	}
 	if o.Exact && (o.Kind == Static || o.Kind == Dynamic) {
 		return fmt.Errorf("residency: --exact forbids the CPU shards of a %s plan", o.Kind)
+	}
+	if !(o.ZRatio >= 0 && o.ZRatio <= 1) {
+		return fmt.Errorf("residency: compression ratio %g is not in (0, 1]", o.ZRatio)
+	}
+	for id, n := range o.Stored {
+		if n <= 0 {
+			return fmt.Errorf("residency: unit %s stored in %d bytes", id, n)
+		}
 	}
 	return nil
 }
@@ -97,7 +119,16 @@ type planner struct {
 	stages []placement.Stage                     // the stages that run, in order
 	fixed  map[placement.Stage]map[Purpose]int64 // fixed costs per stage
 	all    stageSet                              // every stage that runs
+	// staging is one staging buffer (the largest unit that can stream
+	// compressed), reserved in every stage; 0 without compression.
+	staging int64
+	// raw marks items that stay raw although they could stream
+	// compressed: the CPU computes a share of them in some stage.
+	raw []bool
 }
+
+// z says whether item i streams compressed in the choice being timed.
+func (pl *planner) z(i int) bool { return pl.items[i].zok && !pl.raw[i] }
 
 // fixedSum is the fixed costs of stage s.
 func (pl *planner) fixedSum(s placement.Stage) int64 {
@@ -115,6 +146,9 @@ type choice struct {
 	homes  []stageSet
 	stages map[placement.Stage]stagePick
 	total  float64
+	// raw marks items that could stream compressed and stay raw (their
+	// CPU shares).
+	raw []bool
 }
 
 // stagePick is one stage of a choice.
@@ -140,7 +174,7 @@ func (pl *planner) plan() (*choice, int64, error) {
 	for _, s := range pl.stages {
 		fixedMax = max(fixedMax, pl.fixedSum(s))
 	}
-	minimum := fixedMax + dfbSlots*pages(slot)
+	minimum := fixedMax + dfbSlots*pages(slot) + dfbSlots*pages(pl.staging)
 	if pl.budget == 0 || fixedMax+all <= pl.budget {
 		homes := make([]stageSet, len(pl.items))
 		for i, it := range pl.items {
@@ -157,7 +191,7 @@ func (pl *planner) plan() (*choice, int64, error) {
 				worst = s
 			}
 		}
-		return nil, minimum, &BudgetError{Budget: pl.budget, Min: minimum, Fixed: pl.fixed[worst], Slot: slot}
+		return nil, minimum, &BudgetError{Budget: pl.budget, Min: minimum, Fixed: pl.fixed[worst], Slot: slot, Staging: pl.staging}
 	}
 	// The slots hold the largest unit some stage streams: a plan that
 	// keeps the largest units home wherever they work can use smaller
@@ -204,7 +238,7 @@ func (pl *planner) streamedSlot(homes []stageSet) int64 {
 func (pl *planner) rooms(slot int64) map[placement.Stage]int64 {
 	out := map[placement.Stage]int64{}
 	for _, s := range pl.stages {
-		out[s] = pl.budget - pl.fixedSum(s) - dfbSlots*pages(slot) - homeArenas*pageBytes
+		out[s] = pl.budget - pl.fixedSum(s) - dfbSlots*pages(slot) - dfbSlots*pages(pl.staging) - homeArenas*pageBytes
 	}
 	return out
 }
@@ -423,15 +457,61 @@ func (pl *planner) prev(s placement.Stage) placement.Stage {
 }
 
 // evaluate times homes: per stage, the cheapest of the plan kinds the
-// options allow.
+// options allow. With compression, a unit the CPU takes a share of in some
+// stage stays raw in every stage (the CPU reads raw host weights): the
+// stages are timed again with those units raw until no more turn raw.
 func (pl *planner) evaluate(homes []stageSet, slot int64) *choice {
-	c := &choice{slot: slot, homes: homes, stages: map[placement.Stage]stagePick{}}
-	for _, s := range pl.stages {
-		pick := pl.pickStage(homes, s)
-		c.stages[s] = pick
-		c.total += pick.tl.end
+	c := pl.evaluateOnce(homes, slot)
+	if pl.opts.Compress && pl.cpuAllowed() && c.anyCPU() {
+		// The CPU's shares keep their units raw: time the GPU alone with
+		// every unit compressed too.
+		kind := pl.opts.Kind
+		pl.opts.Kind = GPUOnly
+		g := pl.evaluateOnce(homes, slot)
+		pl.opts.Kind = kind
+		if g.total < c.total-1e-9 {
+			c = g
+		}
 	}
+	pl.raw = c.raw
 	return c
+}
+
+// anyCPU says whether the CPU computes a share of some unit in c.
+func (c *choice) anyCPU() bool {
+	for _, pick := range c.stages {
+		for _, n := range pick.cpu {
+			if n > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// evaluateOnce is evaluate for the options as they are.
+func (pl *planner) evaluateOnce(homes []stageSet, slot int64) *choice {
+	pl.raw = make([]bool, len(pl.items))
+	for {
+		c := &choice{slot: slot, homes: homes, stages: map[placement.Stage]stagePick{}, raw: pl.raw}
+		for _, s := range pl.stages {
+			pick := pl.pickStage(homes, s)
+			c.stages[s] = pick
+			c.total += pick.tl.end
+		}
+		more := false
+		for _, pick := range c.stages {
+			for i, n := range pick.cpu {
+				if n > 0 && pl.z(i) {
+					pl.raw = slices.Clone(pl.raw)
+					pl.raw[i], more = true, true
+				}
+			}
+		}
+		if !more {
+			return c
+		}
+	}
 }
 
 // cpuAllowed says whether the plan may run shards on the CPU.
@@ -521,7 +601,7 @@ func (pl *planner) balance(homes []stageSet, s placement.Stage) float64 {
 			b += copyMs
 			c += pl.prof.CPU.Ms(it.MatrixBytes(), it.MatrixFLOPs(w.Rows), w.Rows)
 		} else {
-			n += copyMs
+			n += float64(it.storedBytes(pl.z(i))) / (busy * 1e9) * 1e3
 		}
 	}
 	if b+c <= 0 {
@@ -576,17 +656,25 @@ func (pl *planner) simulateStage(homes []stageSet, s placement.Stage, f float64)
 		passes = w.Passes
 		st := step{exe: w.ExeMs}
 		copyMs := float64(it.Bytes) / (h2d * 1e9) * 1e3
+		zcopy := func() {
+			// Compressed: the copy moves its stored bytes, a decode expands them.
+			if pl.z(i) {
+				st.z, st.dma, st.dec = true, float64(it.stored)/(h2d*1e9)*1e3, it.dec
+			}
+		}
 		switch {
 		case it.HostOnly:
 		case homes[i].has(s):
 			if !homes[i].has(pl.prev(s)) {
 				st.enter, st.dma = true, copyMs
+				zcopy()
 			}
 		default:
 			anyStreamed = true
 			c := cpuShare(it, f)
 			if c == 0 {
 				st.streamed, st.dma = true, copyMs
+				zcopy()
 				break
 			}
 			pick.cpu[i] = c
@@ -614,7 +702,13 @@ func (pl *planner) simulateStage(homes []stageSet, s placement.Stage, f float64)
 
 // newPlanner prepares items for planning.
 func newPlanner(arch *Arch, items []item, w placement.Workload, p *Profile, budget int64, opts Options) *planner {
-	pl := &planner{items: items, prof: p, opts: opts, budget: budget, fixed: map[placement.Stage]map[Purpose]int64{}}
+	pl := &planner{items: items, prof: p, opts: opts, budget: budget, fixed: map[placement.Stage]map[Purpose]int64{},
+		raw: make([]bool, len(items))}
+	for _, it := range items {
+		if it.zok {
+			pl.staging = max(pl.staging, it.stored)
+		}
+	}
 	for _, s := range placement.Stages() {
 		for _, it := range items {
 			if _, ok := it.WorkIn(s); ok && !it.HostOnly {

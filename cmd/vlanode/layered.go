@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"unsafe"
 
 	"vlanode/backend"
 	"vlanode/cuda"
 	"vlanode/device"
 	"vlanode/layering"
+	"vlanode/models"
 	"vlanode/models/alpamayo"
 	"vlanode/placement"
 	"vlanode/residency"
@@ -30,17 +32,21 @@ type planOpts struct {
 	exact      bool
 	kind       string
 	cpuThreads int
+	compress   bool
+	zRatio     float64
 }
 
 func (o *planOpts) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.exact, "exact", false, "forbid CPU shards: the GPU computes every unit, and plans stay bit-identical across budgets")
 	fs.StringVar(&o.kind, "plan-kind", "", "force one plan for every stage that streams: gpu-only, static (MLPs on the CPU) or dynamic (MLPs split between CPU and GPU); default: the cheapest per stage")
 	fs.IntVar(&o.cpuThreads, "cpu-threads", 0, "threads of the CPU engine that computes CPU shards (default: all cores but two)")
+	fs.BoolVar(&o.compress, "compress", true, "stream weights compressed (bf16z, lossless) where the planner predicts it pays: copied compressed, decoded by the GPU into the slot; --compress=false streams raw")
+	fs.Float64Var(&o.zRatio, "z-ratio", 0, fmt.Sprintf("compressed share of a bf16 tensor's bytes the planner assumes before the weights are encoded (default %.3f, synth Alpamayo-R1-10B; 0.68-0.70 for trained weights)", residency.DefaultZRatio))
 }
 
 // options are the planner's options.
 func (o planOpts) options() residency.Options {
-	return residency.Options{Exact: o.exact, Kind: residency.Kind(o.kind)}
+	return residency.Options{Exact: o.exact, Kind: residency.Kind(o.kind), Compress: o.compress, ZRatio: o.zRatio}
 }
 
 // modeNames are --mode's values.
@@ -153,7 +159,8 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 		return nil, err
 	}
 	w := placement.StandardWorkload()
-	plan, err := residency.NewPlan(arch, alpamayo.PlanUnits(arch, w), w, prof, s.budget, s.layers.options())
+	units := alpamayo.PlanUnits(arch, w)
+	plan, err := residency.NewPlan(arch, units, w, prof, s.budget, s.layers.options())
 	if err != nil {
 		return nil, err
 	}
@@ -179,17 +186,41 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 		b.closers = append(b.closers, closeEngine)
 		lay.CPU = engine
 	}
+	if plan.Compressed {
+		// The first plan estimated the compressed sizes; once the units are
+		// coded, plan again with the exact ones (same placement expected).
+		lay.Compress = &models.CompressOptions{Progress: log}
+		lay.Replan = func(stored map[placement.ID]int64) (*residency.Plan, error) {
+			opts := s.layers.options()
+			opts.Stored = stored
+			return residency.NewPlan(arch, units, w, prof, s.budget, opts)
+		}
+	}
 	if cb, ok := be.(*cuda.Backend); ok {
 		dev := cb.NewDFBDevice()
 		pinned := &hostBlobs{}
 		b.closers = append(b.closers, pinned.free, dev.Close) // dev first: it unpins
 		lay.Device, lay.View, lay.HostAlloc = dev, dev.WeightAt, pinned.alloc
+		if lay.Compress != nil {
+			lay.Compress.Alloc, lay.Compress.Release = pinned.alloc, pinned.release
+		}
 	} else {
 		dev := layering.NewHost()
 		lay.Device, lay.View = dev, dev.WeightView(be)
 	}
 	if b.model, err = alpamayo.Load(be, s.dir, alpamayo.LoadOptions{VLM: s.vlm, Layering: lay}); err != nil {
 		return nil, errors.Join(err, b.Close())
+	}
+	b.plan = b.model.Plan()
+	if note := b.model.PlanNote(); note != "" {
+		fmt.Fprintf(log, "vlanode: %s\n", note)
+	}
+	if note := b.plan.CompressNote; note != "" && s.layers.compress {
+		fmt.Fprintf(log, "vlanode: compression: %s\n", note)
+	}
+	if rep := b.model.Compression(); rep != nil {
+		fmt.Fprintf(log, "vlanode: pinned host memory for the streamed units: %s raw, %s compressed (%.3f; %d of %d units coded, %.1f s on %d threads)\n",
+			residency.FormatBytes(rep.RawBytes), residency.FormatBytes(rep.StoredBytes), rep.Ratio(), codedUnits(rep), len(rep.Units), rep.Seconds, rep.Workers)
 	}
 	// The plan's prediction is the GPU's (its profile); on the CPU backend
 	// it says nothing.
@@ -238,6 +269,31 @@ func (h *hostBlobs) alloc(size int64) ([]byte, error) {
 	h.blobs = append(h.blobs, b)
 	h.mu.Unlock()
 	return b, nil
+}
+
+// release frees one allocation of alloc's before the others (a raw blob
+// once coded, compressed bytes that did not pay).
+func (h *hostBlobs) release(b []byte) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, a := range h.blobs {
+		if unsafe.SliceData(a) == unsafe.SliceData(b) {
+			h.blobs = append(h.blobs[:i], h.blobs[i+1:]...)
+			return cuda.HostFree(a)
+		}
+	}
+	return fmt.Errorf("releasing %d bytes of host memory that were not allocated here", len(b))
+}
+
+// codedUnits counts the units a compression coded.
+func codedUnits(r *models.CompressReport) int {
+	n := 0
+	for _, u := range r.Units {
+		if u.Coded {
+			n++
+		}
+	}
+	return n
 }
 
 func (h *hostBlobs) free() error {

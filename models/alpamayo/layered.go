@@ -39,6 +39,17 @@ type Layering struct {
 	// for a plan that computes shares of units on the CPU; nil refuses
 	// such a plan.
 	CPU backend.Backend
+	// Compress codes the units the plan streams compressed
+	// (UnitPlan.Compressed) with models.Compress before the executor pins
+	// them; its Alloc and Release must handle HostAlloc's memory. Nil
+	// streams every unit raw, whatever the plan says.
+	Compress *models.CompressOptions
+	// Replan, when set with Compress, plans again with the units' exact
+	// compressed sizes (the first plan estimated them); the new plan is
+	// used when it places every unit as the loaded model has them
+	// (resident, streamed or host; compressed or raw), else the first is
+	// kept and Model.PlanNote says so.
+	Replan func(stored map[placement.ID]int64) (*residency.Plan, error)
 }
 
 // layered is a loaded model's executor and its unit tables; it is the
@@ -153,7 +164,11 @@ func (m *Model) newLayered(l *Layering, units []*models.Unit) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	exec, err := layering.New(l.Device, layering.Config{Mode: l.Mode, Profile: l.Profile, SlotBytes: roundUp(l.Plan.SlotBytes)}, all)
+	staging, err := m.compress(l, units, lay)
+	if err != nil {
+		return err
+	}
+	exec, err := layering.New(l.Device, layering.Config{Mode: l.Mode, Profile: l.Profile, SlotBytes: roundUp(m.plan.SlotBytes), StagingBytes: staging}, all)
 	if err != nil {
 		return fmt.Errorf("alpamayo: %w", err)
 	}
@@ -166,6 +181,82 @@ func (m *Model) newLayered(l *Layering, units []*models.Unit) error {
 	m.VLM.Vision.Exec, m.VLM.Text.Exec, m.Expert.Exec = lay, lay, lay
 	return nil
 }
+
+// compress codes the units the plan streams compressed (Layering.Compress)
+// and gives their executor units the compressed form; with Replan it
+// plans again with the exact sizes. It returns the staging buffers' size
+// for the executor: the plan's, when it holds every compressed unit, else
+// 0 (sized by the units).
+func (m *Model) compress(l *Layering, units []*models.Unit, lay *layered) (int64, error) {
+	m.plan = l.Plan
+	if l.Compress == nil || !l.Plan.Compressed {
+		return 0, nil
+	}
+	places, _ := placementOf(l.Plan)
+	var coded []*models.Unit
+	for _, u := range units {
+		if p, ok := places[u.ID]; ok && p.Compressed && u.Streamed() {
+			coded = append(coded, u)
+		}
+	}
+	rep, err := models.Compress(coded, *l.Compress)
+	m.compression = rep
+	if err != nil {
+		return 0, fmt.Errorf("alpamayo: %w", err)
+	}
+	var largest int64
+	for _, u := range coded {
+		if u.Z != nil {
+			lay.units[u].Z = u.Z
+			largest = max(largest, u.Z.Size())
+		}
+	}
+	if l.Replan != nil {
+		exact, err := l.Replan(rep.Stored())
+		switch {
+		case err != nil:
+			m.planNote = fmt.Sprintf("the plan with the exact compressed sizes failed (%v): the estimate's plan runs", err)
+		case !samePlacement(exact, units):
+			m.planNote = "the plan with the exact compressed sizes places units otherwise: the estimate's plan runs"
+		default:
+			m.plan = exact
+			p, _ := placementOf(exact)
+			for u := range lay.units {
+				lay.place[u] = p[u.ID].Place
+			}
+		}
+	}
+	if s := roundUp(m.plan.StagingBytes); s >= roundUp(largest) {
+		return s, nil
+	}
+	return 0, nil
+}
+
+// samePlacement says whether plan places every loaded unit where it is:
+// resident, streamed or host, and compressed or raw.
+func samePlacement(plan *residency.Plan, units []*models.Unit) bool {
+	places, _ := placementOf(plan)
+	for _, u := range units {
+		p, ok := places[u.ID]
+		if !ok || p.Weights != u.Weights || p.Compressed != (u.Z != nil) {
+			return false
+		}
+	}
+	return true
+}
+
+// Plan is the plan the model runs: Layering.Plan, or the plan made again
+// with the exact compressed sizes (Layering.Replan); nil without
+// Layering.
+func (m *Model) Plan() *residency.Plan { return m.plan }
+
+// Compression is what compressing the streamed units did (nil when none
+// was compressed).
+func (m *Model) Compression() *models.CompressReport { return m.compression }
+
+// PlanNote says why the plan with the exact compressed sizes was not used,
+// if it was not.
+func (m *Model) PlanNote() string { return m.planNote }
 
 // roundUp rounds n up to whole weights.Align.
 func roundUp(n int64) int64 { return (n + weights.Align - 1) / weights.Align * weights.Align }

@@ -12,9 +12,11 @@ import (
 	"vlanode/configs"
 	"vlanode/cpu"
 	"vlanode/layering"
+	"vlanode/models"
 	"vlanode/models/alpamayo"
 	"vlanode/placement"
 	"vlanode/residency"
+	"vlanode/weights/bf16z"
 )
 
 // archAt is the planner's architecture of the checkpoint in dir, as
@@ -278,4 +280,104 @@ func TestTinyFlowAmplifiesRounding(t *testing.T) {
 	}
 	t.Logf("largest action difference %.3g", diff)
 	assert.Greater(t, diff, 1e-2, "a rounding-sized change of the input moves the actions by more than rounding")
+}
+
+// compressedPlan marks every unit the plan copies (streamed, or homed in
+// some stages) and the CPU never shares as compressed, as the planner does
+// for units whose coding pays (the tiny model's tensors are too small to
+// pay: the test codes them anyway, models.CompressOptions.MinSaving).
+func compressedPlan(p *residency.Plan) *residency.Plan {
+	q := *p
+	q.Units = append([]residency.UnitPlan(nil), p.Units...)
+	for i, u := range q.Units {
+		shared := false
+		for _, pl := range u.Place {
+			shared = shared || pl.Engine == placement.CPU || pl.CPUSplit > 0
+		}
+		if u.Weights == placement.Streamed && !shared {
+			q.Units[i].Compressed, q.Compressed = true, true
+		}
+	}
+	return &q
+}
+
+// TestLayeredCompressed runs the tiny model with its streamed units
+// compressed (bf16z in host memory, copied into staging buffers and
+// decoded on the CPU into the slots and homes, layering.Host standing in
+// for the GPU and its kernel), sequential and pipelined, at the minimum
+// and a mid budget, and checks that reasoning, actions and trajectory are
+// bit-identical to the resident model's; then that a corrupted unit fails
+// the inference with an error naming it.
+func TestLayeredCompressed(t *testing.T) {
+	dir := tinyCheckpoint(t)
+	be, err := cpu.New()
+	require.NoError(t, err)
+	defer be.Close()
+	ref, err := alpamayo.Load(be, dir, alpamayo.LoadOptions{})
+	require.NoError(t, err)
+	defer ref.Close()
+	req := request(5)
+	req.MaxReasoningTokens = 6 // sampled (not greedy): any difference in logits shows
+	want, err := ref.Infer(context.Background(), req)
+	require.NoError(t, err)
+
+	min := tinyPlan(t, dir, -1)
+	mid := tinyPlan(t, dir, min.MinBudgetBytes+totalBytes(min)/4)
+	load := func(t *testing.T, plan *residency.Plan, mode layering.Mode) *alpamayo.Model {
+		lay := hostLayering(be, compressedPlan(plan), mode)
+		lay.Compress = &models.CompressOptions{MinSaving: -1, MaxRatio: 100}
+		m, err := alpamayo.Load(be, dir, alpamayo.LoadOptions{Layering: lay})
+		require.NoError(t, err)
+		rep := m.Compression()
+		require.NotNil(t, rep)
+		require.NotEmpty(t, rep.Units)
+		for _, u := range rep.Units {
+			if !u.Coded {
+				assert.Equal(t, "the model reads its host bytes", u.Why, "%s", u.ID) // the position table's unit
+			}
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name string
+		plan *residency.Plan
+		mode layering.Mode
+	}{
+		{"all streamed, sequential", min, layering.Sequential},
+		{"all streamed, pipelined", min, layering.Pipelined},
+		{"mid budget, pipelined", mid, layering.Pipelined},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := load(t, tc.plan, tc.mode)
+			defer m.Close()
+			for range 2 {
+				got, err := m.Infer(context.Background(), req)
+				require.NoError(t, err)
+				assert.Equal(t, want.ReasoningIDs, got.ReasoningIDs)
+				assert.Equal(t, want.Normalized, got.Normalized)
+				assert.Equal(t, want.XYZ, got.XYZ)
+				assert.Equal(t, want.Rot, got.Rot)
+				decoded := 0
+				for _, tr := range got.Layers.Turns {
+					if tr.Compressed {
+						decoded++
+					}
+				}
+				assert.Positive(t, decoded, "turns decoded compressed units")
+			}
+		})
+	}
+	t.Run("corrupt", func(t *testing.T) {
+		m := load(t, min, layering.Pipelined)
+		defer m.Close()
+		z := m.VLM.Text.LayerUnits[1].MLP.Z
+		require.NotNil(t, z)
+		j := z.Jobs[len(z.Jobs)/2]
+		z.Data[j.Src+j.Bytes/2] ^= 0x04 // a byte in the middle of a tile's payload
+		_, err := m.Infer(context.Background(), req)
+		require.Error(t, err)
+		assert.ErrorIs(t, err, bf16z.ErrCorrupt)
+		assert.Contains(t, err.Error(), m.VLM.Text.LayerUnits[1].MLP.Name)
+		t.Log(err)
+	})
 }

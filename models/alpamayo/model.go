@@ -15,6 +15,7 @@ import (
 	"vlanode/models"
 	"vlanode/models/qwen3vl"
 	"vlanode/placement"
+	"vlanode/residency"
 	"vlanode/safetensors"
 	"vlanode/tokenizer"
 )
@@ -39,6 +40,12 @@ type Model struct {
 	be      backend.Backend
 	ck      *safetensors.Checkpoint
 	layered *layered // nil: every unit resident, run in place
+	// plan is the plan the layered model runs (Plan), compression what
+	// compressing its streamed units did, planNote why a re-plan was not
+	// used.
+	plan        *residency.Plan
+	compression *models.CompressReport
+	planNote    string
 }
 
 // LoadOptions tune Load.
