@@ -15,6 +15,7 @@ import (
 	"vlanode/residency/residencytest"
 	"vlanode/synth"
 	"vlanode/weights"
+	"vlanode/weights/bf16z"
 )
 
 // alpamayo10B is the planner's Alpamayo-R1-10B, from synth's configs.
@@ -30,6 +31,9 @@ func alpamayo10B(t *testing.T) *residency.Arch { return residencytest.Arch(t, sy
 // that the executor's three-engine timeline takes exactly the latency the
 // plan predicts for the stage. residency's event simulation is
 // unexported; its exported prediction, Plan.Stages, is compared instead.
+// With compression, the units the plan compresses copy their stored
+// bytes into the staging buffers and a decode engine expands them at the
+// profile's decode rate.
 func TestAgreesWithPlan(t *testing.T) {
 	arch := alpamayo10B(t)
 	w := placement.StandardWorkload()
@@ -47,9 +51,9 @@ func TestAgreesWithPlan(t *testing.T) {
 	for _, u := range units {
 		byID[u.ID] = u
 	}
-	for _, opts := range []residency.Options{{Exact: true}, {}} {
+	for _, opts := range []residency.Options{{Exact: true}, {}, {Exact: true, Compress: true}, {Compress: true}} {
 		for _, budget := range []int64{-1, 5 << 30, 8 << 30, 16 << 30, 0} {
-			t.Run(fmt.Sprintf("%d exact %v", budget, opts.Exact), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%d exact %v compress %v", budget, opts.Exact, opts.Compress), func(t *testing.T) {
 				if budget < 0 {
 					plan, err := residency.NewPlan(arch, units, w, prof, 0, opts)
 					require.NoError(t, err)
@@ -64,8 +68,16 @@ func TestAgreesWithPlan(t *testing.T) {
 					assert.InDelta(t, sp.PredictedMs, got, 1e-6*sp.PredictedMs, "stage %s", sp.Stage)
 					coexec = coexec || sp.CPUMs > 0
 				}
-				if !opts.Exact && budget > 0 && budget <= 8<<30 {
+				if !opts.Exact && !opts.Compress && budget > 0 && budget <= 8<<30 {
 					assert.True(t, coexec, "the CPU computes shares")
+				}
+				if opts.Compress && opts.Exact && budget >= 5<<30 && budget <= 8<<30 {
+					assert.True(t, plan.Compressed, "GPU-only plans stream compressed at %d", budget)
+				}
+				if opts.Compress && budget == plan.MinBudgetBytes {
+					// The raw minimum holds no staging buffers: planned raw.
+					assert.False(t, plan.Compressed)
+					assert.Contains(t, plan.CompressNote, "staging")
 				}
 			})
 		}
@@ -86,6 +98,7 @@ func runStage(t *testing.T, plan *residency.Plan, byID map[placement.ID]placemen
 	// copies take their real bytes' time by name: the whole blob's, or
 	// its GPU share's.
 	exe, cpu, full, share := map[string]float64{}, map[string]float64{}, map[string]float64{}, map[string]float64{}
+	zcopy, dec := map[string]float64{}, map[string]float64{}
 	var all []*layering.Unit
 	stageUnits := func(s placement.Stage) ([]*layering.Unit, []placement.Placement) {
 		var us []*layering.Unit
@@ -109,6 +122,12 @@ func runStage(t *testing.T, plan *residency.Plan, byID map[placement.ID]placemen
 		name := up.ID.String()
 		u := &layering.Unit{ID: up.ID, Weights: home, Blob: &weights.Blob{Name: name, Data: make([]byte, scaled(up.Bytes))}}
 		full[name] = copyMs(up.Bytes)
+		if up.Compressed {
+			// A stand-in compressed form: its stored bytes' copy time, the
+			// decode of its raw bytes.
+			u.Z = &bf16z.Unit{Name: name, Data: make([]byte, scaled(up.StoredBytes)), RawSize: scaled(up.Bytes)}
+			zcopy[name], dec[name] = copyMs(up.StoredBytes), prof.DecodeMs(up.Bytes)
+		}
 		if pu.SplitDim > 0 {
 			u.Share = func(c int) ([]weights.Rect, int64, error) {
 				n := int64(math.Round(float64(up.Bytes) * (1 - float64(c)/float64(pu.SplitDim))))
@@ -146,6 +165,9 @@ func runStage(t *testing.T, plan *residency.Plan, byID map[placement.ID]placemen
 		all = append(all, u)
 	}
 	f := layering.NewFake(func(name string, bytes int64) float64 {
+		if ms, ok := zcopy[name]; ok {
+			return ms
+		}
 		if ms, ok := share[name]; ok && bytes < int64(len(blobs(all, name))) {
 			return ms
 		}
@@ -153,6 +175,7 @@ func runStage(t *testing.T, plan *residency.Plan, byID map[placement.ID]placemen
 	}, func(unit string) float64 { return exe[unit] })
 	f.CPU = func(unit string) float64 { return cpu[unit] }
 	f.Hop = prof.CPU.HandoffMs
+	f.Dec = func(unit string, _ int64) float64 { return dec[unit] }
 	e, err := layering.New(f, layering.Config{Mode: layering.Pipelined, Profile: true, SlotBytes: scaled(plan.SlotBytes)}, all)
 	require.NoError(t, err)
 	defer e.Close()

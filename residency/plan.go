@@ -520,6 +520,11 @@ type ModuleSummary struct {
 	Host     bool
 	// Bytes is the module's total; ResidentBytes the resident share.
 	Bytes, ResidentBytes int64
+	// Compressed counts the units that stream compressed; their raw
+	// bytes are CompressedRaw, what host memory keeps of them
+	// CompressedStored.
+	Compressed                      int
+	CompressedRaw, CompressedStored int64
 }
 
 // Modules summarizes the plan per module, in execution order.
@@ -534,6 +539,11 @@ func (p *Plan) Modules() []ModuleSummary {
 		s := &out[k]
 		s.Units++
 		s.Bytes += u.Bytes
+		if u.Compressed {
+			s.Compressed++
+			s.CompressedRaw += u.Bytes
+			s.CompressedStored += u.StoredBytes
+		}
 		switch u.Weights {
 		case placement.Resident:
 			s.Resident = append(s.Resident, u.ID)

@@ -60,7 +60,7 @@ func (o Options) Validate() error {
 		return fmt.Errorf("residency: --exact forbids the CPU shards of a %s plan", o.Kind)
 	}
 	if !(o.ZRatio >= 0 && o.ZRatio <= 1) {
-		return fmt.Errorf("residency: compression ratio %g is not in (0, 1]", o.ZRatio)
+		return fmt.Errorf("residency: compression ratio %g is not in [0, 1] (0: the default, %g)", o.ZRatio, DefaultZRatio)
 	}
 	for id, n := range o.Stored {
 		if n <= 0 {

@@ -52,6 +52,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	acc := fs.String("accelerate", "", "path of accelerate_baseline.py: run Accelerate's offloading at the same budgets afterwards and report the ratio")
 	python := fs.String("python", "python3", "the Python that runs --accelerate")
 	accReps := fs.Int("accelerate-reps", 1, "timed Accelerate inferences per budget (after its warm-up)")
+	compareRaw := fs.Bool("compare-raw", false, "run each budget and mode twice in this call, compressed (--compress) and raw, and report the speedup of compression")
 	out := fs.String("out", "", "folder for bench.json (and Accelerate's results); default: none written")
 	asJSON := fs.Bool("json", false, "print the report (bench.json's content) instead of the tables")
 	if err := parse(fs, args); err != nil {
@@ -102,41 +103,53 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		}
 	}
 
+	compress := []bool{lf.compress}
+	if *compareRaw {
+		if !lf.compress {
+			return usagef("--compare-raw compares compressed streaming with raw: drop --compress=false")
+		}
+		compress = []bool{true, false}
+	}
 	var first *alpamayo.Result
 	failed := 0
 	for _, b := range budgets {
 		for _, mode := range modes {
-			if err := ctx.Err(); err != nil {
-				return err
+			for _, z := range compress {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				opts := lf.planOpts
+				opts.compress = z
+				r, res, err := benchOne(ctx, budgetSpec{
+					dir: mf.dir, vlm: *vlm, device: mf.device, threads: mf.threads, budget: b,
+					layers: layerFlags{mode: mode, profile: lf.profile, planOpts: opts},
+				}, *warmup, *runs, *timeline, nv, stderr)
+				if err != nil {
+					// Report it and go on: the other budgets still tell.
+					fmt.Fprintf(stderr, "vlanode bench: budget %s, mode %s, %s: %v\n", budgetText(b), mode, variantName(z), err)
+					rep.Runs = append(rep.Runs, benchRun{Budget: b, Mode: mode, Compress: z, Error: err.Error()})
+					failed++
+					continue
+				}
+				if first == nil {
+					first = res
+				}
+				r.Identical = sameResult(first, res)
+				r.SameReasoning = slices.Equal(first.ReasoningIDs, res.ReasoningIDs)
+				r.MaxActionDiff = maxAbsDiff(first.Normalized, res.Normalized)
+				rep.Runs = append(rep.Runs, r)
+				predicted := ""
+				if r.Backend == "cuda" {
+					predicted = fmt.Sprintf(" (predicted %.0f)", r.PredictedMs["total"])
+				}
+				fmt.Fprintf(stderr, "vlanode bench: %s %s %s: %.0f ms%s, peak %.2f GB allocated, %.2f GB NVML; graphs: decode %v, diffusion %v%s\n",
+					budgetText(b), r.Mode, variantName(z), r.MeasuredMs["total"], predicted, float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9,
+					r.DecodeGraph, r.DiffusionGraph, map[bool]string{true: " (" + r.GraphError + ")"}[r.GraphError != ""])
 			}
-			r, res, err := benchOne(ctx, budgetSpec{
-				dir: mf.dir, vlm: *vlm, device: mf.device, threads: mf.threads, budget: b,
-				layers: layerFlags{mode: mode, profile: lf.profile, planOpts: lf.planOpts},
-			}, *warmup, *runs, *timeline, nv, stderr)
-			if err != nil {
-				// Report it and go on: the other budgets still tell.
-				fmt.Fprintf(stderr, "vlanode bench: budget %s, mode %s: %v\n", budgetText(b), mode, err)
-				rep.Runs = append(rep.Runs, benchRun{Budget: b, Mode: mode, Error: err.Error()})
-				failed++
-				continue
-			}
-			if first == nil {
-				first = res
-			}
-			r.Identical = sameResult(first, res)
-			r.SameReasoning = slices.Equal(first.ReasoningIDs, res.ReasoningIDs)
-			r.MaxActionDiff = maxAbsDiff(first.Normalized, res.Normalized)
-			rep.Runs = append(rep.Runs, r)
-			predicted := ""
-			if r.Backend == "cuda" {
-				predicted = fmt.Sprintf(" (predicted %.0f)", r.PredictedMs["total"])
-			}
-			fmt.Fprintf(stderr, "vlanode bench: %s %s: %.0f ms%s, peak %.2f GB allocated, %.2f GB NVML; graphs: decode %v, diffusion %v%s\n",
-				budgetText(b), r.Mode, r.MeasuredMs["total"], predicted, float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9,
-				r.DecodeGraph, r.DiffusionGraph, map[bool]string{true: " (" + r.GraphError + ")"}[r.GraphError != ""])
 		}
 	}
 	rep.fillBounds()
+	rep.fillSpeedups()
 	write := func() error {
 		if *out == "" {
 			return nil
@@ -152,7 +165,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			if r.turns == nil {
 				continue
 			}
-			name := fmt.Sprintf("timeline-%d-%s.json", r.Budget, r.Mode) // the budget in bytes, 0: none
+			name := fmt.Sprintf("timeline-%d-%s-%s.json", r.Budget, r.Mode, variantName(r.Compress)) // the budget in bytes, 0: none
 			if err := writeTurns(filepath.Join(*out, name), r.turns); err != nil {
 				return err
 			}
@@ -219,15 +232,32 @@ type benchReport struct {
 
 // benchRun is one budget and mode.
 type benchRun struct {
-	Budget      int64              `json:"budget_bytes"` // 0: none
-	Mode        string             `json:"mode"`
-	Backend     string             `json:"backend"` // cpu or cuda; the predictions and bounds are the GPU's
-	Resident    int                `json:"resident_units"`
-	Streamed    int                `json:"streamed_units"`
-	SlotBytes   int64              `json:"slot_bytes"`
-	MeasuredMs  map[string]float64 `json:"measured_ms"`  // median per stage and total
-	PredictedMs map[string]float64 `json:"predicted_ms"` // the plan's
-	BoundMs     map[string]float64 `json:"bound_ms"`     // the streaming lower bound
+	Budget int64  `json:"budget_bytes"` // 0: none
+	Mode   string `json:"mode"`
+	// Compress says the run was planned with --compress (compressed where
+	// the planner predicted it pays); Compressed counts the units that
+	// streamed compressed, CompressNote says why none did.
+	Compress     bool   `json:"compress"`
+	Compressed   int    `json:"compressed_units"`
+	CompressNote string `json:"compress_note,omitempty"`
+	// PinnedBytes is the pinned host memory of the streamed units as
+	// loaded (compressed where they are), PinnedRawBytes the same raw.
+	PinnedBytes    int64 `json:"pinned_bytes"`
+	PinnedRawBytes int64 `json:"pinned_raw_bytes"`
+	// Compression is, per module, the raw and stored bytes of the units
+	// coded at load, and CompressS the time the coding took.
+	Compression map[string]zModule `json:"compression,omitempty"`
+	CompressS   float64            `json:"compress_s,omitempty"`
+	// SpeedupVsRaw is the raw run's total over this one's, at the same
+	// budget and mode in the same call (--compare-raw).
+	SpeedupVsRaw float64            `json:"speedup_vs_raw,omitempty"`
+	Backend      string             `json:"backend"` // cpu or cuda; the predictions and bounds are the GPU's
+	Resident     int                `json:"resident_units"`
+	Streamed     int                `json:"streamed_units"`
+	SlotBytes    int64              `json:"slot_bytes"`
+	MeasuredMs   map[string]float64 `json:"measured_ms"`  // median per stage and total
+	PredictedMs  map[string]float64 `json:"predicted_ms"` // the plan's
+	BoundMs      map[string]float64 `json:"bound_ms"`     // the streaming lower bound
 	// StreamedBytes per pass of each stage: the weights not home in VRAM,
 	// streamed or read by the CPU.
 	StreamedBytes map[string]int64 `json:"streamed_bytes"`
@@ -272,6 +302,69 @@ type benchRun struct {
 	// stage compute times at this budget, for the bound (the unlimited
 	// run's).
 	stageMs map[string]float64
+}
+
+// zModule is one module's compression at load.
+type zModule struct {
+	Units       int     `json:"units"`
+	RawBytes    int64   `json:"raw_bytes"`
+	StoredBytes int64   `json:"stored_bytes"`
+	Ratio       float64 `json:"ratio"`
+}
+
+// variantName names a run's streaming: compressed or raw.
+func variantName(compress bool) string {
+	if compress {
+		return "compressed"
+	}
+	return "raw"
+}
+
+// fillSpeedups gives each compressed run that streamed compressed units
+// its speedup over the raw run of the same budget and mode.
+func (rep *benchReport) fillSpeedups() {
+	for i := range rep.Runs {
+		r := &rep.Runs[i]
+		if r.Error != "" || !r.Compress || r.Compressed == 0 {
+			continue
+		}
+		for _, q := range rep.Runs {
+			if q.Error == "" && !q.Compress && q.Budget == r.Budget && q.Mode == r.Mode && r.MeasuredMs["total"] > 0 {
+				r.SpeedupVsRaw = q.MeasuredMs["total"] / r.MeasuredMs["total"]
+			}
+		}
+	}
+}
+
+// compressionOf sums what loading coded, per module, and the pinned host
+// memory of the streamed units.
+func compressionOf(r *benchRun, bm *budgeted) {
+	for _, u := range bm.plan.Units {
+		if u.Weights == placement.Streamed {
+			r.PinnedRawBytes += u.Bytes
+		}
+	}
+	r.PinnedBytes = r.PinnedRawBytes
+	r.CompressNote = bm.plan.CompressNote
+	zr := bm.model.Compression()
+	if zr == nil {
+		return
+	}
+	r.CompressS = zr.Seconds
+	r.Compression = map[string]zModule{}
+	for _, u := range zr.Units {
+		if !u.Coded {
+			continue
+		}
+		r.Compressed++
+		r.PinnedBytes -= u.Raw - u.Stored
+		m := r.Compression[string(u.ID.Module)]
+		m.Units++
+		m.RawBytes += u.Raw
+		m.StoredBytes += u.Stored
+		m.Ratio = float64(m.StoredBytes) / float64(m.RawBytes)
+		r.Compression[string(u.ID.Module)] = m
+	}
 }
 
 type accelerateRun struct {
@@ -323,6 +416,8 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool
 		SlotBytes: bm.plan.SlotBytes, LoadSeconds: time.Since(t0).Seconds(), Backend: bm.be.Name(),
 		PredictedMs: map[string]float64{"total": bm.plan.TotalMs},
 	}
+	r.Compress = s.layers.compress
+	compressionOf(&r, bm)
 	r.StreamedBytes, r.EnterBytes = streamedPerPass(bm.plan)
 	for st, ms := range bm.plan.PredictedMs {
 		r.PredictedMs[string(st)] = ms
@@ -399,15 +494,16 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool
 }
 
 // streamedPerPass is, per stage, the weight bytes of one pass that are
-// not home in VRAM (streamed through the slots or read by the CPU: what a
-// GPU-only plan of the same homes streams), and the bytes copied into
-// homes once, in the stage's first pass.
+// not home in VRAM (copied into the slots, compressed where they stream
+// compressed, or read by the CPU: what a GPU-only plan of the same homes
+// copies), and the bytes copied into homes once, in the stage's first
+// pass.
 func streamedPerPass(p *residency.Plan) (streamed, enter map[string]int64) {
 	streamed, enter = map[string]int64{}, map[string]int64{}
 	for _, sp := range p.Stages {
-		streamed[string(sp.Stage)] = sp.StreamedBytes + sp.CPUBytes
-		if sp.EnterBytes > 0 {
-			enter[string(sp.Stage)] = sp.EnterBytes
+		streamed[string(sp.Stage)] = sp.CopiedBytes + sp.CPUBytes
+		if sp.EnterCopiedBytes > 0 {
+			enter[string(sp.Stage)] = sp.EnterCopiedBytes
 		}
 	}
 	return streamed, enter
@@ -510,10 +606,10 @@ func (rep *benchReport) print(w io.Writer) {
 		fmt.Fprintf(w, "pinned host-to-device: %.1f GB/s; bound: %s\n", rep.H2DGBps, rep.BoundSource)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "budget\tmode\tresident\tstreamed\tvision ms\tprefill ms\tdecode ms\tdiffusion ms\ttotal ms\tpredicted ms\tvs plan\tbound ms\tvs bound\tpeak alloc GB\tpeak NVML GB\twithin\tidentical\tsame ids\tmax action diff\taccelerate s\tspeedup\t")
+	fmt.Fprintln(tw, "budget\tmode\tweights\tresident\tstreamed\tpinned GB\tvision ms\tprefill ms\tdecode ms\tdiffusion ms\ttotal ms\tpredicted ms\tvs plan\tbound ms\tvs bound\tpeak alloc GB\tpeak NVML GB\twithin\tidentical\tsame ids\tmax action diff\taccelerate s\tspeedup\t")
 	for _, r := range rep.Runs {
 		if r.Error != "" {
-			fmt.Fprintf(tw, "%s\t%s\tfailed: %s\t\n", shortBudget(r.Budget), r.Mode, r.Error)
+			fmt.Fprintf(tw, "%s\t%s\t%s\tfailed: %s\t\n", shortBudget(r.Budget), r.Mode, variantName(r.Compress), r.Error)
 			continue
 		}
 		m := r.MeasuredMs
@@ -533,12 +629,59 @@ func (rep *benchReport) print(w io.Writer) {
 		if a, ok := rep.Accelerate[budgetText(r.Budget)]; ok && a.LatencyS > 0 {
 			accS, speedup = fmt.Sprintf("%.2f", a.LatencyS), fmt.Sprintf("%.1f×", a.LatencyS*1e3/m["total"])
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%.3g\t%s\t%s\t\n",
-			shortBudget(r.Budget), r.Mode, r.Resident, streamedText(r), m["vision"], m["prefill"], m["decode"], m["diffusion"], m["total"],
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%.3g\t%s\t%s\t\n",
+			shortBudget(r.Budget), r.Mode, weightsText(r), r.Resident, streamedText(r), pinnedText(r), m["vision"], m["prefill"], m["decode"], m["diffusion"], m["total"],
 			predicted, vsPlan, bound, vsBound,
 			float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9, within, yesNo(r.Identical), yesNo(r.SameReasoning), r.MaxActionDiff, accS, speedup)
 	}
 	tw.Flush()
+	rep.printCompression(w)
+}
+
+// weightsText says how a run streamed: raw, or compressed (with its
+// speedup over the raw run of the same budget and mode).
+func weightsText(r benchRun) string {
+	switch {
+	case r.Compressed == 0:
+		return "raw"
+	case r.SpeedupVsRaw > 0:
+		return fmt.Sprintf("bf16z %d (%.2f× raw)", r.Compressed, r.SpeedupVsRaw)
+	}
+	return fmt.Sprintf("bf16z %d", r.Compressed)
+}
+
+// pinnedText is the streamed units' pinned host memory, with the raw
+// figure when compressed.
+func pinnedText(r benchRun) string {
+	if r.Compressed == 0 {
+		return fmt.Sprintf("%.2f", float64(r.PinnedBytes)/1e9)
+	}
+	return fmt.Sprintf("%.2f of %.2f", float64(r.PinnedBytes)/1e9, float64(r.PinnedRawBytes)/1e9)
+}
+
+// printCompression writes, for each run that streamed compressed units,
+// the compression per module, and why runs with --compress streamed raw.
+func (rep *benchReport) printCompression(w io.Writer) {
+	for _, r := range rep.Runs {
+		if r.Error != "" || !r.Compress {
+			continue
+		}
+		if r.Compressed == 0 {
+			fmt.Fprintf(w, "%s %s: %s\n", shortBudget(r.Budget), r.Mode, r.CompressNote)
+			continue
+		}
+		mods := make([]string, 0, len(r.Compression))
+		for m := range r.Compression {
+			mods = append(mods, m)
+		}
+		sort.Strings(mods)
+		var parts []string
+		for _, m := range mods {
+			z := r.Compression[m]
+			parts = append(parts, fmt.Sprintf("%s %d units %.3f→%.3f GB (%.4f)", m, z.Units, float64(z.RawBytes)/1e9, float64(z.StoredBytes)/1e9, z.Ratio))
+		}
+		fmt.Fprintf(w, "%s %s compression (coded in %.1f s): %s\n", shortBudget(r.Budget), r.Mode, r.CompressS, strings.Join(parts, "; "))
+	}
 }
 
 // streamedText is the streamed units, with the CPU engine's busy time
