@@ -224,12 +224,15 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 	}
 	// The plan's prediction is the GPU's (its profile); on the CPU backend
 	// it says nothing.
-	predicted := ""
+	predicted, compressed := "", ""
 	if be.Name() == "cuda" {
-		predicted = fmt.Sprintf(", predicted %.0f ms for the standard workload", plan.TotalMs)
+		predicted = fmt.Sprintf(", predicted %.0f ms for the standard workload", b.plan.TotalMs)
 	}
-	fmt.Fprintf(log, "vlanode: %s within %s: %d units resident, %d streamed (%s mode)%s\n",
-		arch.Name, budgetText(s.budget), residentUnits(plan), streamedUnits(plan), mode, predicted)
+	if rep := b.model.Compression(); rep != nil {
+		compressed = fmt.Sprintf(", %d compressed", codedUnits(rep))
+	}
+	fmt.Fprintf(log, "vlanode: %s within %s: %d units resident, %d streamed%s (%s mode)%s\n",
+		arch.Name, budgetText(s.budget), residentUnits(b.plan), streamedUnits(b.plan), compressed, mode, predicted)
 	return b, nil
 }
 
