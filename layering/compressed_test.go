@@ -331,10 +331,132 @@ func TestCompressedRefused(t *testing.T) {
 	assert.ErrorContains(t, err, "staging")
 	us := zStack(t, "r", all(2, placement.Streamed), 0)
 	us[0].Share = func(int) ([]weights.Rect, int64, error) { return nil, 0, nil }
+	us[0].Blob.Data = nil // released at load: the CPU has nothing to read
 	e, err := New(NewHost(), Config{Mode: Pipelined}, us)
 	require.NoError(t, err)
 	passes := Repeat("step", us, 1)
 	passes[0].Place = []placement.Placement{{Weights: placement.Streamed, Engine: placement.GPU, CPUSplit: 8}, placement.StreamGPU}
 	_, err = e.Run(passes)
-	assert.ErrorContains(t, err, "compressed")
+	assert.ErrorContains(t, err, "no raw host bytes")
+}
+
+// splitUnit is a unit whose first tensor splits by rows between the CPU
+// and the GPU (the others shared), its Share laid out as a model's, and
+// the GPU's share at cut c as a blob, for ZShares.
+func splitUnit(t *testing.T, name string, c int) (*Unit, *weights.Blob) {
+	t.Helper()
+	id := placement.ID{Module: placement.Module(name)}
+	b := zBlob(t, id.String(), 9) // blobs are named as their units
+	split := func(c int) ([]weights.Entry, []weights.Rect, int64, error) {
+		specs := make([]weights.Spec, len(b.Entries))
+		for i, e := range b.Entries {
+			specs[i] = weights.Spec{Name: e.Name, DType: e.DType, Shape: append([]int(nil), e.Shape...)}
+		}
+		specs[1].Shape[0] -= c // proj.weight: rows [c, n) on the GPU
+		entries, size := weights.Layout(specs)
+		rects := make([]weights.Rect, len(entries))
+		for i, e := range b.Entries {
+			if i == 1 {
+				r, err := e.RowRect(c, e.Shape[0], entries[i].Offset)
+				if err != nil {
+					return nil, nil, 0, err
+				}
+				rects[i] = r
+				continue
+			}
+			rects[i] = weights.Rect{SrcOffset: e.Offset, SrcPitch: e.Size, DstOffset: entries[i].Offset, DstPitch: e.Size, Width: e.Size, Height: 1}
+		}
+		return entries, rects, size, nil
+	}
+	u := &Unit{ID: id, Weights: placement.Streamed, Blob: b,
+		Share: func(c int) ([]weights.Rect, int64, error) {
+			_, rects, n, err := split(c)
+			return rects, n, err
+		}}
+	entries, rects, n, err := split(c)
+	require.NoError(t, err)
+	data, err := weights.AlignedAlloc(n)
+	require.NoError(t, err)
+	for _, r := range rects {
+		for row := range r.Height {
+			copy(data[r.DstOffset+row*r.DstPitch:r.DstOffset+row*r.DstPitch+r.Width], b.Data[r.SrcOffset+row*r.SrcPitch:])
+		}
+	}
+	return u, &weights.Blob{Name: u.ID.String(), Data: data, Entries: entries}
+}
+
+// TestCompressedShare runs a split turn whose GPU share is compressed
+// (Unit.ZShares, the share's layout coded as a blob of its own) on the
+// Host and on the Fake: the slot holds exactly what the raw share's
+// rectangles put there; the turn copies the compressed share and decodes
+// it, never the rectangles; a whole turn of the same unit copies its
+// whole compressed form; the CPU still reads the raw blob.
+func TestCompressedShare(t *testing.T) {
+	const c = 32
+	u, share := splitUnit(t, "s", c)
+	z, err := bf16z.Encode(u.Blob, bf16z.Options{Workers: 2})
+	require.NoError(t, err)
+	zs, err := bf16z.Encode(share, bf16z.Options{Workers: 2})
+	require.NoError(t, err)
+	require.True(t, zs.Coded())
+	u.Z, u.ZShares = z, map[int]*bf16z.Unit{c: zs}
+	split := placement.Placement{Weights: placement.Streamed, Engine: placement.GPU, CPUSplit: c}
+	passes := []Pass{{Name: "prefill", Stage: "prefill", Units: []*Unit{u}}, {Name: "decode", Stage: "decode", Units: []*Unit{u}, Place: []placement.Placement{split}}}
+
+	h := NewHost()
+	var got [][]byte
+	u.Run = func(sh Shard) error {
+		if sh.CPU > 0 {
+			if !u.hasRaw() {
+				return fmt.Errorf("the CPU's raw blob is gone")
+			}
+			if err := sh.Ready(); err != nil {
+				return err
+			}
+		}
+		data, err := h.SlotData(sh.Slot)
+		if err != nil {
+			return err
+		}
+		got = append(got, append([]byte(nil), data...))
+		return nil
+	}
+	e, err := New(h, Config{Mode: Pipelined, Profile: true}, []*Unit{u})
+	require.NoError(t, err)
+	p, err := e.Run(passes)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	for _, en := range u.Blob.Entries {
+		assert.Equal(t, u.Blob.Data[en.Offset:en.Offset+en.Size], got[0][en.Offset:en.Offset+en.Size], "whole: %s", en.Name)
+	}
+	for _, en := range share.Entries {
+		assert.Equal(t, share.Data[en.Offset:en.Offset+en.Size], got[1][en.Offset:en.Offset+en.Size], "share: %s", en.Name)
+	}
+	for _, tr := range p.Turns {
+		assert.True(t, tr.Compressed, tr.Pass)
+	}
+
+	f := NewFake(func(string, int64) float64 { return 1 }, func(string) float64 { return 1 })
+	u.Run = func(sh Shard) error {
+		if sh.CPU > 0 {
+			return sh.Ready()
+		}
+		return nil
+	}
+	e, err = New(f, Config{Mode: Pipelined}, []*Unit{u})
+	require.NoError(t, err)
+	_, err = e.Run(passes)
+	require.NoError(t, err)
+	require.NoError(t, f.Verify())
+	var copies, decodes []int64
+	for _, op := range f.Timeline {
+		switch op.Kind {
+		case OpCopy:
+			copies = append(copies, op.Bytes)
+		case OpDecode:
+			decodes = append(decodes, op.Bytes)
+		}
+	}
+	assert.Equal(t, []int64{z.Size(), zs.Size()}, copies, "the whole compressed form, then the share's")
+	assert.Equal(t, []int64{z.RawSize, zs.RawSize}, decodes)
 }

@@ -62,13 +62,17 @@ type Unit struct {
 	// model loaded into VRAM once; streamed units go through the DFB
 	// slots; host units compute in place from host memory.
 	Weights placement.Weights
-	// Z, when set, is the unit's blob compressed (bf16z): its copies move
-	// Z.Data into a staging buffer and a decode expands it into the slot
-	// or the home (the device must be a Decoder). Blob then only gives
-	// the layout: its Data may be released. Only streamed units are
-	// compressed, and the CPU never computes a share of one (it reads raw
-	// host weights).
+	// Z, when set, is the unit's blob compressed (bf16z): its whole copies
+	// move Z.Data into a staging buffer and a decode expands it into the
+	// slot or the home (the device must be a Decoder). Blob then gives the
+	// layout; its Data may be released, unless the CPU computes a share
+	// of the unit (it reads raw host weights). Only streamed units are
+	// compressed.
 	Z *bf16z.Unit
+	// ZShares are, by the CPU's cut c, the GPU's share of the unit (the
+	// layout Share(c) fills a slot with) compressed: a split turn at a cut
+	// it holds copies and decodes that instead of the share's rectangles.
+	ZShares map[int]*bf16z.Unit
 	// Share, for a unit the CPU and the GPU can split, gives the GPU's
 	// share when the CPU takes c of the split dimension: the rectangles of
 	// the blob to copy into a slot and the bytes they fill there.
@@ -85,6 +89,10 @@ func (u *Unit) size() int64 {
 	}
 	return u.Blob.Size()
 }
+
+// hasRaw says whether the unit's raw host bytes are there (the CPU reads
+// them; the share's rectangles are copied from them).
+func (u *Unit) hasRaw() bool { return u.Blob != nil && u.Blob.Size() == u.size() && u.size() > 0 }
 
 // streamed reports whether u goes through the slots in mode m by default.
 func (u *Unit) streamed(m Mode) bool { return m != Preload && u.Weights == placement.Streamed }
@@ -172,18 +180,20 @@ type Executor struct {
 	staging      []Slot
 	StagingBytes int64 // one staging buffer's size: the largest compressed unit, aligned
 	// One event per (stream, staging buffer).
-	copied      []Event // [k] on the copy stream: staging k holds its unit's compressed bytes
-	stagingFree []Event // [k] on the decode stream: staging k's decode has read it
-	zblobs      map[*Unit]*weights.Blob
-	nz          int // compressed copies queued so far (the ring's position)
-	zJobs       int // jobs decoded since the last status read
+	copied      []Event                       // [k] on the copy stream: staging k holds its unit's compressed bytes
+	stagingFree []Event                       // [k] on the decode stream: staging k's decode has read it
+	zblobs      map[*bf16z.Unit]*weights.Blob // what each compressed form's copies move
+	nz          int                           // compressed copies queued so far (the ring's position)
+	zJobs       int                           // jobs decoded since the last status read
 	zRecs       []zDecodeRec
 }
 
-// zDecodeRec is one decode since the last status read: its unit and the
-// number its first job has in the status (Decoder.Decode's base).
+// zDecodeRec is one decode since the last status read: its unit, the
+// compressed form decoded and the number its first job has in the status
+// (Decoder.Decode's base).
 type zDecodeRec struct {
 	unit *Unit
+	z    *bf16z.Unit
 	base int
 }
 
@@ -197,7 +207,7 @@ func New(dev Device, cfg Config, units []*Unit) (*Executor, error) {
 	e := &Executor{cfg: cfg, dev: dev, known: map[*Unit]bool{}, compute: dev.ComputeStream(),
 		homes: map[*Unit]home{}, homeReady: map[*Unit]Event{}, arenas: map[Slot]int{}}
 	e.copy, e.decode = e.compute, e.compute
-	e.zblobs = map[*Unit]*weights.Blob{}
+	e.zblobs = map[*bf16z.Unit]*weights.Blob{}
 	for _, u := range units {
 		if err := e.add(u); err != nil {
 			return nil, err
@@ -255,7 +265,7 @@ func (e *Executor) add(u *Unit) error {
 	}
 	e.known[u] = true
 	e.homeReady[u] = -1
-	if u.Z != nil && !u.streamed(e.cfg.Mode) {
+	if (u.Z != nil || len(u.ZShares) > 0) && !u.streamed(e.cfg.Mode) {
 		return fmt.Errorf("layering: unit %s is compressed and not streamed (%s, %s mode): only streamed units are", u.ID, u.Weights, e.cfg.Mode)
 	}
 	if !u.streamed(e.cfg.Mode) {
@@ -264,32 +274,46 @@ func (e *Executor) add(u *Unit) error {
 	if u.Blob == nil || u.size() == 0 {
 		return fmt.Errorf("layering: streamed unit %s has no blob", u.ID)
 	}
-	pin := u.Blob
+	var pins []*weights.Blob
+	if u.hasRaw() {
+		pins = append(pins, u.Blob)
+	}
 	if u.Z != nil {
-		if err := e.addCompressed(u); err != nil {
+		if err := e.addCompressed(u, u.Z, u.Blob.Entries, true); err != nil {
 			return err
 		}
-		pin = e.zblobs[u]
+		pins = append(pins, e.zblobs[u.Z])
 	}
-	if err := e.dev.PinHost(pin); err != nil {
-		return fmt.Errorf("layering: pinning %s: %w", u.ID, err)
+	for c, z := range u.ZShares {
+		if u.Share == nil || !u.hasRaw() {
+			return fmt.Errorf("layering: unit %s has a compressed share at %d, and no raw blob to share with the CPU", u.ID, c)
+		}
+		if err := e.addCompressed(u, z, u.Blob.Entries, false); err != nil {
+			return err
+		}
+		pins = append(pins, e.zblobs[z])
+	}
+	for _, b := range pins {
+		if err := e.dev.PinHost(b); err != nil {
+			return fmt.Errorf("layering: pinning %s: %w", u.ID, err)
+		}
 	}
 	e.SlotBytes = max(e.SlotBytes, roundUp(u.size(), weights.Align))
 	return nil
 }
 
-// addCompressed checks a compressed unit against its layout and the
-// device, and wraps its compressed bytes in the blob its copies move.
-func (e *Executor) addCompressed(u *Unit) error {
-	z := u.Z
+// addCompressed checks a compressed form z of unit u against its blob's
+// layout (the same offsets when whole, the same tensors for a share) and
+// the device, and wraps its compressed bytes in the blob its copies move.
+func (e *Executor) addCompressed(u *Unit, z *bf16z.Unit, layout []weights.Entry, whole bool) error {
 	switch {
-	case z.RawSize != roundUp(z.RawSize, weights.Align) || len(z.Entries) != len(u.Blob.Entries):
-		return fmt.Errorf("layering: compressed unit %s decodes %d bytes of %d tensors, its blob has %d tensors", u.ID, z.RawSize, len(z.Entries), len(u.Blob.Entries))
+	case z.RawSize != roundUp(z.RawSize, weights.Align) || len(z.Entries) != len(layout):
+		return fmt.Errorf("layering: compressed unit %s decodes %d bytes of %d tensors, its blob has %d tensors", u.ID, z.RawSize, len(z.Entries), len(layout))
 	case z.Size() == 0:
 		return fmt.Errorf("layering: compressed unit %s has no bytes", u.ID)
 	}
 	for i, en := range z.Entries {
-		if b := u.Blob.Entries[i]; b.Name != en.Name || b.Offset != en.Offset || b.Size != en.Size {
+		if b := layout[i]; b.Name != en.Name || (whole && (b.Offset != en.Offset || b.Size != en.Size)) {
 			return fmt.Errorf("layering: compressed unit %s: tensor %d is %s at %d, its blob's %s at %d", u.ID, i, en.Name, en.Offset, b.Name, b.Offset)
 		}
 	}
@@ -300,7 +324,7 @@ func (e *Executor) addCompressed(u *Unit) error {
 		}
 		e.zdev = zd
 	}
-	e.zblobs[u] = &weights.Blob{Name: u.ID.String(), Data: z.Data}
+	e.zblobs[z] = &weights.Blob{Name: u.ID.String(), Data: z.Data}
 	e.StagingBytes = max(e.StagingBytes, roundUp(z.Size(), weights.Align))
 	return nil
 }
@@ -366,7 +390,7 @@ func (e *Executor) decodeStatus() error {
 	where := fmt.Sprintf("job %d", st.FirstJob)
 	for i := len(recs) - 1; i >= 0; i-- {
 		if r := recs[i]; st.FirstJob >= r.base {
-			where = fmt.Sprintf("unit %s: %s", r.unit.ID, r.unit.Z.JobName(st.FirstJob-r.base))
+			where = fmt.Sprintf("unit %s: %s", r.unit.ID, r.z.JobName(st.FirstJob-r.base))
 			break
 		}
 	}

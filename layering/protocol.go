@@ -178,7 +178,7 @@ func (e *Executor) copyZ(t *turn) error {
 	if err := e.stamp(t.copyStart, e.copy); err != nil {
 		return e.fail(t, "timing", err)
 	}
-	if err := e.dev.CopyAsync(e.staging[k], e.zblobs[t.unit], e.copy); err != nil {
+	if err := e.dev.CopyAsync(e.staging[k], e.zblobs[t.zu], e.copy); err != nil {
 		return e.fail(t, "copy of the compressed bytes", err)
 	}
 	if err := e.stamp(t.copyEnd, e.copy); err != nil {
@@ -202,9 +202,9 @@ func (e *Executor) copyZ(t *turn) error {
 		return e.fail(t, "timing", err)
 	}
 	base := e.zJobs
-	e.zJobs += len(t.unit.Z.Jobs)
-	e.zRecs = append(e.zRecs, zDecodeRec{unit: t.unit, base: base})
-	if err := e.zdev.Decode(t.slot, t.off, e.staging[k], t.unit.Z, base, e.decode); err != nil {
+	e.zJobs += len(t.zu.Jobs)
+	e.zRecs = append(e.zRecs, zDecodeRec{unit: t.unit, z: t.zu, base: base})
+	if err := e.zdev.Decode(t.slot, t.off, e.staging[k], t.zu, base, e.decode); err != nil {
 		return e.fail(t, "decode", err)
 	}
 	if err := e.stamp(t.decEnd, e.decode); err != nil {

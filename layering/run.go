@@ -6,6 +6,7 @@ import (
 
 	"vlanode/placement"
 	"vlanode/weights"
+	"vlanode/weights/bf16z"
 )
 
 // kind is how a turn gets its weights.
@@ -31,9 +32,11 @@ type turn struct {
 	cpu   int   // the CPU's share of the split dimension
 	rects []weights.Rect
 	bytes int64 // what its copy moves (raw: a compressed turn moves z.Size())
-	// z says the copy moves the unit's compressed bytes into a staging
-	// buffer and a decode expands them (Unit.Z; never a CPU-shared turn).
-	z bool
+	// z says the copy moves compressed bytes (zu: Unit.Z, or the GPU's
+	// share from Unit.ZShares) into a staging buffer and a decode expands
+	// them.
+	z  bool
+	zu *bf16z.Unit
 
 	copied bool         // its copy is queued
 	ready  bool         // the compute stream waits for its weights
@@ -210,10 +213,11 @@ func (e *Executor) newTurn(p int, u *Unit, pl placement.Placement) (*turn, error
 	case pl.Weights == placement.Resident:
 		t.home = true
 	case pl.Weights == placement.Streamed:
-		t.kind, t.bytes, t.z = slotted, u.size(), u.Z != nil
+		t.kind, t.bytes, t.z, t.zu = slotted, u.size(), u.Z != nil, u.Z
 		if pl.CPUSplit > 0 {
-			if u.Z != nil {
-				return nil, fmt.Errorf("unit %s is compressed: the CPU cannot read a share of it", u.ID)
+			t.z, t.zu = false, nil
+			if !u.hasRaw() {
+				return nil, fmt.Errorf("unit %s has no raw host bytes: the CPU cannot read a share of it", u.ID)
 			}
 			if u.Share == nil {
 				return nil, fmt.Errorf("unit %s split with the CPU cannot split", u.ID)
@@ -223,6 +227,12 @@ func (e *Executor) newTurn(p int, u *Unit, pl placement.Placement) (*turn, error
 				return nil, fmt.Errorf("unit %s: the GPU's share of a split at %d: %w", u.ID, pl.CPUSplit, err)
 			}
 			t.cpu, t.rects, t.bytes = pl.CPUSplit, rects, n
+			if zs := u.ZShares[pl.CPUSplit]; zs != nil {
+				if zs.RawSize < n {
+					return nil, fmt.Errorf("unit %s: its compressed share at %d decodes %d bytes, the share has %d", u.ID, pl.CPUSplit, zs.RawSize, n)
+				}
+				t.z, t.zu = true, zs // the GPU's share, compressed
+			}
 		}
 		if t.bytes > e.SlotBytes {
 			return nil, fmt.Errorf("unit %s streams %d bytes into slots of %d", u.ID, t.bytes, e.SlotBytes)
@@ -231,13 +241,13 @@ func (e *Executor) newTurn(p int, u *Unit, pl placement.Placement) (*turn, error
 		return nil, fmt.Errorf("unit %s: placement %s", u.ID, pl)
 	}
 	if t.kind == cpuWhole {
-		if u.Z != nil {
-			return nil, fmt.Errorf("unit %s is compressed: the CPU cannot compute it", u.ID)
+		if !u.hasRaw() {
+			return nil, fmt.Errorf("unit %s has no raw host bytes: the CPU cannot compute it", u.ID)
 		}
 		t.cpu = -1 // the whole split dimension: the model knows it
 	}
 	if t.home {
-		t.bytes, t.z = u.size(), u.Z != nil
+		t.bytes, t.z, t.zu = u.size(), u.Z != nil, u.Z
 	}
 	return t, nil
 }

@@ -58,6 +58,9 @@ type Unit struct {
 	// compressed (Compress): Blob then keeps only its layout (Entries),
 	// its bytes released, and the executor copies Z.Data and decodes it.
 	Z *bf16z.Unit
+	// ZShares are, by the CPU's cut, the GPU's share of the unit (Share)
+	// compressed, for a unit the CPU shares (its raw blob stays).
+	ZShares map[int]*bf16z.Unit
 	// hostRead says the model reads some of the blob's bytes on the host
 	// (a position table, Spec.Table): they are never released.
 	hostRead bool

@@ -11,6 +11,10 @@ type item struct {
 	zok    bool
 	stored int64
 	dec    float64 // ms
+	// shareRatio is the compressed-to-raw ratio of the GPU's share of a
+	// split (the CPU's rows stay raw): exact from Options.ShareRatio, else
+	// the unit's own.
+	shareRatio float64
 }
 
 // group is the key of a stack of like units: a module's units of one

@@ -95,7 +95,24 @@ func compress(items []item, p *Profile, opts Options) {
 		it.zok, it.stored = true, stored
 		it.dma = p.DMAMs(stored)
 		it.dec = p.DecodeMs(it.Bytes)
+		it.shareRatio = float64(stored) / float64(it.Bytes)
+		if r, ok := opts.ShareRatio[it.ID]; ok {
+			it.shareRatio = r
+		}
 	}
+}
+
+// gpuShare is the raw bytes of the GPU's share of item it when the CPU
+// takes cpu of its split dimension: its bytes less the CPU's share of its
+// matrices.
+func (it *item) gpuShare(cpu int) int64 {
+	share := float64(cpu) / float64(it.SplitDim)
+	return it.Bytes - int64(share*float64(it.MatrixBytes()))
+}
+
+// shareStored is what the GPU's share at cut cpu stores compressed.
+func (it *item) shareStored(cpu int) int64 {
+	return int64(it.shareRatio * float64(it.gpuShare(cpu)))
 }
 
 // storedBytes is what the item keeps in host memory and copies: its

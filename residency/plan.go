@@ -121,11 +121,20 @@ type UnitPlan struct {
 	// BenefitMsPerMB is the unit's residency benefit B by paper 1's
 	// position rules (0 for host units).
 	BenefitMsPerMB float64 `json:"benefit_ms_per_mb"`
-	// Compressed says the unit is kept compressed in host memory and
-	// copied compressed (bf16z) wherever it is copied; StoredBytes is what
-	// it keeps in host memory: its compressed size, or Bytes.
+	// Compressed says the unit is kept compressed (bf16z) in host memory
+	// and copied compressed wherever the GPU computes it whole; ZBytes is
+	// that compressed size. StoredBytes is all the unit keeps in host
+	// memory: ZBytes, or Bytes raw, or both when the CPU shares it (it
+	// reads the raw blob), plus ShareBytes.
 	Compressed  bool  `json:"compressed,omitempty"`
+	ZBytes      int64 `json:"z_bytes,omitempty"`
 	StoredBytes int64 `json:"stored_bytes"`
+	// CompressedShares are, for a unit the CPU shares, the compressed
+	// size of the GPU's share by cut (the CPU's share of the split
+	// dimension) at which it streams compressed: each is coded at load
+	// beside the raw blob, which the CPU reads. ShareBytes is their sum.
+	CompressedShares map[int]int64 `json:"compressed_shares,omitempty"`
+	ShareBytes       int64         `json:"share_bytes,omitempty"`
 }
 
 // HomeIn says whether the unit's weights are in VRAM during stage s.
@@ -170,6 +179,9 @@ func NewPlan(arch *Arch, units []placement.Unit, w placement.Workload, p *Profil
 	case !z.Compressed:
 		raw.CompressNote = "streamed raw: no unit that copies codes to less than " + fmt.Sprint(ZMaxRatio) + " of its bytes"
 	case z.TotalMs < raw.TotalMs:
+		// The smallest budget that plans is the raw plan's: below the
+		// compressed plan's minimum, the budget is planned raw.
+		z.MinBudgetBytes = raw.MinBudgetBytes
 		return z, nil
 	default:
 		raw.CompressNote = fmt.Sprintf("streamed raw: compression does not pay at this budget (predicted %.1f ms compressed, %.1f ms raw)", z.TotalMs, raw.TotalMs)
@@ -217,7 +229,6 @@ func newPlan(arch *Arch, units []placement.Unit, w placement.Workload, p *Profil
 func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 	p := &Plan{BudgetBytes: pl.budget, MinBudgetBytes: minimum, Bytes: map[Purpose]int64{},
 		PredictedMs: map[placement.Stage]float64{}, PreloadMs: map[placement.Stage]float64{}, Timing: map[string]int{}}
-	pl.raw = c.raw
 	l := newLayout(pl.items)
 	benefit := map[int]float64{}
 	for _, m := range l.modules {
@@ -227,15 +238,39 @@ func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 	}
 	zs := make([]bool, len(pl.items)) // the units that stream compressed
 	for i, it := range pl.items {
-		zs[i] = pl.z(i) && !it.HostOnly && c.homes[i] != pl.all
+		zs[i] = pl.z(i) && !it.HostOnly && c.homes[i] != pl.all && pl.copiedWhole(c, i)
 		p.HostBytes += it.storedBytes(zs[i])
 		p.HostRawBytes += it.Bytes
 		u := UnitPlan{ID: it.ID, Bytes: it.Bytes, Stages: stagesOf(it.Unit), Home: c.homes[i].list(),
 			Place: map[placement.Stage]placement.Placement{}, SplitDim: it.SplitDim, BenefitMsPerMB: benefit[i],
 			Compressed: zs[i], StoredBytes: it.storedBytes(zs[i])}
 		if zs[i] {
+			u.ZBytes = it.stored
+		}
+		if zs[i] {
 			p.Compressed = true
 			p.StagingBytes = max(p.StagingBytes, it.stored)
+		}
+		if pl.cpuShared(c, i) {
+			// The CPU reads the raw blob: it stays beside the compressed
+			// forms.
+			if zs[i] {
+				u.StoredBytes += it.Bytes
+				p.HostBytes += it.Bytes
+			}
+			for _, s := range pl.stages {
+				if n := c.stages[s].cpu[i]; it.zok && n > 0 && n < it.SplitDim && u.CompressedShares[n] == 0 {
+					if u.CompressedShares == nil {
+						u.CompressedShares = map[int]int64{}
+					}
+					u.CompressedShares[n] = it.shareStored(n)
+					u.ShareBytes += it.shareStored(n)
+					p.StagingBytes = max(p.StagingBytes, it.shareStored(n))
+					p.Compressed = true
+				}
+			}
+			u.StoredBytes += u.ShareBytes
+			p.HostBytes += u.ShareBytes
 		}
 		switch {
 		case it.HostOnly:
@@ -300,7 +335,11 @@ func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 				}
 				cpu := int64(share * float64(it.MatrixBytes()))
 				sp.CPUBytes += cpu
-				if pick.cpu[i] < it.SplitDim || it.SplitDim == 0 {
+				switch {
+				case pick.cpu[i] > 0 && pick.cpu[i] < it.SplitDim && it.zok:
+					sp.StreamedBytes += it.Bytes - cpu
+					sp.CopiedBytes += it.shareStored(pick.cpu[i])
+				case pick.cpu[i] < it.SplitDim || it.SplitDim == 0:
 					sp.StreamedBytes += it.Bytes - cpu
 					sp.CopiedBytes += it.storedBytes(zs[i]) - cpu
 				}
@@ -330,6 +369,29 @@ func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 		p.TotalMs += sp.PredictedMs
 	}
 	return p
+}
+
+// cpuShared says whether the CPU computes a share of item i (or all of
+// it) in some stage of c.
+func (pl *planner) cpuShared(c *choice, i int) bool {
+	for _, s := range pl.stages {
+		if c.stages[s].cpu[i] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// copiedWhole says whether some stage of c copies item i whole: streamed
+// and not split, or entering its home.
+func (pl *planner) copiedWhole(c *choice, i int) bool {
+	it := &pl.items[i]
+	for _, s := range pl.stages {
+		if _, ok := it.WorkIn(s); ok && (c.homes[i].has(s) || c.stages[s].cpu[i] == 0) {
+			return true
+		}
+	}
+	return false
 }
 
 // Stage is the plan of stage s, if it runs.
@@ -520,11 +582,15 @@ type ModuleSummary struct {
 	Host     bool
 	// Bytes is the module's total; ResidentBytes the resident share.
 	Bytes, ResidentBytes int64
-	// Compressed counts the units that stream compressed; their raw
-	// bytes are CompressedRaw, what host memory keeps of them
-	// CompressedStored.
-	Compressed                      int
-	CompressedRaw, CompressedStored int64
+	// Compressed counts the units whose whole blob streams compressed,
+	// CompressedRaw and CompressedZ their raw and compressed bytes;
+	// Shares counts the GPU shares coded (units the CPU shares),
+	// ShareBytes their compressed bytes; HostBytes is what host memory
+	// keeps of those units (UnitPlan.StoredBytes).
+	Compressed                 int
+	CompressedRaw, CompressedZ int64
+	Shares                     int
+	ShareBytes, HostBytes      int64
 }
 
 // Modules summarizes the plan per module, in execution order.
@@ -542,7 +608,12 @@ func (p *Plan) Modules() []ModuleSummary {
 		if u.Compressed {
 			s.Compressed++
 			s.CompressedRaw += u.Bytes
-			s.CompressedStored += u.StoredBytes
+			s.CompressedZ += u.ZBytes
+		}
+		if u.Compressed || len(u.CompressedShares) > 0 {
+			s.Shares += len(u.CompressedShares)
+			s.ShareBytes += u.ShareBytes
+			s.HostBytes += u.StoredBytes
 		}
 		switch u.Weights {
 		case placement.Resident:

@@ -47,6 +47,10 @@ type Options struct {
 	// after encoding); a unit whose stored size is not below ZMaxRatio of
 	// its bytes stays raw.
 	Stored map[placement.ID]int64
+	// ShareRatio are the exact compressed-to-raw ratios of the GPU's
+	// shares of units the CPU shares (after encoding them); other units'
+	// shares take their unit's ratio.
+	ShareRatio map[placement.ID]float64
 }
 
 // Validate checks the options.
@@ -65,6 +69,11 @@ func (o Options) Validate() error {
 	for id, n := range o.Stored {
 		if n <= 0 {
 			return fmt.Errorf("residency: unit %s stored in %d bytes", id, n)
+		}
+	}
+	for id, r := range o.ShareRatio {
+		if !(r > 0) {
+			return fmt.Errorf("residency: the GPU's share of unit %s compresses to %g of its bytes", id, r)
 		}
 	}
 	return nil
@@ -122,13 +131,11 @@ type planner struct {
 	// staging is one staging buffer (the largest unit that can stream
 	// compressed), reserved in every stage; 0 without compression.
 	staging int64
-	// raw marks items that stay raw although they could stream
-	// compressed: the CPU computes a share of them in some stage.
-	raw []bool
 }
 
-// z says whether item i streams compressed in the choice being timed.
-func (pl *planner) z(i int) bool { return pl.items[i].zok && !pl.raw[i] }
+// z says whether item i streams compressed where the GPU computes it
+// whole.
+func (pl *planner) z(i int) bool { return pl.items[i].zok }
 
 // fixedSum is the fixed costs of stage s.
 func (pl *planner) fixedSum(s placement.Stage) int64 {
@@ -146,9 +153,6 @@ type choice struct {
 	homes  []stageSet
 	stages map[placement.Stage]stagePick
 	total  float64
-	// raw marks items that could stream compressed and stay raw (their
-	// CPU shares).
-	raw []bool
 }
 
 // stagePick is one stage of a choice.
@@ -350,6 +354,9 @@ func (pl *planner) coexecFactor(it *item) float64 {
 		return 1
 	}
 	copyMs := float64(it.Bytes) / (pl.prof.CPU.H2DBusyGBps * 1e9) * 1e3
+	if it.zok {
+		copyMs *= it.shareRatio // the GPU's share streams compressed
+	}
 	cpuMs := pl.prof.CPU.Ms(it.MatrixBytes(), it.MatrixFLOPs(busiest.Rows), busiest.Rows)
 	return cpuMs / (copyMs + cpuMs)
 }
@@ -457,61 +464,18 @@ func (pl *planner) prev(s placement.Stage) placement.Stage {
 }
 
 // evaluate times homes: per stage, the cheapest of the plan kinds the
-// options allow. With compression, a unit the CPU takes a share of in some
-// stage stays raw in every stage (the CPU reads raw host weights): the
-// stages are timed again with those units raw until no more turn raw.
+// options allow. With compression, a unit streams compressed wherever the
+// GPU computes it whole, and the GPU's share of a split streams
+// compressed too (a second coding of that share, at load); a unit the
+// CPU shares keeps its raw blob as well, which the CPU reads.
 func (pl *planner) evaluate(homes []stageSet, slot int64) *choice {
-	c := pl.evaluateOnce(homes, slot)
-	if pl.opts.Compress && pl.cpuAllowed() && c.anyCPU() {
-		// The CPU's shares keep their units raw: time the GPU alone with
-		// every unit compressed too.
-		kind := pl.opts.Kind
-		pl.opts.Kind = GPUOnly
-		g := pl.evaluateOnce(homes, slot)
-		pl.opts.Kind = kind
-		if g.total < c.total-1e-9 {
-			c = g
-		}
+	c := &choice{slot: slot, homes: homes, stages: map[placement.Stage]stagePick{}}
+	for _, s := range pl.stages {
+		pick := pl.pickStage(homes, s)
+		c.stages[s] = pick
+		c.total += pick.tl.end
 	}
-	pl.raw = c.raw
 	return c
-}
-
-// anyCPU says whether the CPU computes a share of some unit in c.
-func (c *choice) anyCPU() bool {
-	for _, pick := range c.stages {
-		for _, n := range pick.cpu {
-			if n > 0 {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// evaluateOnce is evaluate for the options as they are.
-func (pl *planner) evaluateOnce(homes []stageSet, slot int64) *choice {
-	pl.raw = make([]bool, len(pl.items))
-	for {
-		c := &choice{slot: slot, homes: homes, stages: map[placement.Stage]stagePick{}, raw: pl.raw}
-		for _, s := range pl.stages {
-			pick := pl.pickStage(homes, s)
-			c.stages[s] = pick
-			c.total += pick.tl.end
-		}
-		more := false
-		for _, pick := range c.stages {
-			for i, n := range pick.cpu {
-				if n > 0 && pl.z(i) {
-					pl.raw = slices.Clone(pl.raw)
-					pl.raw[i], more = true, true
-				}
-			}
-		}
-		if !more {
-			return c
-		}
-	}
 }
 
 // cpuAllowed says whether the plan may run shards on the CPU.
@@ -598,6 +562,9 @@ func (pl *planner) balance(homes []stageSet, s placement.Stage) float64 {
 		}
 		copyMs := float64(it.Bytes) / (busy * 1e9) * 1e3
 		if it.SplitDim > 0 {
+			if it.zok {
+				copyMs *= it.shareRatio // the GPU's share streams compressed
+			}
 			b += copyMs
 			c += pl.prof.CPU.Ms(it.MatrixBytes(), it.MatrixFLOPs(w.Rows), w.Rows)
 		} else {
@@ -684,6 +651,10 @@ func (pl *planner) simulateStage(homes []stageSet, s placement.Stage, f float64)
 			st.exe = w.ExeMs * (1 - share)
 			if c < it.SplitDim {
 				st.streamed, st.dma = true, copyMs*(1-share)
+				if it.zok {
+					// The GPU's share, compressed: copied and decoded.
+					st.z, st.dma, st.dec = true, float64(it.shareStored(c))/(h2d*1e9)*1e3, pl.prof.DecodeMs(it.gpuShare(c))
+				}
 			}
 		}
 		seq = append(seq, st)
@@ -702,8 +673,7 @@ func (pl *planner) simulateStage(homes []stageSet, s placement.Stage, f float64)
 
 // newPlanner prepares items for planning.
 func newPlanner(arch *Arch, items []item, w placement.Workload, p *Profile, budget int64, opts Options) *planner {
-	pl := &planner{items: items, prof: p, opts: opts, budget: budget, fixed: map[placement.Stage]map[Purpose]int64{},
-		raw: make([]bool, len(items))}
+	pl := &planner{items: items, prof: p, opts: opts, budget: budget, fixed: map[placement.Stage]map[Purpose]int64{}}
 	for _, it := range items {
 		if it.zok {
 			pl.staging = max(pl.staging, it.stored)

@@ -304,12 +304,17 @@ type benchRun struct {
 	stageMs map[string]float64
 }
 
-// zModule is one module's compression at load.
+// zModule is one module's compression at load: the units whose whole
+// blob was coded (raw and compressed bytes, their ratio), and the GPU
+// shares coded for the units the CPU shares.
 type zModule struct {
 	Units       int     `json:"units"`
 	RawBytes    int64   `json:"raw_bytes"`
 	StoredBytes int64   `json:"stored_bytes"`
 	Ratio       float64 `json:"ratio"`
+	Shares      int     `json:"shares,omitempty"`
+	ShareRaw    int64   `json:"share_raw_bytes,omitempty"`
+	ShareBytes  int64   `json:"share_stored_bytes,omitempty"`
 }
 
 // variantName names a run's streaming: compressed or raw.
@@ -353,16 +358,23 @@ func compressionOf(r *benchRun, bm *budgeted) {
 	r.CompressS = zr.Seconds
 	r.Compression = map[string]zModule{}
 	for _, u := range zr.Units {
-		if !u.Coded {
+		r.PinnedBytes += u.Stored - u.Raw
+		if !u.Coded && len(u.Shares) == 0 {
 			continue
 		}
 		r.Compressed++
-		r.PinnedBytes -= u.Raw - u.Stored
 		m := r.Compression[string(u.ID.Module)]
-		m.Units++
-		m.RawBytes += u.Raw
-		m.StoredBytes += u.Stored
-		m.Ratio = float64(m.StoredBytes) / float64(m.RawBytes)
+		if u.Coded {
+			m.Units++
+			m.RawBytes += u.Raw
+			m.StoredBytes += u.ZBytes
+			m.Ratio = float64(m.StoredBytes) / float64(m.RawBytes)
+		}
+		for c, n := range u.Shares {
+			m.Shares++
+			m.ShareRaw += u.ShareRaw[c]
+			m.ShareBytes += n
+		}
 		r.Compression[string(u.ID.Module)] = m
 	}
 }
@@ -678,7 +690,11 @@ func (rep *benchReport) printCompression(w io.Writer) {
 		var parts []string
 		for _, m := range mods {
 			z := r.Compression[m]
-			parts = append(parts, fmt.Sprintf("%s %d units %.3f→%.3f GB (%.4f)", m, z.Units, float64(z.RawBytes)/1e9, float64(z.StoredBytes)/1e9, z.Ratio))
+			part := fmt.Sprintf("%s %d units %.3f→%.3f GB (%.4f)", m, z.Units, float64(z.RawBytes)/1e9, float64(z.StoredBytes)/1e9, z.Ratio)
+			if z.Shares > 0 {
+				part += fmt.Sprintf(", %d GPU shares %.3f→%.3f GB", z.Shares, float64(z.ShareRaw)/1e9, float64(z.ShareBytes)/1e9)
+			}
+			parts = append(parts, part)
 		}
 		fmt.Fprintf(w, "%s %s compression (coded in %.1f s): %s\n", shortBudget(r.Budget), r.Mode, r.CompressS, strings.Join(parts, "; "))
 	}

@@ -190,9 +190,9 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 		// The first plan estimated the compressed sizes; once the units are
 		// coded, plan again with the exact ones (same placement expected).
 		lay.Compress = &models.CompressOptions{Progress: log}
-		lay.Replan = func(stored map[placement.ID]int64) (*residency.Plan, error) {
+		lay.Replan = func(stored map[placement.ID]int64, shares map[placement.ID]float64) (*residency.Plan, error) {
 			opts := s.layers.options()
-			opts.Stored = stored
+			opts.Stored, opts.ShareRatio = stored, shares
 			return residency.NewPlan(arch, units, w, prof, s.budget, opts)
 		}
 	}
@@ -219,7 +219,7 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 		fmt.Fprintf(log, "vlanode: compression: %s\n", note)
 	}
 	if rep := b.model.Compression(); rep != nil {
-		fmt.Fprintf(log, "vlanode: pinned host memory for the streamed units: %s raw, %s compressed (%.3f; %d of %d units coded, %.1f s on %d threads)\n",
+		fmt.Fprintf(log, "vlanode: pinned host memory for the coded units: %s raw, %s compressed (%.3f; %d of %d units coded whole or in their GPU shares, %.1f s on %d threads)\n",
 			residency.FormatBytes(rep.RawBytes), residency.FormatBytes(rep.StoredBytes), rep.Ratio(), codedUnits(rep), len(rep.Units), rep.Seconds, rep.Workers)
 	}
 	// The plan's prediction is the GPU's (its profile); on the CPU backend
@@ -288,11 +288,11 @@ func (h *hostBlobs) release(b []byte) error {
 	return fmt.Errorf("releasing %d bytes of host memory that were not allocated here", len(b))
 }
 
-// codedUnits counts the units a compression coded.
+// codedUnits counts the units a compression coded, whole or a share.
 func codedUnits(r *models.CompressReport) int {
 	n := 0
 	for _, u := range r.Units {
-		if u.Coded {
+		if u.Coded || len(u.Shares) > 0 {
 			n++
 		}
 	}

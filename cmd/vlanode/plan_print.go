@@ -123,18 +123,25 @@ func writeCompression(w io.Writer, p *residency.Plan) {
 	}
 	fmt.Fprintf(w, "\ncompression: bf16z, sizes %s\n", zSizes(p))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "module\tcompressed units\tGB raw\tGB stored\tratio\t")
-	var raw, stored int64
+	fmt.Fprintln(tw, "module\tcompressed units\tGB raw\tGB compressed\tratio\tGPU shares\tGB shares\tGB host\t")
+	var raw, z, shares, host int64
+	ratio := func(a, b int64) string {
+		if b == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.4f", float64(a)/float64(b))
+	}
 	for _, m := range p.Modules() {
-		if m.Compressed == 0 {
+		if m.Compressed == 0 && m.Shares == 0 {
 			continue
 		}
-		raw, stored = raw+m.CompressedRaw, stored+m.CompressedStored
-		fmt.Fprintf(tw, "  %s\t%d\t%.3f\t%.3f\t%.4f\t\n", m.Module, m.Compressed, float64(m.CompressedRaw)/1e9, float64(m.CompressedStored)/1e9,
-			float64(m.CompressedStored)/float64(m.CompressedRaw))
+		raw, z, shares, host = raw+m.CompressedRaw, z+m.CompressedZ, shares+m.ShareBytes, host+m.HostBytes
+		fmt.Fprintf(tw, "  %s\t%d\t%.3f\t%.3f\t%s\t%d\t%.3f\t%.3f\t\n", m.Module, m.Compressed, float64(m.CompressedRaw)/1e9, float64(m.CompressedZ)/1e9,
+			ratio(m.CompressedZ, m.CompressedRaw), m.Shares, float64(m.ShareBytes)/1e9, float64(m.HostBytes)/1e9)
 	}
-	fmt.Fprintf(tw, "  all\t\t%.3f\t%.3f\t%.4f\t\n", float64(raw)/1e9, float64(stored)/1e9, float64(stored)/float64(raw))
+	fmt.Fprintf(tw, "  all\t\t%.3f\t%.3f\t%s\t\t%.3f\t%.3f\t\n", float64(raw)/1e9, float64(z)/1e9, ratio(z, raw), float64(shares)/1e9, float64(host)/1e9)
 	tw.Flush()
+	fmt.Fprintf(w, "  (GB host: what host memory keeps of the module's compressed units: the compressed blob, and the raw blob and GPU shares of a unit the CPU shares)\n")
 }
 
 // zSizes says whether the compressed sizes are exact or estimated.
@@ -304,10 +311,15 @@ type moduleJSON struct {
 	Host          bool             `json:"host,omitempty"`
 	Bytes         int64            `json:"bytes"`
 	ResidentBytes int64            `json:"resident_bytes"`
-	// Compressed units, their raw and stored bytes (compressed streaming).
-	Compressed       int   `json:"compressed_units"`
-	CompressedRaw    int64 `json:"compressed_raw_bytes"`
-	CompressedStored int64 `json:"compressed_stored_bytes"`
+	// Compressed streaming: the units whose whole blob is compressed,
+	// their raw and compressed bytes; the GPU shares coded and their
+	// bytes; what host memory keeps of the module.
+	Compressed    int   `json:"compressed_units"`
+	CompressedRaw int64 `json:"compressed_raw_bytes"`
+	CompressedZ   int64 `json:"compressed_bytes"`
+	Shares        int   `json:"compressed_shares"`
+	ShareBytes    int64 `json:"share_bytes"`
+	HostBytes     int64 `json:"host_bytes"`
 }
 
 // writePlanJSON prints the plan as one JSON object.
@@ -324,7 +336,8 @@ func writePlanJSON(w io.Writer, p *residency.Plan, in planInfo) error {
 	for _, m := range p.Modules() {
 		out.Modules = append(out.Modules, moduleJSON{Module: m.Module, Units: m.Units, Resident: append([]placement.ID{}, m.Resident...),
 			Host: m.Host, Bytes: m.Bytes, ResidentBytes: m.ResidentBytes,
-			Compressed: m.Compressed, CompressedRaw: m.CompressedRaw, CompressedStored: m.CompressedStored})
+			Compressed: m.Compressed, CompressedRaw: m.CompressedRaw, CompressedZ: m.CompressedZ,
+			Shares: m.Shares, ShareBytes: m.ShareBytes, HostBytes: m.HostBytes})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

@@ -3,6 +3,7 @@ package alpamayo
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"vlanode/backend"
 	"vlanode/layering"
@@ -49,7 +50,7 @@ type Layering struct {
 	// used when it places every unit as the loaded model has them
 	// (resident, streamed or host; compressed or raw), else the first is
 	// kept and Model.PlanNote says so.
-	Replan func(stored map[placement.ID]int64) (*residency.Plan, error)
+	Replan func(stored map[placement.ID]int64, shareRatios map[placement.ID]float64) (*residency.Plan, error)
 }
 
 // layered is a loaded model's executor and its unit tables; it is the
@@ -193,26 +194,37 @@ func (m *Model) compress(l *Layering, units []*models.Unit, lay *layered) (int64
 		return 0, nil
 	}
 	places, _ := placementOf(l.Plan)
-	var coded []*models.Unit
+	var codings []models.Coding
 	for _, u := range units {
-		if p, ok := places[u.ID]; ok && p.Compressed && u.Streamed() {
-			coded = append(coded, u)
+		p, ok := places[u.ID]
+		if !ok || !u.Streamed() || (!p.Compressed && len(p.CompressedShares) == 0) {
+			continue
 		}
+		c := models.Coding{Unit: u, Whole: p.Compressed, KeepRaw: cpuShared(p)}
+		for cut := range p.CompressedShares {
+			c.Shares = append(c.Shares, cut)
+		}
+		slices.Sort(c.Shares)
+		codings = append(codings, c)
 	}
-	rep, err := models.Compress(coded, *l.Compress)
+	rep, err := models.Compress(codings, *l.Compress)
 	m.compression = rep
 	if err != nil {
 		return 0, fmt.Errorf("alpamayo: %w", err)
 	}
 	var largest int64
-	for _, u := range coded {
+	for _, c := range codings {
+		u, lu := c.Unit, lay.units[c.Unit]
+		lu.Z, lu.ZShares = u.Z, u.ZShares
 		if u.Z != nil {
-			lay.units[u].Z = u.Z
 			largest = max(largest, u.Z.Size())
+		}
+		for _, z := range u.ZShares {
+			largest = max(largest, z.Size())
 		}
 	}
 	if l.Replan != nil {
-		exact, err := l.Replan(rep.Stored())
+		exact, err := l.Replan(rep.Stored(), rep.ShareRatios())
 		switch {
 		case err != nil:
 			m.planNote = fmt.Sprintf("the plan with the exact compressed sizes failed (%v): the estimate's plan runs", err)
@@ -233,16 +245,37 @@ func (m *Model) compress(l *Layering, units []*models.Unit, lay *layered) (int64
 }
 
 // samePlacement says whether plan places every loaded unit where it is:
-// resident, streamed or host, and compressed or raw.
+// resident, streamed or host; compressed or raw; its GPU shares
+// compressed at the cuts coded; and its raw blob kept where the CPU reads
+// it.
 func samePlacement(plan *residency.Plan, units []*models.Unit) bool {
 	places, _ := placementOf(plan)
 	for _, u := range units {
 		p, ok := places[u.ID]
-		if !ok || p.Weights != u.Weights || p.Compressed != (u.Z != nil) {
+		if !ok || p.Weights != u.Weights || p.Compressed != (u.Z != nil) || len(p.CompressedShares) != len(u.ZShares) {
+			return false
+		}
+		for cut := range p.CompressedShares {
+			if u.ZShares[cut] == nil {
+				return false
+			}
+		}
+		if cpuShared(p) && u.Blob.Data == nil {
 			return false
 		}
 	}
 	return true
+}
+
+// cpuShared says whether the plan has the CPU compute a share of the unit
+// (or all of it) in some stage: it reads the raw blob.
+func cpuShared(p residency.UnitPlan) bool {
+	for _, pl := range p.Place {
+		if pl.Engine == placement.CPU || pl.CPUSplit > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Plan is the plan the model runs: Layering.Plan, or the plan made again

@@ -2,6 +2,7 @@ package alpamayo_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 
@@ -180,7 +181,9 @@ func TestLayeredRejectsMismatchedPlan(t *testing.T) {
 // backend as the CPU engine): every streamed MLP of the decode and the
 // diffusion split between the engines (Dynamic) or computed on the CPU
 // whole (Static). Greedy reasoning ids equal the resident model's, and
-// each plan gives the same bits run after run. The actions are not
+// each plan gives the same bits run after run; compressed (whole units and
+// the GPU's shares of the splits coded, the raw blobs kept for the CPU),
+// each plan gives the raw plan's bits. The actions are not
 // compared with the resident model's: a split MLP sums in two parts, which
 // changes float32 rounding (qwen3's TestMLPSplitMatchesWhole checks each
 // split layer against the whole one on the same input), and this random
@@ -215,13 +218,25 @@ func TestLayeredCPUShards(t *testing.T) {
 	units := alpamayo.PlanUnits(arch, w)
 	minPlan, err := residency.NewPlan(arch, units, w, prof, 0, residency.Options{})
 	require.NoError(t, err)
-	for _, kind := range []residency.Kind{residency.Dynamic, residency.Static} {
-		t.Run(string(kind), func(t *testing.T) {
+	cpuShardRuns := map[residency.Kind]*alpamayo.Result{} // the raw plans' results
+	for _, tc := range []struct {
+		kind     residency.Kind
+		compress bool
+	}{{residency.Dynamic, false}, {residency.Static, false}, {residency.Dynamic, true}, {residency.Static, true}} {
+		kind := tc.kind
+		t.Run(fmt.Sprintf("%s compressed %v", kind, tc.compress), func(t *testing.T) {
 			plan, err := residency.NewPlan(arch, units, w, prof, minPlan.MinBudgetBytes, residency.Options{Kind: kind})
 			require.NoError(t, err)
 			dec, _ := plan.Stage(placement.StageDecode)
 			require.Equal(t, kind, dec.Kind)
 			lay := hostLayering(be, plan, layering.Pipelined)
+			if tc.compress {
+				// Whole units compressed where the GPU computes them alone,
+				// the GPU's shares of the splits compressed, the raw blobs
+				// kept for the CPU: the same bits as the raw plan.
+				lay.Plan = compressedPlan(plan)
+				lay.Compress = &models.CompressOptions{MinSaving: -1, MaxRatio: 100}
+			}
 			lay.CPU = engine
 			m, err := alpamayo.Load(be, dir, alpamayo.LoadOptions{Layering: lay})
 			require.NoError(t, err)
@@ -237,6 +252,21 @@ func TestLayeredCPUShards(t *testing.T) {
 				}
 				require.NotNil(t, got.Layers)
 				assert.NotEmpty(t, got.Layers.CPUBusy, "the CPU computed shares")
+				if tc.compress {
+					decoded := 0
+					for _, tr := range got.Layers.Turns {
+						if tr.Compressed {
+							decoded++
+						}
+					}
+					assert.Positive(t, decoded, "turns decoded compressed forms")
+					if raw := cpuShardRuns[kind]; raw != nil {
+						assert.Equal(t, raw.Normalized, got.Normalized, "compressed shares give the raw plan's bits")
+						assert.Equal(t, raw.XYZ, got.XYZ)
+					}
+				} else {
+					cpuShardRuns[kind] = got
+				}
 				if first == nil {
 					first = got
 					continue
@@ -283,19 +313,25 @@ func TestTinyFlowAmplifiesRounding(t *testing.T) {
 }
 
 // compressedPlan marks every unit the plan copies (streamed, or homed in
-// some stages) and the CPU never shares as compressed, as the planner does
-// for units whose coding pays (the tiny model's tensors are too small to
-// pay: the test codes them anyway, models.CompressOptions.MinSaving).
+// some stages) as compressed, and the GPU's share of every split too, as
+// the planner does for units whose coding pays (the tiny model's tensors
+// are too small to pay: the test codes them anyway,
+// models.CompressOptions.MinSaving).
 func compressedPlan(p *residency.Plan) *residency.Plan {
 	q := *p
 	q.Units = append([]residency.UnitPlan(nil), p.Units...)
 	for i, u := range q.Units {
-		shared := false
-		for _, pl := range u.Place {
-			shared = shared || pl.Engine == placement.CPU || pl.CPUSplit > 0
+		if u.Weights != placement.Streamed {
+			continue
 		}
-		if u.Weights == placement.Streamed && !shared {
-			q.Units[i].Compressed, q.Compressed = true, true
+		q.Units[i].Compressed, q.Compressed = true, true
+		for _, pl := range u.Place {
+			if pl.CPUSplit > 0 {
+				if q.Units[i].CompressedShares == nil {
+					q.Units[i].CompressedShares = map[int]int64{}
+				}
+				q.Units[i].CompressedShares[pl.CPUSplit] = 1 // its size is the planner's business
+			}
 		}
 	}
 	return &q
