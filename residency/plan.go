@@ -176,6 +176,8 @@ func NewPlan(arch *Arch, units []placement.Unit, w placement.Workload, p *Profil
 		raw.CompressNote = fmt.Sprintf("streamed raw: the budget does not hold the staging buffers (the minimum with them is %s)", FormatBytes(be.Min))
 	case zerr != nil:
 		return nil, zerr
+	case raw.copiesNothing():
+		raw.CompressNote = "nothing to compress: every unit is resident"
 	case !z.Compressed:
 		raw.CompressNote = "streamed raw: no unit that copies codes to less than " + fmt.Sprint(ZMaxRatio) + " of its bytes"
 	case z.TotalMs < raw.TotalMs:

@@ -654,6 +654,8 @@ func (rep *benchReport) print(w io.Writer) {
 // speedup over the raw run of the same budget and mode).
 func weightsText(r benchRun) string {
 	switch {
+	case r.Compressed == 0 && r.Compress:
+		return "raw (--compress: see below)"
 	case r.Compressed == 0:
 		return "raw"
 	case r.SpeedupVsRaw > 0:
