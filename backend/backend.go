@@ -324,3 +324,11 @@ type DevicePos interface {
 type ShardMLP interface {
 	MLPShare(dst, x, gate, up, down Tensor, lo, hi int) error
 }
+
+// ShardMatMul is a backend that computes a share of a matrix product
+// straight from the full weights (a CPU engine's rows of a split LM head
+// block, read in place from host memory): dst[M, hi−lo] = x[M,K] ·
+// w[lo:hi]ᵀ for w [N,K] (bf16 or f32), accumulating in float32.
+type ShardMatMul interface {
+	MatMulShare(dst, x, w Tensor, lo, hi int) error
+}

@@ -125,8 +125,13 @@ func (b *Backend) mlpShareKern(d, x *Tensor, gate, up backend.Tensor, down *Tens
 	if err := errors.Join(err, err2, err3); err != nil {
 		return false, fmt.Errorf("cpu: mlp share: %w", err)
 	}
-	if err := b.kern.MLP(kern.MLP{Y: d.f32, X: x.f32, M: m, Gate: gw, Up: uw, Down: dw}); err != nil {
-		return false, fmt.Errorf("cpu: mlp share: %w", err)
+	// At most kern.MaxRows rows a call (a long prompt's prefill).
+	for r0 := 0; r0 < m; r0 += kern.MaxRows {
+		rows := min(kern.MaxRows, m-r0)
+		op := kern.MLP{Y: d.f32[r0*h:], X: x.f32[r0*k:], M: rows, Gate: gw, Up: uw, Down: dw}
+		if err := b.kern.MLP(op); err != nil {
+			return false, fmt.Errorf("cpu: mlp share: %w", err)
+		}
 	}
 	return true, nil
 }
@@ -145,4 +150,55 @@ func (b *Backend) KernelPath(m int) string {
 		return ""
 	}
 	return b.kern.PathFor(m).String()
+}
+
+var _ backend.ShardMatMul = (*Backend)(nil)
+
+// MatMulShare computes dst[M, hi−lo] = x · w[lo:hi]ᵀ (backend.ShardMatMul):
+// rows [lo, hi) of w read in place, on the kernel pool for bf16 weights
+// (WithKernels), else as MatMul over a view of the rows.
+func (b *Backend) MatMulShare(dst, x, w backend.Tensor, lo, hi int) error {
+	if b.closed.Load() {
+		return ErrClosed
+	}
+	wt, err := floatOf("matmul share", "w", w)
+	if err != nil {
+		return err
+	}
+	n, k := wt.matrix()
+	if lo < 0 || hi > n || lo >= hi {
+		return fmt.Errorf("cpu: matmul share: rows [%d, %d) of w %v", lo, hi, wt)
+	}
+	if b.kern != nil && wt.dt == tensor.BF16 {
+		d, err := dstOf("matmul share", "dst", dst)
+		if err != nil {
+			return err
+		}
+		xt, err := f32Of("matmul share", "x", x)
+		if err != nil {
+			return err
+		}
+		m, xk := xt.matrix()
+		dm, dn := d.matrix()
+		if xk != k || dm != m || dn != hi-lo {
+			return fmt.Errorf("cpu: matmul share: x %v · rows [%d, %d) of w %v do not fit dst %v", xt, lo, hi, wt, d)
+		}
+		kw, err := kern.NewWeights(wt.u16, n, k)
+		if err == nil {
+			kw, err = kw.RowRange(lo, hi)
+		}
+		for r0 := 0; r0 < m && err == nil; r0 += kern.MaxRows { // at most kern.MaxRows rows a call
+			rows := min(kern.MaxRows, m-r0)
+			err = b.kern.MatMul(kern.GEMM{Y: d.f32[r0*dn:], X: xt.f32[r0*k:], M: rows, W: kw})
+		}
+		if err != nil {
+			return fmt.Errorf("cpu: matmul share: %w", err)
+		}
+		return nil
+	}
+	rows, err := b.Rows(w, lo, hi-lo)
+	if err != nil {
+		return fmt.Errorf("cpu: matmul share: %w", err)
+	}
+	return b.MatMul(dst, x, rows, nil)
 }

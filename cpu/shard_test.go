@@ -113,3 +113,131 @@ func testMLPShare(t *testing.T, b *Backend, tol float64) {
 	assert.ErrorContains(t, b.MLPShare(d, xt, gate, up, down, 40, 40), "columns [40, 40)")
 	assert.ErrorContains(t, b.MLPShare(d, xt, gate, up, down, 0, n+1), "columns [0, 97)")
 }
+
+// TestMatMulShare checks rows [lo, hi) of a bf16 product against the
+// same columns of the whole MatMul: bit for bit on the Go path, within
+// bf16 rounding of x on the kernel pool (which rounds x to bf16 as the
+// GPU's products do).
+func TestMatMulShare(t *testing.T) {
+	pool, err := kern.NewPool(kern.Options{Threads: 2})
+	require.NoError(t, err)
+	defer pool.Close()
+	withKern, err := New(WithThreads(2), WithKernels(pool))
+	require.NoError(t, err)
+	defer withKern.Close()
+	plain, err := New(WithThreads(2))
+	require.NoError(t, err)
+	defer plain.Close()
+	r := rand.New(rand.NewPCG(3, 4))
+	const m, k, n = 2, 64, 200
+	x := make([]float32, m*k)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	buf := make([]byte, 2*n*k)
+	for i := 0; i < n*k; i++ {
+		v := uint16(math.Float32bits(float32(r.NormFloat64()*0.2)) >> 16)
+		buf[2*i], buf[2*i+1] = byte(v), byte(v>>8)
+	}
+	for _, tc := range []struct {
+		name string
+		b    *Backend
+		tol  float64
+	}{{"go", plain, 0}, {"kernels", withKern, 2e-2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := tc.b
+			w, err := b.Weight("w", tensor.BF16, []int{n, k}, buf)
+			require.NoError(t, err)
+			xt, err := b.Alloc("x", tensor.F32, m, k)
+			require.NoError(t, err)
+			require.NoError(t, b.Upload(xt, x))
+			whole, err := plain.Alloc("y", tensor.F32, m, n)
+			require.NoError(t, err)
+			pw, err := plain.Weight("w", tensor.BF16, []int{n, k}, buf)
+			require.NoError(t, err)
+			px, err := plain.Alloc("x", tensor.F32, m, k)
+			require.NoError(t, err)
+			require.NoError(t, plain.Upload(px, x))
+			require.NoError(t, plain.MatMul(whole, px, pw, nil))
+			want, err := plain.Download(whole)
+			require.NoError(t, err)
+			for _, c := range [][2]int{{0, n}, {0, 128}, {128, n}, {7, 8}} {
+				d, err := b.Alloc("d", tensor.F32, m, c[1]-c[0])
+				require.NoError(t, err)
+				require.NoError(t, b.MatMulShare(d, xt, w, c[0], c[1]))
+				got, err := b.Download(d)
+				require.NoError(t, err)
+				for i := range m {
+					for j := c[0]; j < c[1]; j++ {
+						ref := float64(want[i*n+j])
+						assert.InDelta(t, ref, float64(got[i*(c[1]-c[0])+j-c[0]]), tc.tol*(1+math.Abs(ref)), "rows %v, [%d, %d]", c, i, j)
+					}
+				}
+			}
+			d, err := b.Alloc("d", tensor.F32, m, 1)
+			require.NoError(t, err)
+			assert.ErrorContains(t, b.MatMulShare(d, xt, w, 5, 5), "rows [5, 5)")
+			assert.ErrorContains(t, b.MatMulShare(d, xt, w, 0, n+1), "rows [0, 201)")
+		})
+	}
+}
+
+// TestSharesPastMaxRows runs MLPShare and MatMulShare on the kernel pool
+// over more rows than one kernel call takes (kern.MaxRows, a long
+// prompt's prefill): every row agrees with the Go path within bf16
+// rounding of x.
+func TestSharesPastMaxRows(t *testing.T) {
+	pool, err := kern.NewPool(kern.Options{Threads: 2})
+	require.NoError(t, err)
+	defer pool.Close()
+	fast, err := New(WithThreads(2), WithKernels(pool))
+	require.NoError(t, err)
+	defer fast.Close()
+	slow, err := New(WithThreads(2))
+	require.NoError(t, err)
+	defer slow.Close()
+	r := rand.New(rand.NewPCG(5, 6))
+	const m, k, n, h = kern.MaxRows + 3, 32, 64, 16
+	x := make([]float32, m*k)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	bf16 := func(rows, cols int) []byte {
+		buf := make([]byte, 2*rows*cols)
+		for i := 0; i < rows*cols; i++ {
+			v := uint16(math.Float32bits(float32(r.NormFloat64()*0.2)) >> 16)
+			buf[2*i], buf[2*i+1] = byte(v), byte(v>>8)
+		}
+		return buf
+	}
+	gate, up, down := bf16(n, k), bf16(n, k), bf16(h, n)
+	run := func(b *Backend) (mlp, mm []float32) {
+		w := func(buf []byte, shape ...int) *Tensor {
+			t2, err := b.Weight("w", tensor.BF16, shape, buf)
+			require.NoError(t, err)
+			return t2.(*Tensor)
+		}
+		xt, err := b.Alloc("x", tensor.F32, m, k)
+		require.NoError(t, err)
+		require.NoError(t, b.Upload(xt, x))
+		d, err := b.Alloc("d", tensor.F32, m, h)
+		require.NoError(t, err)
+		require.NoError(t, b.MLPShare(d, xt, w(gate, n, k), w(up, n, k), w(down, h, n), 8, 40))
+		mlp, err = b.Download(d)
+		require.NoError(t, err)
+		e, err := b.Alloc("e", tensor.F32, m, 24)
+		require.NoError(t, err)
+		require.NoError(t, b.MatMulShare(e, xt, w(gate, n, k), 16, 40))
+		mm, err = b.Download(e)
+		require.NoError(t, err)
+		return mlp, mm
+	}
+	gotMLP, gotMM := run(fast)
+	wantMLP, wantMM := run(slow)
+	for i := range wantMLP {
+		require.InDelta(t, wantMLP[i], gotMLP[i], 3e-2*(1+math.Abs(float64(wantMLP[i]))), "mlp element %d (row %d)", i, i/h)
+	}
+	for i := range wantMM {
+		require.InDelta(t, wantMM[i], gotMM[i], 3e-2*(1+math.Abs(float64(wantMM[i]))), "matmul element %d (row %d)", i, i/24)
+	}
+}

@@ -28,7 +28,9 @@ import (
 //
 // Post stores the ticket in a word of device-mapped page-locked memory;
 // Receive queues cuStreamWaitValue32 (word ≥ ticket) ahead of the copy of
-// In, so the stream, not the host, waits (DeviceWaits). Where the device
+// In (or, for a small result it adds, ahead of the add kernel, which
+// reads In through the mapping: see xMappedAdd), so the stream, not the
+// host, waits (DeviceWaits). Where the device
 // cannot (no V2 stream memory operations, no mapped host memory: see
 // probeExchange), Receive waits for the Post on the host, then queues the
 // copy (HostWaits).
@@ -46,6 +48,14 @@ const (
 	xOutAt     = 256 // Out [out]float32
 	xAlign     = 256 // In starts at the next multiple
 	xSpinCheck = 1 << 10
+	// xMappedAdd bounds the results an adding Receive reads through the
+	// device mapping (DeviceWaits): the add kernel reads In over PCIe
+	// itself, where a copy on the compute stream would queue behind the
+	// copy engine's transfer of a layer's weights on the copy stream (on
+	// the H200 a 16 KB copy of a decode step's result landed 1.1 ms after
+	// the Post while 150 MB shares crossed: bench/results/budgets.md run
+	// 28). Larger results are copied (the copy engine is faster for them).
+	xMappedAdd = 1 << 20
 )
 
 // exchange is one backend.Exchange of a Backend.
@@ -58,6 +68,7 @@ type exchange struct {
 	host                 unsafe.Pointer   // the page-locked allocation (layout above)
 	posted, landed       *uint32          // its words
 	postedDev, landedDev driver.DevicePtr // their device addresses (DeviceWaits)
+	inDev                driver.DevicePtr // In's device address (DeviceWaits)
 	out, in              []float32        // Out [out], In [in]
 	scratch              *block           // [in]float32 on the device: In's copy that an adding Receive adds
 	released             bool             // touched only inside Backend.run
@@ -126,6 +137,7 @@ func (b *Backend) newExchange(out, in int, hostWaits, spin bool) (*exchange, err
 				return fmt.Errorf("cuda: exchange: %w", errors.Join(err, g.drv.FreeHost(p)))
 			}
 			x.postedDev, x.landedDev = dp+xPostedAt, dp+xLandedAt
+			x.inDev = dp + driver.DevicePtr(inAt)
 		}
 		if x.scratch, err = g.mem.alloc(PurposeScratch, int64(in)*4); err != nil {
 			return errors.Join(err, g.drv.FreeHost(p))
@@ -323,6 +335,11 @@ func (x *exchange) Receive(dst backend.Tensor, t backend.Ticket, add bool) (err 
 			if err := g.drv.StreamWaitValue32(g.stream, x.postedDev, uint32(t), driver.WaitValueGEQ); err != nil {
 				return fmt.Errorf("cuda: %s: %w", op, err)
 			}
+		}
+		if add && x.path == backend.DeviceWaits && n*4 <= xMappedAdd {
+			// The kernel reads In where the host wrote it, after the wait.
+			s := &Tensor{b: x.b, blk: x.scratch, ptr: x.inDev, dt: tensor.F32, shape: []int{int(n)}}
+			return g.add(d, d, s)
 		}
 		in := unsafe.Pointer(unsafe.SliceData(x.in))
 		if !add {

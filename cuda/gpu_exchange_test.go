@@ -39,7 +39,9 @@ func TestGPUExchange(t *testing.T) {
 	b := gpuBackend(t)
 	t.Logf("HOST EXCHANGE PATH: %s", b.Device().HostExchange)
 	ahead := b.g.xpath == backend.DeviceWaits
-	for _, c := range []handofftest.Chain{{N: 4096, Tickets: 20}, {N: 64 * 4096, Tickets: 20}, {N: 1, Tickets: 20}} {
+	// Up to xMappedAdd bytes an adding Receive reads In through the
+	// device mapping; the 300-row chain's results are copied.
+	for _, c := range []handofftest.Chain{{N: 4096, Tickets: 20}, {N: 64 * 4096, Tickets: 20}, {N: 1, Tickets: 20}, {N: 300 * 4096, Tickets: 8}} {
 		c.Ahead = ahead
 		t.Run("device path", func(t *testing.T) { handofftest.Run(t, b, c) })
 		c.Ahead = false

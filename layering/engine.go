@@ -51,8 +51,10 @@ func (s Shard) Ready() error {
 // host (a backend.Exchange: Wait, compute, Post), and that is what orders
 // it against the device's stream on a GPU; it MUST hand a result back even
 // when it fails (Post anyway), or the device waits for it forever. Its
-// error fails the run.
-func (s Shard) Offload(task func() error) error {
+// error fails the run. The task calls computing once its input has
+// arrived (after the Exchange's Wait): the engine's busy time counts from
+// there, and the time before it as waiting for the device.
+func (s Shard) Offload(task func(computing func()) error) error {
 	if s.r == nil {
 		return errors.New("layering: offload outside a run")
 	}
@@ -86,23 +88,24 @@ type HostTimer interface {
 }
 
 // engine is the CPU engine: one goroutine that runs offloaded tasks in
-// order and keeps the first error and each unit's busy time.
+// order and keeps the first error and each task's timing.
 type engine struct {
 	tasks chan hostTask
 	done  sync.WaitGroup
 
-	mu   sync.Mutex
-	err  error
-	busy map[placement.ID]time.Duration // per unit, since the last drain
+	mu    sync.Mutex
+	err   error
+	epoch time.Time // the Run's start: CPUTask times count from it
+	spans []CPUTask // since the last drain, in order
 }
 
 type hostTask struct {
 	unit placement.ID
-	run  func() error
+	run  func(computing func()) error
 }
 
 func newEngine() *engine {
-	en := &engine{tasks: make(chan hostTask, 1024), busy: map[placement.ID]time.Duration{}}
+	en := &engine{tasks: make(chan hostTask, 1024), epoch: time.Now()}
 	go en.loop()
 	return en
 }
@@ -110,10 +113,20 @@ func newEngine() *engine {
 func (en *engine) loop() {
 	for t := range en.tasks {
 		start := time.Now()
-		err := protectTask(t.run)
-		d := time.Since(start)
+		var computing time.Time
+		err := protectTask(t.run, func() {
+			if computing.IsZero() {
+				computing = time.Now()
+			}
+		})
+		end := time.Now()
+		if computing.IsZero() {
+			computing = start
+		}
 		en.mu.Lock()
-		en.busy[t.unit] += d
+		ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+		en.spans = append(en.spans, CPUTask{Unit: t.unit,
+			AtMs: ms(start.Sub(en.epoch)), WaitMs: ms(computing.Sub(start)), Ms: ms(end.Sub(computing))})
 		if err != nil && en.err == nil {
 			en.err = fmt.Errorf("layering: CPU share of %s: %w", t.unit, err)
 		}
@@ -123,30 +136,37 @@ func (en *engine) loop() {
 }
 
 // protectTask runs a task, turning a panic into an error.
-func protectTask(run func() error) (err error) {
+func protectTask(run func(func()) error, computing func()) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v", r)
 		}
 	}()
-	return run()
+	return run(computing)
 }
 
 // submit queues a task.
-func (en *engine) submit(unit placement.ID, run func() error) {
+func (en *engine) submit(unit placement.ID, run func(func()) error) {
 	en.done.Add(1)
 	en.tasks <- hostTask{unit: unit, run: run}
 }
 
+// start sets the epoch of the next run's task times; the engine is idle.
+func (en *engine) start(at time.Time) {
+	en.mu.Lock()
+	en.epoch = at
+	en.mu.Unlock()
+}
+
 // drain waits for the queued tasks and returns their first error and
-// busy times since the last drain, resetting both.
-func (en *engine) drain() (map[placement.ID]time.Duration, error) {
+// timings since the last drain, resetting both.
+func (en *engine) drain() ([]CPUTask, error) {
 	en.done.Wait()
 	en.mu.Lock()
 	defer en.mu.Unlock()
-	busy, err := en.busy, en.err
-	en.busy, en.err = map[placement.ID]time.Duration{}, nil
-	return busy, err
+	spans, err := en.spans, en.err
+	en.spans, en.err = nil, nil
+	return spans, err
 }
 
 // close stops the goroutine once the queued tasks have run.

@@ -171,6 +171,8 @@ type Executor struct {
 	arenas map[Slot]int
 	// engine is the CPU engine, started by the first offloaded task.
 	engine *engine
+	// startedAt is when the Run began, by the host's clock.
+	startedAt time.Time
 
 	// Compressed streaming (Unit.Z): one staging buffer per slot, used in
 	// turn by the compressed copies in copy order (a ring of its own,
@@ -434,9 +436,9 @@ type home struct {
 	off   int64
 }
 
-// drainEngine waits for the CPU engine's tasks and returns their busy
-// time per unit and first error.
-func (e *Executor) drainEngine() (map[placement.ID]time.Duration, error) {
+// drainEngine waits for the CPU engine's tasks and returns their timings
+// and first error.
+func (e *Executor) drainEngine() ([]CPUTask, error) {
 	if e.engine == nil {
 		return nil, nil
 	}

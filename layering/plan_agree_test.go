@@ -184,7 +184,7 @@ func runStage(t *testing.T, plan *residency.Plan, byID map[placement.ID]placemen
 				if sh.CPU == 0 {
 					return nil
 				}
-				if err := sh.Offload(func() error { return nil }); err != nil {
+				if err := sh.Offload(func(func()) error { return nil }); err != nil {
 					return err
 				}
 				if err := sh.Ready(); err != nil {

@@ -2,7 +2,6 @@ package layering
 
 import (
 	"fmt"
-	"time"
 
 	"vlanode/placement"
 )
@@ -13,8 +12,8 @@ type Profile struct {
 	TotalMs float64
 	// Turns are every unit's turn in order (Config.Profile only).
 	Turns []Turn
-	// CPUBusy is the CPU engine's busy time per unit (wall clock).
-	CPUBusy map[placement.ID]time.Duration
+	// CPUTasks are the CPU engine's tasks in the order it ran them.
+	CPUTasks []CPUTask
 	// HomeErrors says why homes could not be allocated (those units were
 	// streamed instead in their stage); nil when all were.
 	HomeErrors error
@@ -37,6 +36,28 @@ type Turn struct {
 	// Compressed says the copy moved compressed bytes and a decode
 	// expanded them.
 	Compressed bool
+	// CPU is the CPU engine's task of this turn, for a unit the CPU
+	// shares (nil otherwise).
+	CPU *CPUTask `json:",omitempty"`
+}
+
+// CPUTask is one task of the CPU engine, timed by the host's clock: it
+// was taken up AtMs after the Run's start (as the device's timeline
+// counts, give or take the launch of the Run's first event), waited WaitMs
+// for its input from the device, then computed for Ms (until it handed its
+// result back).
+type CPUTask struct {
+	Unit             placement.ID
+	AtMs, WaitMs, Ms float64
+}
+
+// CPUMs sums the CPU engine's compute and input waits over its tasks.
+func (p *Profile) CPUMs() (busy, waiting float64) {
+	for _, t := range p.CPUTasks {
+		busy += t.Ms
+		waiting += t.WaitMs
+	}
+	return busy, waiting
 }
 
 // UnitTiming is a unit's mean timing over its turns.
@@ -109,4 +130,28 @@ func (e *Executor) profile(passes []Pass, turns []*turn) (*Profile, error) {
 		p.Turns[i] = tt
 	}
 	return p, nil
+}
+
+// attachCPU gives each turn that offloaded a task its task: a unit's tasks
+// ran in the order of its turns, one each.
+func (p *Profile) attachCPU(turns []*turn) {
+	if len(p.Turns) != len(turns) {
+		return
+	}
+	next := map[placement.ID][]int{}
+	for i, t := range p.CPUTasks {
+		next[t.Unit] = append(next[t.Unit], i)
+	}
+	for i, t := range turns {
+		if !t.offloads() {
+			continue
+		}
+		q := next[t.unit.ID]
+		if len(q) == 0 {
+			continue
+		}
+		task := p.CPUTasks[q[0]]
+		next[t.unit.ID] = q[1:]
+		p.Turns[i].CPU = &task
+	}
 }

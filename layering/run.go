@@ -3,6 +3,7 @@ package layering
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"vlanode/placement"
 	"vlanode/weights"
@@ -52,6 +53,9 @@ type turn struct {
 
 // copies says whether the turn copies weights.
 func (t *turn) copies() bool { return t.kind == slotted || t.kind == entering }
+
+// offloads says the CPU computes some of t (a share, or the whole unit).
+func (t *turn) offloads() bool { return t.cpu > 0 || t.kind == cpuWhole }
 
 // stageHomes is one stage of a Run: its name and the units that have a
 // home in it.
@@ -154,6 +158,10 @@ func (e *Executor) Start(passes []Pass) (*Runner, error) {
 		}
 	}
 	r.number(0)
+	e.startedAt = time.Now()
+	if e.engine != nil {
+		e.engine.start(e.startedAt)
+	}
 	if err := e.dev.Record(e.begin, e.compute); err != nil {
 		return nil, fmt.Errorf("layering: begin: %w", err)
 	}
@@ -501,7 +509,7 @@ func (r *Runner) Do(u *Unit, run func(Shard) error) error {
 }
 
 // offload queues a CPU task of unit, timed on a HostTimer device.
-func (r *Runner) offload(unit placement.ID, task func() error) error {
+func (r *Runner) offload(unit placement.ID, task func(func()) error) error {
 	e := r.e
 	if ht, ok := e.dev.(HostTimer); ok {
 		if err := ht.HostStart(e.compute, unit); err != nil {
@@ -510,6 +518,7 @@ func (r *Runner) offload(unit placement.ID, task func() error) error {
 	}
 	if e.engine == nil {
 		e.engine = newEngine()
+		e.engine.start(e.startedAt)
 	}
 	e.engine.submit(unit, task)
 	return nil
@@ -647,7 +656,7 @@ func (r *Runner) Finish() (*Profile, error) {
 	if err := e.dev.Synchronize(); err != nil {
 		return nil, fmt.Errorf("layering: synchronize: %w", err)
 	}
-	busy, err := e.drainEngine()
+	tasks, err := e.drainEngine()
 	if err != nil {
 		return nil, errors.Join(err, e.decodeStatus())
 	}
@@ -658,7 +667,8 @@ func (r *Runner) Finish() (*Profile, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.CPUBusy = busy
+	p.CPUTasks = tasks
+	p.attachCPU(r.turns)
 	p.HomeErrors = r.HomeErrors()
 	return p, nil
 }

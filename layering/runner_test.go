@@ -3,6 +3,7 @@ package layering
 import (
 	"fmt"
 	"testing"
+	"time"
 	"vlanode/placement"
 	"vlanode/weights"
 
@@ -205,7 +206,13 @@ func TestRunnerCPU(t *testing.T) {
 			if sh.CPU == 0 {
 				return nil
 			}
-			if err := sh.Offload(func() error { ran = append(ran, u.ID.String()); return nil }); err != nil {
+			if err := sh.Offload(func(computing func()) error {
+				time.Sleep(2 * time.Millisecond) // the input's wait
+				computing()
+				time.Sleep(time.Millisecond)
+				ran = append(ran, u.ID.String())
+				return nil
+			}); err != nil {
 				return err
 			}
 			if err := sh.Ready(); err != nil {
@@ -218,7 +225,17 @@ func TestRunnerCPU(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, f.Verify())
 	assert.Equal(t, []string{"mlp.0", "mlp.1", "mlp.3"}, ran, "the CPU's tasks, in order")
-	assert.Len(t, p.CPUBusy, 3)
+	require.Len(t, p.CPUTasks, 3)
+	for i, task := range p.CPUTasks {
+		assert.Equal(t, ran[i], task.Unit.String())
+		assert.GreaterOrEqual(t, task.WaitMs, 2.0, "the wait before computing counts as waiting")
+		assert.GreaterOrEqual(t, task.Ms, 1.0, "the compute counts from computing()")
+		assert.GreaterOrEqual(t, task.AtMs, 0.0)
+		if i > 0 {
+			prev := p.CPUTasks[i-1]
+			assert.GreaterOrEqual(t, task.AtMs, prev.AtMs+prev.WaitMs+prev.Ms-1e-6, "tasks run in order")
+		}
+	}
 	var cpu, gpu []Op
 	for _, op := range f.Timeline {
 		switch op.Kind {

@@ -126,6 +126,60 @@ func (u *Unit) UseAt(key string, entries []weights.Entry, view func(e weights.En
 	return nil
 }
 
+// Replace moves the unit's weights to w (another plan's placement of the
+// same blob): a unit that becomes resident gets backend weights over its
+// blob (uploaded where the backend copies weights; derive runs again), one
+// that stops being resident has them freed on be, and the views that
+// UseAt bound (slots and homes of an executor that is going away) are
+// freed in any case. Host units stay host. The blob's bytes must be
+// there (Loader.Replaceable keeps them).
+func (u *Unit) Replace(be backend.Backend, w placement.Weights) error {
+	for key, ts := range u.at {
+		for _, t := range ts {
+			be.Free(t)
+		}
+		delete(u.at, key)
+	}
+	switch {
+	case u.Weights == placement.Host || w == placement.Host:
+		if u.Weights != w {
+			return fmt.Errorf("models: unit %s: %s weights cannot become %s", u.Name, u.Weights, w)
+		}
+		return nil
+	case w != placement.Resident && w != placement.Streamed:
+		return fmt.Errorf("models: unit %s: unknown placement %q", u.Name, w)
+	case u.Weights == w && w == placement.Resident:
+		return nil
+	case u.Weights == placement.Resident:
+		for _, d := range u.dsts {
+			if *d != nil {
+				be.Free(*d)
+			}
+		}
+	}
+	for _, d := range u.dsts {
+		*d = nil
+	}
+	u.Weights = w
+	if w != placement.Resident {
+		return nil
+	}
+	if len(u.Blob.Entries) > 0 && len(u.Blob.Data) == 0 {
+		return fmt.Errorf("models: unit %s: its host bytes are gone: load it Replaceable", u.Name)
+	}
+	for i, e := range u.Blob.Entries {
+		t, err := be.Weight("weights", e.DType, e.Shape, u.Blob.Data[e.Offset:e.Offset+e.Size])
+		if err != nil {
+			return fmt.Errorf("models: unit %s: binding %s: %w", u.Name, e.Name, err)
+		}
+		*u.dsts[i] = t
+	}
+	if u.derive != nil {
+		return u.derive()
+	}
+	return nil
+}
+
 // DropAt forgets the views bound at key and returns them, for the caller
 // to free (a home that went away).
 func (u *Unit) DropAt(key string) []backend.Tensor {
@@ -248,7 +302,7 @@ type Split struct {
 	// device's later work wait for the GPU's share of the weights; Join
 	// queues fn (the Receive of the CPU's result) once the slot is
 	// released.
-	Offload func(task func() error) error
+	Offload func(task func(computing func()) error) error
 	Ready   func() error
 	Join    func(fn func() error) error
 }
@@ -276,6 +330,10 @@ type Loader struct {
 	// each ("head.0" ...), as the residency planner does; 0 or 1 keeps
 	// one "head" unit.
 	HeadBlocks int
+	// Replaceable allocates resident units' blobs with HostAlloc too, so
+	// that Unit.Replace can stream them later; their host bytes MUST then
+	// be kept.
+	Replaceable bool
 	// Units are every unit loaded, in load order.
 	Units []*Unit
 }
@@ -403,7 +461,11 @@ func (l *Loader) load(id placement.ID, prefix string, specs []Spec, derive func(
 	switch place {
 	case placement.Streamed:
 		alloc = l.HostAlloc
-	case placement.Resident, placement.Host:
+	case placement.Resident:
+		if l.Replaceable {
+			alloc = l.HostAlloc // it may be streamed after Unit.Replace
+		}
+	case placement.Host:
 	default:
 		return nil, fmt.Errorf("loading %s: unknown placement %q", name, place)
 	}

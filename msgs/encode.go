@@ -10,7 +10,8 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// Marshal encodes a Frame, InferRequest, Plan, Error or Status (a value or a
+// Marshal encodes a Frame, InferRequest, Plan, Error, Status, ControlRequest or
+// ControlReply (a value or a
 // pointer) as msgpack, with "v" set to Version on the message and on every
 // frame inside it. It does not modify v and does not validate it: call
 // Validate first where the message comes from outside. Required arrays that
@@ -41,6 +42,14 @@ func Marshal(v any) ([]byte, error) {
 	case Status:
 		msg = m.wire()
 	case *Status:
+		msg = m.wire()
+	case ControlRequest:
+		msg = m.wire()
+	case *ControlRequest:
+		msg = m.wire()
+	case ControlReply:
+		msg = m.wire()
+	case *ControlReply:
 		msg = m.wire()
 	default:
 		return nil, fmt.Errorf("msgs: Marshal of %T, which is not a protocol message", v)

@@ -10,6 +10,7 @@
 //	vla.<node>.plans            every plan out
 //	vla.<node>.status           Status every second
 //	vla.jobs, vla.results.<id>  with WithJobs: jobs in, their answers stored (jobs.go)
+//	vla.<node>.control          budget changes from holders of the control token (control.go)
 //
 // The node registers as the NATS micro service "vlanode" (PING, INFO,
 // STATS); its metadata describes the model (Discover reads it).
@@ -45,6 +46,14 @@
 // (package ingest), so that they cannot push the kept frames out; so are
 // those an engine's FrameChecker refuses (a header that lies about the
 // size), so that no use_latest request gets them.
+//
+// # Budget changes
+//
+// The engine's VRAM budget can change while the node serves: a control
+// request, SetBudget (serve's SIGHUP) or the auto loop following the GPU's
+// free memory. A change waits for the inference in flight behind the
+// engine gate, has a Rebudgeter engine re-plan, and runs before the
+// requests queued behind it, which are answered within the new budget.
 //
 // # Memory
 //

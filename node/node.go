@@ -66,6 +66,18 @@ type Node struct {
 	statusStop chan struct{}
 	statusDone chan struct{}
 
+	// Budget changes (control.go). gate is held for reading by the worker
+	// around each inference and for writing by a budget change; ctlMu
+	// serializes the changes. Lock order: ctlMu, then gate.
+	gate         sync.RWMutex
+	ctlMu        sync.Mutex
+	budget       atomic.Uint64 // the engine's budget now; 0: unlimited
+	auto         atomic.Bool   // the budget follows the GPU's free memory
+	controlSub   *nats.Subscription
+	autoStop     chan struct{} // closed to stop the auto loop
+	autoDone     chan struct{} // closed when the auto loop has stopped (at once without one)
+	autoStopOnce sync.Once
+
 	closing      atomic.Bool // set when Shutdown starts: new requests are refused
 	gpuFailing   atomic.Bool // the last GPU read failed (logged once)
 	warned       sync.Map    // frame-rejection reasons already logged at warn level
@@ -98,7 +110,10 @@ func Start(ctx context.Context, engine Engine, opts ...Option) (*Node, error) {
 		closed: make(chan struct{}), store: store, sched: newScheduler(o.QueueBound),
 		m: newNodeMetrics(info.Cameras), workerDone: make(chan struct{}),
 		statusStop: make(chan struct{}), statusDone: make(chan struct{}),
+		autoStop: make(chan struct{}), autoDone: make(chan struct{}),
 	}
+	close(n.autoDone) // until startControl starts the auto loop
+	n.budget.Store(info.BudgetBytes)
 	n.hardCtx, n.hardCancel = context.WithCancel(context.Background())
 	if err := n.start(ctx); err != nil {
 		n.abort()
@@ -135,6 +150,9 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	go n.work()
 	if err := n.register(); err != nil {
+		return err
+	}
+	if err := n.startControl(); err != nil {
 		return err
 	}
 	n.started = n.now()
@@ -293,6 +311,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 func (n *Node) shutdown(ctx context.Context) error {
 	n.closing.Store(true)
 	n.log.Info("shutting down: no new requests; finishing the one in flight")
+	n.stopControl()
 	var errs []error
 	if n.jobs != nil {
 		n.jobs.stop() // no new jobs
@@ -356,6 +375,7 @@ func (n *Node) closeConn(ctx context.Context) {
 // abort releases whatever start acquired; it is safe on a partial start.
 func (n *Node) abort() {
 	n.hardCancel()
+	n.stopControl()
 	if n.svc != nil {
 		n.svc.stop()
 	}

@@ -30,6 +30,7 @@ type nodeMetrics struct {
 	stages         *metrics.HistogramVec
 	vramPeak       *metrics.Gauge
 	budget         *metrics.Gauge
+	budgetChanges  *metrics.CounterVec // by source
 	gpuMemUsed     *metrics.Gauge
 	gpuMemFree     *metrics.Gauge
 	gpuTemp        *metrics.Gauge
@@ -53,6 +54,7 @@ func newNodeMetrics(cameras []string) *nodeMetrics {
 		stages:         r.NewHistogramVec("vlanode_stage_seconds", "Time spent in each stage of a request: the node's (unmarshal, queue, assemble, engine, reply, total) and the model's (preprocess, vision, prefill, decode, diffusion).", "stage", stageBuckets),
 		vramPeak:       r.NewGauge("vlanode_vram_peak_bytes", "Largest peak device memory an inference reported."),
 		budget:         r.NewGauge("vlanode_budget_bytes", "VRAM budget; 0 means unlimited."),
+		budgetChanges:  r.NewCounterVec("vlanode_budget_changes_total", "Budget changes applied while serving, by source.", "source", budgetSources...),
 		gpuMemUsed:     r.NewGauge("vlanode_gpu_memory_used_bytes", "Device memory in use (NVML)."),
 		gpuMemFree:     r.NewGauge("vlanode_gpu_memory_free_bytes", "Device memory free (NVML)."),
 		gpuTemp:        r.NewGauge("vlanode_gpu_temperature_celsius", "GPU temperature (NVML)."),

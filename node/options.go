@@ -57,6 +57,8 @@ type Options struct {
 
 	Jobs *JobsConfig // the jobs path (WithJobs); nil: off
 
+	Control *ControlConfig // vla.<node>.control (WithControl); nil: every control request is refused
+
 	GPU    gpu.Telemetry // GPU telemetry for Status and metrics; nil: no GPU
 	Logger *slog.Logger  // nil: discard
 
@@ -204,6 +206,19 @@ func WithFrameLimits(maxSkew time.Duration, ringBytes int64) Option {
 // close it.
 func WithGPU(t gpu.Telemetry) Option {
 	return func(o *Options) error { o.GPU = t; return nil }
+}
+
+// WithControl lets authenticated control requests on vla.<node>.control
+// change the budget (the engine must be a Rebudgeter), and with c.Auto
+// lets the budget follow the GPU's free memory.
+func WithControl(c ControlConfig) Option {
+	return func(o *Options) error {
+		if c.Auto != nil && c.Auto.Sample == nil {
+			return errors.New("node: control: auto budget without a sample function")
+		}
+		o.Control = &c
+		return nil
+	}
 }
 
 // WithLogger logs through l.

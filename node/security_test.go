@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"vlanode/msgs"
 )
 
 // permissionsConf is the documented permission setup (docs/security.md).
@@ -146,6 +148,17 @@ func TestPermissionSetup(t *testing.T) {
 	peer, err := Discover(ctx, robot, "gpu-a")
 	require.NoError(t, err)
 	assert.Equal(t, "test-vla", peer.Info.Model)
+
+	// A client reaches the node's control subject (the node subscribes to
+	// it: its answer, forbidden without a token, comes back); the robot's
+	// credentials cannot publish there.
+	_, err = RequestControl(ctx, attacker, "gpu-a", &msgs.ControlRequest{Op: msgs.OpGetBudget})
+	assert.ErrorContains(t, err, "forbidden: control is off on node gpu-a")
+	robotErrs := make(chan error, 8)
+	robotCtl := asUser(t, srv.ClientURL(), "robot", robotErrs)
+	_, err = robotCtl.Request(ControlSubject("gpu-a"), marshal(t, &msgs.ControlRequest{Op: msgs.OpGetBudget}), 200*time.Millisecond)
+	require.Error(t, err)
+	assert.ErrorContains(t, <-robotErrs, `Permissions Violation for Publish to "vla.gpu-a.control"`)
 }
 
 // The embedded server takes the same file: serve --nats-config.

@@ -19,3 +19,7 @@ func PlansSubject(node string) string { return "vla." + node + ".plans" }
 
 // StatusSubject returns vla.<node>.status.
 func StatusSubject(node string) string { return "vla." + node + ".status" }
+
+// ControlSubject returns vla.<node>.control: budget changes
+// (docs/protocol.md, "Control").
+func ControlSubject(node string) string { return "vla." + node + ".control" }

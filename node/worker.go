@@ -24,9 +24,11 @@ func (n *Node) work() {
 		if j.timer != nil {
 			j.timer.Stop()
 		}
+		n.gate.RLock() // a budget change waits for this inference, and it for a change
 		n.running.Store(j)
 		n.run(j)
 		n.running.Store(nil)
+		n.gate.RUnlock()
 	}
 }
 
@@ -161,7 +163,7 @@ func (n *Node) complete(p *msgs.Plan, j *job, obs *Observation) {
 		p.StampNs = obs.T0
 	}
 	if p.BudgetBytes == 0 {
-		p.BudgetBytes = n.info.BudgetBytes
+		p.BudgetBytes = n.budget.Load() // the inference's: a change waits for it
 	}
 	p.TimingMs.Total = ms(n.now().Sub(j.received))
 }

@@ -10,8 +10,11 @@ type Geometry struct {
 	// Patches and Merged are the vision rows before and after the patch
 	// merger.
 	Patches, Merged int
-	// Prompt is the prefill's rows.
-	Prompt int
+	// Prompt is the prompt's length (the KV cache's rows before the
+	// decode); Chunk is the rows one prefill pass multiplies and Chunks
+	// the prefill's passes (a prompt prefilled in chunks, Workload.PrefillChunk;
+	// 1 pass of the whole prompt otherwise).
+	Prompt, Chunk, Chunks int
 	// DecodeCtx is the mean number of keys a decode step attends to.
 	DecodeCtx float64
 	// ExpertCtx is the keys an expert pass attends to.
@@ -23,11 +26,14 @@ type Geometry struct {
 // action expert or not.
 func NewGeometry(w Workload, mergeUnit int, expert bool) Geometry {
 	g := Geometry{
-		W: w, Prompt: w.PromptTokens,
+		W: w, Prompt: w.PromptTokens, Chunk: w.PromptTokens, Chunks: 1,
 		Vision:    mergeUnit > 0 && w.Patches() > 0,
 		Diffusion: expert && w.EulerSteps > 0 && w.ActionTokens > 0,
 		DecodeCtx: float64(w.PromptTokens) + float64(w.ReasoningTokens)/2,
 		ExpertCtx: w.PromptTokens + w.ReasoningTokens + w.ActionTokens,
+	}
+	if c := w.PrefillChunk; c > 0 && c < w.PromptTokens {
+		g.Chunk, g.Chunks = c, (w.PromptTokens+c-1)/c
 	}
 	if g.Vision {
 		g.Patches = w.Patches()
@@ -39,6 +45,8 @@ func NewGeometry(w Workload, mergeUnit int, expert bool) Geometry {
 // Passes is R for stage s.
 func (g Geometry) Passes(s Stage) int {
 	switch s {
+	case StagePrefill:
+		return max(g.Chunks, 1)
 	case StageDecode:
 		return g.W.ReasoningTokens
 	case StageDiffusion:

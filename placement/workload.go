@@ -21,6 +21,11 @@ type Workload struct {
 	EulerSteps int `json:"euler_steps"`
 	// ActionTokens are the expert's rows per pass (64 waypoints).
 	ActionTokens int `json:"action_tokens"`
+	// PrefillChunk, when positive and shorter than the prompt, prefills
+	// the prompt in passes of at most that many tokens (chunked prefill:
+	// each pass appends its chunk to the KV cache and attends to every
+	// key before it); 0 prefills the prompt in one pass.
+	PrefillChunk int `json:"prefill_chunk,omitempty"`
 }
 
 // StandardWorkloadName names StandardWorkload.
@@ -35,6 +40,17 @@ func StandardWorkload() Workload {
 		Name: StandardWorkloadName, Images: 16, PatchesPerImage: 720, PromptTokens: 3042,
 		ReasoningTokens: 21, EulerSteps: 10, ActionTokens: 64,
 	}
+}
+
+// TextWorkloadName names the workloads of text generation (TextWorkload).
+const TextWorkloadName = "text"
+
+// TextWorkload is text generation: a prompt of prompt tokens, prefilled
+// in chunks of at most chunk tokens (0: one pass, see PrefillChunk), then
+// newTokens greedy tokens: the first comes from the prefill's logits, each
+// other from one decode pass, so newTokens−1 decode passes.
+func TextWorkload(prompt, newTokens, chunk int) Workload {
+	return Workload{Name: TextWorkloadName, PromptTokens: prompt, ReasoningTokens: max(newTokens-1, 0), PrefillChunk: chunk}
 }
 
 // Workloads maps the names the command line accepts to workloads.
@@ -54,6 +70,7 @@ func (w Workload) Validate() error {
 	}{
 		{"images", w.Images}, {"patches_per_image", w.PatchesPerImage},
 		{"reasoning_tokens", w.ReasoningTokens}, {"euler_steps", w.EulerSteps}, {"action_tokens", w.ActionTokens},
+		{"prefill_chunk", w.PrefillChunk},
 	} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s is negative (%d)", f.name, f.v))

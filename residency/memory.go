@@ -140,7 +140,7 @@ func (a *Arch) passActivations(g placement.Geometry) (vision, prefill int64) {
 	// [T, kvHeads·headDim]; gate, up [T, intermediate]; cos, sin.
 	perToken := 2*t.HiddenSize + 2*t.NumAttentionHeads*t.HeadDim + 2*t.NumKeyValueHeads*t.HeadDim + 2*t.IntermediateSize + t.HeadDim
 	logits := int64(t.HiddenSize + t.VocabSize) // the last row's norm and logits
-	prefill = int64(g.Prompt)*int64(perToken) + features + logits
+	prefill = int64(g.Chunk)*int64(perToken) + features + logits
 	return vision, prefill
 }
 
@@ -174,7 +174,7 @@ func (a *Arch) expertScratch(g placement.Geometry) int64 {
 // flash-attention call.
 func (a *Arch) backendScratchBytes(g placement.Geometry) int64 {
 	t := a.Text
-	x := int64(g.Prompt) * int64(max(t.HiddenSize, t.NumAttentionHeads*t.HeadDim, t.IntermediateSize))
+	x := int64(g.Chunk) * int64(max(t.HiddenSize, t.NumAttentionHeads*t.HeadDim, t.IntermediateSize))
 	kv := 2 * int64(g.Prompt) * int64(t.NumKeyValueHeads*alignUp(t.HeadDim, flashHeadAlign))
 	if g.Vision {
 		v := a.Vision

@@ -75,12 +75,15 @@ type StagePlan struct {
 	// CPUShare the CPU's share of each split unit (Dynamic; 1 for Static).
 	Kind     Kind    `json:"kind"`
 	CPUShare float64 `json:"cpu_share"`
-	// PredictedMs is the stage's simulated latency; CopyMs, GPUMs and
-	// CPUMs are each engine's busy time in it.
+	// PredictedMs is the stage's simulated latency plus EntryMs; CopyMs,
+	// GPUMs and CPUMs are each engine's busy time in it.
 	PredictedMs float64 `json:"predicted_ms"`
-	CopyMs      float64 `json:"copy_ms"`
-	GPUMs       float64 `json:"gpu_ms"`
-	CPUMs       float64 `json:"cpu_ms"`
+	// EntryMs is the profile's calibrated cost of the stage beyond the
+	// simulation (Profile.StageEntryMs), for a stage that copies anything.
+	EntryMs float64 `json:"entry_ms,omitempty"`
+	CopyMs  float64 `json:"copy_ms"`
+	GPUMs   float64 `json:"gpu_ms"`
+	CPUMs   float64 `json:"cpu_ms"`
 	// EnterBytes are copied into homes in the stage's first pass (units
 	// whose home starts with it).
 	EnterBytes int64 `json:"enter_bytes"`
@@ -223,7 +226,11 @@ func newPlan(arch *Arch, units []placement.Unit, w placement.Workload, p *Profil
 	}
 	plan := pl.assemble(c, minimum)
 	plan.Model, plan.Workload, plan.Options = arch.Name, w, opts
-	plan.applyGraphs(p)
+	if w.Name == placement.StandardWorkloadName {
+		// The profile's stage times are the standard workload's: another
+		// workload (a text prompt) keeps the sums of its unit times.
+		plan.applyGraphs(p)
+	}
 	return plan, nil
 }
 
@@ -351,6 +358,10 @@ func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 			sp.Bytes[PurposeResident] += pages(n)
 		}
 		sp.Tier = placement.Tier(sp.Rows)
+		if sp.StreamedBytes+sp.EnterBytes+sp.CPUBytes > 0 {
+			sp.EntryMs = pl.prof.StageEntryMs[s]
+			sp.PredictedMs += sp.EntryMs
+		}
 		sp.Bytes[PurposeSlots] = dfbSlots * pages(p.SlotBytes)
 		if p.StagingBytes > 0 {
 			sp.Bytes[PurposeStaging] = dfbSlots * pages(p.StagingBytes)

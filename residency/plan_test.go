@@ -390,3 +390,34 @@ func TestPlanCompressedBudgetFallback(t *testing.T) {
 	require.ErrorAs(t, err, &be)
 	assert.Equal(t, raw.MinBudgetBytes, be.Min, "the minimum named is the raw plan's")
 }
+
+// TestStageEntry checks that a profile's calibrated entry costs are added
+// to the stages that copy something, and only to them: a budget that
+// holds every unit copies nothing and is predicted as before.
+func TestStageEntry(t *testing.T) {
+	a := alpamayo10B(t)
+	base, err := residency.DefaultProfile()
+	require.NoError(t, err)
+	cal, err := residency.DefaultProfile()
+	require.NoError(t, err)
+	cal.StageEntryMs = map[placement.Stage]float64{placement.StagePrefill: 5, placement.StageDiffusion: 16}
+	require.NoError(t, cal.Validate())
+	const budget = 8 << 30
+	p0 := plan(t, a, base, budget, residency.Options{Exact: true})
+	p1 := plan(t, a, cal, budget, residency.Options{Exact: true})
+	for _, s := range p1.Stages {
+		s0, ok := p0.Stage(s.Stage)
+		require.True(t, ok)
+		want := cal.StageEntryMs[s.Stage]
+		assert.Equal(t, want, s.EntryMs, "%s", s.Stage)
+		assert.InDelta(t, s0.PredictedMs+want, s.PredictedMs, 1e-9, "%s", s.Stage)
+	}
+	assert.InDelta(t, p0.TotalMs+21, p1.TotalMs, 1e-9)
+
+	all0 := plan(t, a, base, 0, residency.Options{})
+	all1 := plan(t, a, cal, 0, residency.Options{})
+	assert.Equal(t, all0.TotalMs, all1.TotalMs, "a plan that copies nothing has no entry costs")
+
+	cal.StageEntryMs[placement.StageDecode] = 5000
+	assert.ErrorContains(t, cal.Validate(), "stage_entry_ms[decode]")
+}

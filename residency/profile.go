@@ -35,6 +35,12 @@ type Profile struct {
 	// CPU is the host CPU as a co-execution engine; nil when it was not
 	// profiled (plans then compute on the GPU alone).
 	CPU *CPUProfile `json:"cpu,omitempty"`
+	// StageEntryMs, when set, is each stage's cost beyond the simulation
+	// when it copies anything (the host's work as the stage starts, the
+	// copy engine's slower first copies into a new arena), ms, measured in
+	// the executor (vlanode profile --calibrate) and added to the stage's
+	// prediction.
+	StageEntryMs map[placement.Stage]float64 `json:"stage_entry_ms,omitempty"`
 	// Decode is the GPU's decode kernel for compressed streaming (bf16z);
 	// nil when it was not measured: plans then take FallbackDecode.
 	Decode *DecodeProfile `json:"decode,omitempty"`
@@ -276,6 +282,11 @@ func (p *Profile) Validate() error {
 	}
 	if p.CPU != nil {
 		p.CPU.validate(bad)
+	}
+	for st, ms := range p.StageEntryMs {
+		if math.IsNaN(ms) || math.IsInf(ms, 0) || math.Abs(ms) > 1000 {
+			bad("stage_entry_ms[%s] must be a finite cost within a second, got %g", st, ms)
+		}
 	}
 	if p.Decode != nil {
 		p.Decode.validate(bad)

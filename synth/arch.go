@@ -26,11 +26,21 @@ const (
 	Alpamayo15Tiny Arch = "alpamayo-1.5-tiny"
 	// Qwen3VL8B is Qwen3-VL-8B-Instruct.
 	Qwen3VL8B Arch = "qwen3-vl-8b"
+	// Qwen3_8B is Qwen/Qwen3-8B, a text model (Qwen3ForCausalLM): 36
+	// layers, hidden 4096, MLP 12288, 32 query and 8 KV heads of 128, an
+	// untied LM head over 151,936 ids.
+	Qwen3_8B Arch = "qwen3-8b"
+	// Qwen3Tiny is Qwen3-8B's layout with tiny dimensions (hidden 128, 4
+	// layers of 4 query and 2 KV heads of 32, MLP 3072, the same vocabulary
+	// and untied LM head): 88 MB, its MLPs larger than the device's 2 MiB
+	// pages, so that a plan streams them and splits them with the CPU in
+	// tests.
+	Qwen3Tiny Arch = "qwen3-tiny"
 )
 
 // Archs lists the known architectures.
 func Archs() []Arch {
-	return []Arch{AlpamayoR1_10B, AlpamayoR1Tiny, Alpamayo15_10B, Alpamayo15Tiny, Qwen3VL8B}
+	return []Arch{AlpamayoR1_10B, AlpamayoR1Tiny, Alpamayo15_10B, Alpamayo15Tiny, Qwen3VL8B, Qwen3_8B, Qwen3Tiny}
 }
 
 // ParseArch maps a name to an Arch.
@@ -106,7 +116,22 @@ type spec struct {
 	arch     Arch
 	vision   visionDims
 	text     textDims
-	alpamayo *head // nil: plain Qwen3-VL
+	alpamayo *head // nil: plain Qwen3-VL, or a text model
+	// textOnly is a Qwen3 text model (Qwen3ForCausalLM): no vision, text
+	// alone.
+	textOnly bool
+}
+
+// qwen3_8BDims returns Qwen/Qwen3-8B's config.json values (its
+// transformers 4.51.0 config: rope_theta 1,000,000, 40,960 positions,
+// rms_norm_eps 1e-6, tie_word_embeddings false).
+func qwen3_8BDims() textDims {
+	return textDims{
+		vocab: 151936, configVocab: 151936,
+		hidden: 4096, intermediate: 12288, layers: 36, heads: 32, kvHeads: 8, headDim: 128,
+		ropeTheta: 1e6, maxPositions: 40960, bosTokenID: 151643, eosTokenID: 151645,
+		rmsNormEps: 1e-6, transformersVersion: "4.51.0",
+	}
 }
 
 // qwen3VL8BDims returns Qwen/Qwen3-VL-8B-Instruct's config values.
@@ -148,6 +173,12 @@ func specFor(a Arch) (*spec, error) {
 	switch a {
 	case Qwen3VL8B:
 		return &spec{arch: a, vision: v, text: t}, nil
+	case Qwen3_8B:
+		return &spec{arch: a, text: qwen3_8BDims(), textOnly: true}, nil
+	case Qwen3Tiny:
+		t := qwen3_8BDims()
+		t.hidden, t.intermediate, t.layers, t.heads, t.kvHeads, t.headDim = 128, 3072, 4, 4, 2, 32
+		return &spec{arch: a, text: t, textOnly: true}, nil
 	case AlpamayoR1_10B, Alpamayo15_10B:
 		t.vocab = alpamayoVocabSize()
 		h := alpamayoHead()

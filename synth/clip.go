@@ -151,3 +151,13 @@ func writeJPEG(path string, img image.Image, quality int) error {
 	}
 	return f.Close()
 }
+
+// ClipVariant is clip i of a set made from o (vlanode clip --count): the
+// speed steps through o.Speed + 0, 2, 4, 6 m/s and the curvature through
+// 1, ½, 0, −½, −1 times o.Curvature, so that no two neighbouring clips
+// drive alike; everything else is o's.
+func ClipVariant(o ClipOptions, i int) ClipOptions {
+	o.Speed += float64(2 * (i % 4))
+	o.Curvature *= 1 - float64(i%5)/2
+	return o
+}

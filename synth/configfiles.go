@@ -22,12 +22,25 @@ type File struct {
 //
 //   - qwen3-vl-8b: config.json (Qwen3VLConfig) and tokenizer.json (Qwen's
 //     151,669 tokens).
+//   - qwen3-8b: config.json (Qwen3Config, as Qwen/Qwen3-8B's) and the same
+//     tokenizer.json.
 //   - alpamayo-r1-*: config.json (AlpamayoR1Config, vlm_name_or_path "vlm"),
 //     tokenizer.json (the extended 155,697-token tokenizer), and
 //     vlm/config.json and vlm/tokenizer.json: the Qwen3-VL folder the
 //     config names, as the Hugging Face model folder would be.
 func (l *Layout) ConfigFiles() ([]File, error) {
 	s := l.spec
+	if s.textOnly {
+		cfg, err := marshal(s.qwen3Config())
+		if err != nil {
+			return nil, err
+		}
+		tok, err := TokenizerJSON(false)
+		if err != nil {
+			return nil, err
+		}
+		return []File{{"config.json", cfg}, {"tokenizer.json", tok}}, nil
+	}
 	vlmCfg, err := marshal(s.qwen3VLConfig())
 	if err != nil {
 		return nil, err

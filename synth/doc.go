@@ -4,7 +4,7 @@
 // can run at full scale without the real weights (which cannot be
 // downloaded here).
 //
-// Five architectures are known (see Archs):
+// Seven architectures are known (see Archs):
 //
 //   - alpamayo-r1-10b: Alpamayo-R1-10B, shapes of the release (ALPAMAYO.md
 //     §1): vlm.* is Qwen3-VL-8B with the 155,697-token vocabulary and an
@@ -18,6 +18,10 @@
 //     Fourier buffers (1.5 computes them from the config).
 //   - qwen3-vl-8b: plain Qwen3VLForConditionalGeneration (model.visual.*,
 //     model.language_model.*, lm_head).
+//   - qwen3-8b: Qwen/Qwen3-8B, a text model (Qwen3ForCausalLM:
+//     model.embed_tokens, model.layers.*, model.norm, an untied lm_head),
+//     which `vlanode generate` runs; qwen3-tiny the same layout with
+//     tiny dimensions (88 MB), for tests.
 //
 // The output depends only on the architecture and the seed. Every tensor
 // has its own counter-based random stream (SplitMix64 keyed by the seed and

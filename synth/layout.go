@@ -168,6 +168,20 @@ func qwen3VLTensors(prefix string, s *spec) []Tensor {
 	return append(out, b.out...)
 }
 
+// qwen3Tensors is Qwen3ForCausalLM: model.embed_tokens, model.layers,
+// model.norm and lm_head (untied), in the order the model registers them.
+func qwen3Tensors(s *spec) []Tensor {
+	t := s.text
+	b := &builder{prefix: "model.", module: ModEmbedding}
+	b.add("embed_tokens.weight", normal(0, embeddingStd), t.vocab, t.hidden)
+	b.module = ModVLMLayers
+	decoderLayers(b, t.layers, t.hidden, t.intermediate, t.heads, t.kvHeads, t.headDim)
+	out := b.out
+	b = &builder{module: ModLMHead}
+	b.linear("lm_head", t.vocab, t.hidden, false)
+	return append(out, b.out...)
+}
+
 // alpamayoTensors is AlpamayoR1: the VLM under "vlm.", then the expert,
 // the action space buffers and the action projections, in the order the
 // model registers them.

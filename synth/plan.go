@@ -26,9 +26,12 @@ func NewLayout(arch Arch) (*Layout, error) {
 		return nil, err
 	}
 	l := &Layout{Arch: arch, spec: s}
-	if s.alpamayo != nil {
+	switch {
+	case s.alpamayo != nil:
 		l.Tensors = alpamayoTensors(s)
-	} else {
+	case s.textOnly:
+		l.Tensors = qwen3Tensors(s)
+	default:
 		l.Tensors = qwen3VLTensors("", s)
 	}
 	return l, nil

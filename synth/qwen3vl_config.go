@@ -92,3 +92,47 @@ func (s *spec) qwen3VLConfig() qwen3VLConfigJSON {
 		VisionStartTokenID: t.visionStartToken,
 	}
 }
+
+// qwen3ConfigJSON is the config.json of Qwen3ForCausalLM, keys as
+// Qwen/Qwen3-8B writes them.
+type qwen3ConfigJSON struct {
+	Architectures         []string `json:"architectures"`
+	AttentionBias         bool     `json:"attention_bias"`
+	AttentionDropout      float64  `json:"attention_dropout"`
+	BOSTokenID            int      `json:"bos_token_id"`
+	EOSTokenID            int      `json:"eos_token_id"`
+	HeadDim               int      `json:"head_dim"`
+	HiddenAct             string   `json:"hidden_act"`
+	HiddenSize            int      `json:"hidden_size"`
+	InitializerRange      float64  `json:"initializer_range"`
+	IntermediateSize      int      `json:"intermediate_size"`
+	MaxPositionEmbeddings int      `json:"max_position_embeddings"`
+	MaxWindowLayers       int      `json:"max_window_layers"`
+	ModelType             string   `json:"model_type"`
+	NumAttentionHeads     int      `json:"num_attention_heads"`
+	NumHiddenLayers       int      `json:"num_hidden_layers"`
+	NumKeyValueHeads      int      `json:"num_key_value_heads"`
+	RMSNormEps            float64  `json:"rms_norm_eps"`
+	RopeScaling           *string  `json:"rope_scaling"`
+	RopeTheta             float64  `json:"rope_theta"`
+	SlidingWindow         *int     `json:"sliding_window"`
+	TieWordEmbeddings     bool     `json:"tie_word_embeddings"`
+	TorchDType            string   `json:"torch_dtype"`
+	TransformersVersion   string   `json:"transformers_version"`
+	UseCache              bool     `json:"use_cache"`
+	UseSlidingWindow      bool     `json:"use_sliding_window"`
+	VocabSize             int      `json:"vocab_size"`
+}
+
+// qwen3Config is the Qwen3 text model config of s.
+func (s *spec) qwen3Config() qwen3ConfigJSON {
+	t := s.text
+	return qwen3ConfigJSON{
+		Architectures: []string{"Qwen3ForCausalLM"}, BOSTokenID: t.bosTokenID, EOSTokenID: t.eosTokenID,
+		HeadDim: t.headDim, HiddenAct: "silu", HiddenSize: t.hidden, InitializerRange: 0.02,
+		IntermediateSize: t.intermediate, MaxPositionEmbeddings: t.maxPositions, MaxWindowLayers: t.layers,
+		ModelType: "qwen3", NumAttentionHeads: t.heads, NumHiddenLayers: t.layers, NumKeyValueHeads: t.kvHeads,
+		RMSNormEps: t.rmsNormEps, RopeTheta: t.ropeTheta, TorchDType: "bfloat16",
+		TransformersVersion: t.transformersVersion, UseCache: true, VocabSize: t.configVocab,
+	}
+}

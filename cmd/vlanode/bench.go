@@ -21,6 +21,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"vlanode/configs"
 	"vlanode/cuda"
 	"vlanode/layering"
 	"vlanode/models/alpamayo"
@@ -55,6 +56,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	compareRaw := fs.Bool("compare-raw", false, "run each budget and mode twice in this call, compressed (--compress) and raw, and report the speedup of compression")
 	out := fs.String("out", "", "folder for bench.json (and Accelerate's results); default: none written")
 	asJSON := fs.Bool("json", false, "print the report (bench.json's content) instead of the tables")
+	kindList := fs.String("plan-kinds", "", "comma-separated plans to run at each budget (and prompt length), each from its own load: auto (the planner's pick per stage), gpu-only, static, dynamic (forced for every stage that streams), or all (the four); with two or more, a sweep table compares the planner's pick per stage with the measured best of the three forced plans; default: --plan-kind's, or auto")
+	var tf textFlags
+	promptList := fs.String("prompt-lens", fmt.Sprint(defaultPromptLen), "Qwen3 text models: comma-separated prompt lengths (K = 1024 tokens: 512,2K,4K,8K), each a synthetic prompt (as generate --prompt-len)")
+	fs.IntVar(&tf.newTokens, "new-tokens", 16, "Qwen3 text models: the tokens generated after each prompt")
+	fs.IntVar(&tf.chunk, "prefill-chunk", 0, "Qwen3 text models: the prefill's chunk (0: the planner's)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -67,9 +73,24 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	if err := lf.options().Validate(); err != nil {
 		return usagef("%v", err)
 	}
+	if err := tf.check(); err != nil {
+		return err
+	}
 	budgets, err := parseBudgets(*budgetList)
 	if err != nil {
 		return err
+	}
+	kinds, err := parseKinds(*kindList, lf.planOpts)
+	if err != nil {
+		return err
+	}
+	if mt, err := configs.ReadModelType(mf.dir); err == nil && mt == "qwen3" {
+		prompts, err := parsePromptLens(*promptList)
+		if err != nil {
+			return err
+		}
+		return runBenchText(ctx, benchTextSpec{mf: mf, lf: lf, budgets: budgets, kinds: kinds, prompts: prompts,
+			newTokens: tf.newTokens, chunk: tf.chunk, warmup: *warmup, runs: *runs, out: *out, asJSON: *asJSON}, stdout, stderr)
 	}
 	modes := strings.Split(*modeList, ",")
 	for _, m := range modes {
@@ -114,42 +135,54 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	failed := 0
 	for _, b := range budgets {
 		for _, mode := range modes {
-			for _, z := range compress {
-				if err := ctx.Err(); err != nil {
-					return err
+			for _, kind := range kinds {
+				for _, z := range compress {
+					if err := ctx.Err(); err != nil {
+						return err
+					}
+					opts := lf.planOpts
+					opts.kind = kindOption(kind)
+					opts.compress = z
+					r, res, err := benchOne(ctx, budgetSpec{
+						dir: mf.dir, vlm: *vlm, device: mf.device, threads: mf.threads, budget: b,
+						layers: layerFlags{mode: mode, profile: lf.profile, planOpts: opts},
+					}, *warmup, *runs, *timeline, nv, stderr)
+					r.PlanKind = kind
+					if err != nil {
+						// Report it and go on: the other budgets still tell.
+						fmt.Fprintf(stderr, "vlanode bench: budget %s, mode %s, plan %s, %s: %v\n", budgetText(b), mode, kind, variantName(z), err)
+						rep.Runs = append(rep.Runs, benchRun{Budget: b, Mode: mode, PlanKind: kind, Compress: z, Error: err.Error()})
+						failed++
+						continue
+					}
+					if first == nil {
+						first = res
+					}
+					r.Identical = sameResult(first, res)
+					r.SameReasoning = slices.Equal(first.ReasoningIDs, res.ReasoningIDs)
+					r.MaxActionDiff = maxAbsDiff(first.Normalized, res.Normalized)
+					rep.Runs = append(rep.Runs, r)
+					predicted := ""
+					if r.Backend == "cuda" {
+						predicted = fmt.Sprintf(" (predicted %.0f)", r.PredictedMs["total"])
+					}
+					fmt.Fprintf(stderr, "vlanode bench: %s %s %s: %.0f ms%s, peak %.2f GB allocated, %.2f GB NVML; graphs: decode %v, diffusion %v%s\n",
+						budgetText(b), r.Mode, kind+" "+variantName(z), r.MeasuredMs["total"], predicted, float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9,
+						r.DecodeGraph, r.DiffusionGraph, map[bool]string{true: " (" + r.GraphError + ")"}[r.GraphError != ""])
 				}
-				opts := lf.planOpts
-				opts.compress = z
-				r, res, err := benchOne(ctx, budgetSpec{
-					dir: mf.dir, vlm: *vlm, device: mf.device, threads: mf.threads, budget: b,
-					layers: layerFlags{mode: mode, profile: lf.profile, planOpts: opts},
-				}, *warmup, *runs, *timeline, nv, stderr)
-				if err != nil {
-					// Report it and go on: the other budgets still tell.
-					fmt.Fprintf(stderr, "vlanode bench: budget %s, mode %s, %s: %v\n", budgetText(b), mode, variantName(z), err)
-					rep.Runs = append(rep.Runs, benchRun{Budget: b, Mode: mode, Compress: z, Error: err.Error()})
-					failed++
-					continue
-				}
-				if first == nil {
-					first = res
-				}
-				r.Identical = sameResult(first, res)
-				r.SameReasoning = slices.Equal(first.ReasoningIDs, res.ReasoningIDs)
-				r.MaxActionDiff = maxAbsDiff(first.Normalized, res.Normalized)
-				rep.Runs = append(rep.Runs, r)
-				predicted := ""
-				if r.Backend == "cuda" {
-					predicted = fmt.Sprintf(" (predicted %.0f)", r.PredictedMs["total"])
-				}
-				fmt.Fprintf(stderr, "vlanode bench: %s %s %s: %.0f ms%s, peak %.2f GB allocated, %.2f GB NVML; graphs: decode %v, diffusion %v%s\n",
-					budgetText(b), r.Mode, variantName(z), r.MeasuredMs["total"], predicted, float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9,
-					r.DecodeGraph, r.DiffusionGraph, map[bool]string{true: " (" + r.GraphError + ")"}[r.GraphError != ""])
 			}
 		}
 	}
 	rep.fillBounds()
 	rep.fillSpeedups()
+	if len(kinds) > 1 {
+		var rows []sweepRun
+		for _, r := range rep.Runs {
+			rows = append(rows, sweepRun{Workload: placement.StandardWorkloadName, Budget: r.Budget, Mode: r.Mode, Kind: r.PlanKind,
+				StageKinds: r.StageKinds, PredictedMs: r.PredictedMs, MeasuredMs: r.MeasuredMs, Error: r.Error})
+		}
+		rep.Sweep = newSweep(rows)
+	}
 	write := func() error {
 		if *out == "" {
 			return nil
@@ -228,6 +261,9 @@ type benchReport struct {
 	BoundSource string `json:"bound_source"`
 	// Accelerate is the baseline's latency per budget (s), when run.
 	Accelerate map[string]accelerateRun `json:"accelerate,omitempty"`
+	// Sweep compares the planner's pick per stage with the measured best
+	// of the forced plans (--plan-kinds with two or more).
+	Sweep *sweep `json:"sweep,omitempty"`
 }
 
 // benchRun is one budget and mode.
@@ -250,14 +286,18 @@ type benchRun struct {
 	CompressS   float64            `json:"compress_s,omitempty"`
 	// SpeedupVsRaw is the raw run's total over this one's, at the same
 	// budget and mode in the same call (--compare-raw).
-	SpeedupVsRaw float64            `json:"speedup_vs_raw,omitempty"`
-	Backend      string             `json:"backend"` // cpu or cuda; the predictions and bounds are the GPU's
-	Resident     int                `json:"resident_units"`
-	Streamed     int                `json:"streamed_units"`
-	SlotBytes    int64              `json:"slot_bytes"`
-	MeasuredMs   map[string]float64 `json:"measured_ms"`  // median per stage and total
-	PredictedMs  map[string]float64 `json:"predicted_ms"` // the plan's
-	BoundMs      map[string]float64 `json:"bound_ms"`     // the streaming lower bound
+	SpeedupVsRaw float64 `json:"speedup_vs_raw,omitempty"`
+	// PlanKind is the plan asked for (auto: the planner's pick per
+	// stage); StageKinds the kind the plan gave each stage.
+	PlanKind    string             `json:"plan_kind"`
+	StageKinds  map[string]string  `json:"stage_kinds"`
+	Backend     string             `json:"backend"` // cpu or cuda; the predictions and bounds are the GPU's
+	Resident    int                `json:"resident_units"`
+	Streamed    int                `json:"streamed_units"`
+	SlotBytes   int64              `json:"slot_bytes"`
+	MeasuredMs  map[string]float64 `json:"measured_ms"`  // median per stage and total
+	PredictedMs map[string]float64 `json:"predicted_ms"` // the plan's
+	BoundMs     map[string]float64 `json:"bound_ms"`     // the streaming lower bound
 	// StreamedBytes per pass of each stage: the weights not home in VRAM,
 	// streamed or read by the CPU.
 	StreamedBytes map[string]int64 `json:"streamed_bytes"`
@@ -266,10 +306,13 @@ type benchRun struct {
 	// HomeError says why the budget refused homes the plan gave units, if
 	// it did (they were streamed instead).
 	HomeError string `json:"home_error,omitempty"`
-	// CPUBusyMs is the CPU engine's busy time in the last timed
-	// inference, CPUBytes what it read of the weights there (the plan's
-	// CPU bytes per pass over the passes run), CPUGBps their rate.
+	// CPUBusyMs is the CPU engine's compute time in the last timed
+	// inference (each task from its input's arrival to its result),
+	// CPUWaitMs the time its tasks waited for their input from the GPU,
+	// CPUBytes what it read of the weights there (the plan's CPU bytes per
+	// pass over the passes run), CPUGBps their rate over the compute time.
 	CPUBusyMs      float64          `json:"cpu_busy_ms"`
+	CPUWaitMs      float64          `json:"cpu_wait_ms"`
 	CPUBytes       int64            `json:"cpu_bytes"`
 	CPUGBps        float64          `json:"cpu_gbps"`
 	DecodeSteps    int              `json:"decode_steps"`
@@ -431,6 +474,7 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool
 	r.Compress = s.layers.compress
 	compressionOf(&r, bm)
 	r.StreamedBytes, r.EnterBytes = streamedPerPass(bm.plan)
+	r.StageKinds = stageKindMap(bm.plan)
 	for st, ms := range bm.plan.PredictedMs {
 		r.PredictedMs[string(st)] = ms
 	}
@@ -480,9 +524,7 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool
 	r.DecodeGraph, r.DiffusionGraph, r.GraphError = res.DecodeGraph, res.DiffusionGraph, res.GraphError
 	r.HomeError = res.HomeError
 	if res.Layers != nil {
-		for _, d := range res.Layers.CPUBusy {
-			r.CPUBusyMs += float64(d) / 1e6
-		}
+		r.CPUBusyMs, r.CPUWaitMs = res.Layers.CPUMs()
 	}
 	for _, sp := range bm.plan.Stages {
 		passes := int64(sp.Passes)
@@ -618,10 +660,10 @@ func (rep *benchReport) print(w io.Writer) {
 		fmt.Fprintf(w, "pinned host-to-device: %.1f GB/s; bound: %s\n", rep.H2DGBps, rep.BoundSource)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "budget\tmode\tweights\tresident\tstreamed\tpinned GB\tvision ms\tprefill ms\tdecode ms\tdiffusion ms\ttotal ms\tpredicted ms\tvs plan\tbound ms\tvs bound\tpeak alloc GB\tpeak NVML GB\twithin\tidentical\tsame ids\tmax action diff\taccelerate s\tspeedup\t")
+	fmt.Fprintln(tw, "budget\tmode\tplan\tweights\tresident\tstreamed\tpinned GB\tvision ms\tprefill ms\tdecode ms\tdiffusion ms\ttotal ms\tpredicted ms\tvs plan\tbound ms\tvs bound\tpeak alloc GB\tpeak NVML GB\twithin\tidentical\tsame ids\tmax action diff\taccelerate s\tspeedup\t")
 	for _, r := range rep.Runs {
 		if r.Error != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\tfailed: %s\t\n", shortBudget(r.Budget), r.Mode, variantName(r.Compress), r.Error)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tfailed: %s\t\n", shortBudget(r.Budget), r.Mode, r.PlanKind, variantName(r.Compress), r.Error)
 			continue
 		}
 		m := r.MeasuredMs
@@ -641,12 +683,16 @@ func (rep *benchReport) print(w io.Writer) {
 		if a, ok := rep.Accelerate[budgetText(r.Budget)]; ok && a.LatencyS > 0 {
 			accS, speedup = fmt.Sprintf("%.2f", a.LatencyS), fmt.Sprintf("%.1f×", a.LatencyS*1e3/m["total"])
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%.3g\t%s\t%s\t\n",
-			shortBudget(r.Budget), r.Mode, weightsText(r), r.Resident, streamedText(r), pinnedText(r), m["vision"], m["prefill"], m["decode"], m["diffusion"], m["total"],
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%.3g\t%s\t%s\t\n",
+			shortBudget(r.Budget), r.Mode, kindsText(r.PlanKind, r.StageKinds), weightsText(r), r.Resident, streamedText(r), pinnedText(r), m["vision"], m["prefill"], m["decode"], m["diffusion"], m["total"],
 			predicted, vsPlan, bound, vsBound,
 			float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9, within, yesNo(r.Identical), yesNo(r.SameReasoning), r.MaxActionDiff, accS, speedup)
 	}
 	tw.Flush()
+	if rep.Sweep != nil {
+		fmt.Fprintln(w)
+		rep.Sweep.print(w)
+	}
 	rep.printCompression(w)
 }
 

@@ -95,11 +95,12 @@ func TestTimelineSummary(t *testing.T) {
 		{Pass: "prefill", Unit: placement.ID{Module: placement.VLM, Index: 0}, Slot: 0, CopyAtMs: 0, CopyMs: 4, ExeAtMs: 4, ExeMs: 1},
 		{Pass: "prefill", Unit: placement.ID{Module: placement.VLM, Index: 1}, Slot: layering.NoSlot, ExeAtMs: 5, ExeMs: 2},
 		{Pass: "decode.0", Unit: placement.ID{Module: placement.VLM, Index: 0}, Slot: 1, CopyAtMs: 4, CopyMs: 4, ExeAtMs: 8, ExeMs: 1},
-		{Pass: "decode.1", Unit: placement.ID{Module: placement.VLM, Index: 0}, Slot: 0, CopyAtMs: 11, CopyMs: 4, ExeAtMs: 15, ExeMs: 1},
+		{Pass: "decode.1", Unit: placement.ID{Module: placement.VLM, Index: 0}, Slot: 0, CopyAtMs: 11, CopyMs: 4, ExeAtMs: 15, ExeMs: 1,
+			CPU: &layering.CPUTask{Unit: placement.ID{Module: placement.VLM, Index: 0}, AtMs: 9, WaitMs: 6, Ms: 2.5}},
 	}
 	s := summarizeTimeline(turns)
 	assert.Equal(t, stageTimeline{SpanMs: 7, CopyMs: 4, ComputeMs: 3, Copies: 1, Computes: 2}, s["prefill"])
-	assert.Equal(t, stageTimeline{SpanMs: 12, CopyMs: 8, ComputeMs: 2, Copies: 2, Computes: 2}, s["decode"])
+	assert.Equal(t, stageTimeline{SpanMs: 12, CopyMs: 8, ComputeMs: 2, Copies: 2, Computes: 2, CPUMs: 2.5, CPUWaitMs: 6, CPUTasks: 1}, s["decode"])
 	gaps := copyGaps(turns)
 	require.Len(t, gaps, 1)
 	assert.Equal(t, copyGap{ms: 3, pass: "decode.1", unit: "vlm.0"}, gaps[0])
@@ -107,6 +108,7 @@ func TestTimelineSummary(t *testing.T) {
 	printTimeline(&sb, "8G", s, turns)
 	assert.Contains(t, sb.String(), "timeline 8G prefill: 7.0 ms from first op to last; copies 4.0 ms busy (1, 57%)")
 	assert.Contains(t, sb.String(), "idled 3.0 ms in 1 gaps between copies; longest: 3.00 ms before vlm.0 in decode.1")
+	assert.Contains(t, sb.String(), "timeline 8G decode: the CPU computed 2.5 ms in 1 tasks (2.500 ms each) and waited 6.0 ms for their inputs")
 }
 
 // TestBenchBound checks the streaming bound against a hand computation:
@@ -138,4 +140,87 @@ func TestBenchBound(t *testing.T) {
 	}})
 	assert.Equal(t, map[string]int64{"vision": 30, "prefill": 530, "decode": 300, "diffusion": 0}, streamed)
 	assert.Equal(t, map[string]int64{"prefill": 266, "decode": 400}, enter)
+}
+
+// TestBenchTextSweep runs `vlanode bench` on a tiny Qwen3 reference
+// checkpoint on the CPU: every plan at two prompt lengths, one load each;
+// the runs' timing and ids in bench.json, the same ids for every plan,
+// and the sweep table (with these tiny units every plan keeps every unit
+// resident: no stage has a choice).
+func TestBenchTextSweep(t *testing.T) {
+	dir := filepath.Join("..", "..", "testdata", "reference", "qwen3-gqa2-hd64")
+	out := filepath.Join(t.TempDir(), "bench")
+	code, stdout, stderr := runCLI("bench", "--model", dir, "--device", "cpu", "--budgets", "none,1GiB", "--plan-kinds", "all",
+		"--prompt-lens", "16,32", "--new-tokens", "4", "--runs", "2", "--warmup", "0", "--out", out)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "text workload: synthetic prompts, 4 new tokens")
+	assert.Contains(t, stdout, "planner's pick = measured best in 0 of 0 configurations with a choice")
+	var rep textBenchReport
+	raw, err := os.ReadFile(filepath.Join(out, "bench.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, &rep))
+	require.Len(t, rep.Runs, 2*2*4)
+	for _, r := range rep.Runs {
+		assert.Empty(t, r.Error)
+		assert.True(t, r.SameIDs && r.Deterministic, "%+v", r)
+		assert.Positive(t, r.Timing.PrefillMs)
+		assert.Positive(t, r.Timing.DecodeTokS)
+		assert.Equal(t, 3, r.Timing.NewTokens-1)
+		assert.Len(t, r.IDsSHA256, 64)
+	}
+	assert.Equal(t, []string{"auto", "gpu-only", "static", "dynamic"}, []string{rep.Runs[0].PlanKind, rep.Runs[1].PlanKind, rep.Runs[2].PlanKind, rep.Runs[3].PlanKind})
+	require.NotNil(t, rep.Sweep)
+	assert.Len(t, rep.Sweep.Rows, 2*2*2, "budgets × prompts × stages")
+
+	code, _, stderr = runCLI("bench", "--model", dir, "--device", "cpu", "--plan-kinds", "all", "--exact")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "--exact forbids")
+	code, _, stderr = runCLI("bench", "--model", dir, "--device", "cpu", "--prompt-lens", "2X")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "--prompt-lens")
+}
+
+// TestSweepTally checks the sweep's comparison on hand-made runs: a stage
+// the forced plans place alike has no choice; where they differ, the
+// pick matches the measured best, or is within 2% of it, or is not.
+func TestSweepTally(t *testing.T) {
+	run := func(budget int64, kind string, kinds map[string]string, ms map[string]float64) sweepRun {
+		return sweepRun{Workload: "w", Budget: budget, Kind: kind, StageKinds: kinds, MeasuredMs: ms, PredictedMs: ms}
+	}
+	g := map[string]string{"prefill": "gpu-only", "decode": "gpu-only"}
+	sw := newSweep([]sweepRun{
+		run(1, "auto", map[string]string{"prefill": "gpu-only", "decode": "dynamic"}, map[string]float64{"prefill": 10, "decode": 50}),
+		run(1, "gpu-only", g, map[string]float64{"prefill": 10, "decode": 100}),
+		run(1, "static", map[string]string{"prefill": "gpu-only", "decode": "static"}, map[string]float64{"prefill": 11, "decode": 70}),
+		run(1, "dynamic", map[string]string{"prefill": "gpu-only", "decode": "dynamic"}, map[string]float64{"prefill": 10.5, "decode": 50}),
+		run(2, "auto", map[string]string{"prefill": "dynamic", "decode": "static"}, map[string]float64{"prefill": 10, "decode": 60}),
+		run(2, "gpu-only", g, map[string]float64{"prefill": 10, "decode": 100}),
+		run(2, "static", map[string]string{"prefill": "static", "decode": "static"}, map[string]float64{"prefill": 30, "decode": 60.5}),
+		run(2, "dynamic", map[string]string{"prefill": "dynamic", "decode": "dynamic"}, map[string]float64{"prefill": 10.1, "decode": 60}),
+		{Workload: "w", Budget: 3, Kind: "auto", Error: "out of memory"},
+	})
+	require.Len(t, sw.Rows, 4)
+	type got struct {
+		stage, pick, best string
+		choice, match     bool
+		within            bool
+	}
+	var rows []got
+	for _, r := range sw.Rows {
+		rows = append(rows, got{r.Stage, r.Pick, r.Best, r.Choice, r.Match, r.Within2Pct})
+	}
+	assert.Equal(t, []got{
+		{"prefill", "gpu-only", "gpu-only", false, true, true},
+		{"decode", "dynamic", "dynamic", true, true, true},
+		{"prefill", "dynamic", "gpu-only", true, false, true},
+		{"decode", "static", "dynamic", true, false, true},
+	}, rows)
+	assert.Equal(t, 3, sw.Configurations)
+	assert.Equal(t, 1, sw.Matches)
+	assert.Equal(t, 3, sw.Within2Pct)
+	var b strings.Builder
+	sw.print(&b)
+	assert.Contains(t, b.String(), "planner's pick = measured best in 1 of 3 configurations with a choice (33%); within 2% of the best in 3 (100%)")
+	assert.Contains(t, b.String(), "no choice")
+	assert.Contains(t, b.String(), "within 2%")
 }

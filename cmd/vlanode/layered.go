@@ -14,6 +14,7 @@ import (
 	"vlanode/layering"
 	"vlanode/models"
 	"vlanode/models/alpamayo"
+	"vlanode/models/layered"
 	"vlanode/placement"
 	"vlanode/residency"
 )
@@ -47,6 +48,15 @@ func (o *planOpts) register(fs *flag.FlagSet) {
 // options are the planner's options.
 func (o planOpts) options() residency.Options {
 	return residency.Options{Exact: o.exact, Kind: residency.Kind(o.kind), Compress: o.compress, ZRatio: o.zRatio}
+}
+
+// textOptions are the planner's options for a text model's generation:
+// streamed raw (its loads are replaceable, re-placed raw by later plans:
+// layered.Config.Compress).
+func (o planOpts) textOptions() residency.Options {
+	opts := o.options()
+	opts.Compress = false
+	return opts
 }
 
 // modeNames are --mode's values.
@@ -150,24 +160,41 @@ type budgetSpec struct {
 // budget, opens the backend with its allocator limited to the budget, and
 // loads the model with the plan's placement.
 func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
-	arch, err := loadArch(s.dir, s.vlm)
+	plan, mode, err := planBudgeted(s)
 	if err != nil {
 		return nil, err
 	}
+	return loadPlanned(s, plan, mode, log)
+}
+
+// planBudgeted plans the checkpoint for the standard workload within the
+// budget and picks the executor's mode; it reads only the configs and
+// the profile. A budget below the plan's minimum is refused with it.
+func planBudgeted(s budgetSpec) (*residency.Plan, layering.Mode, error) {
+	arch, err := loadArch(s.dir, s.vlm)
+	if err != nil {
+		return nil, 0, err
+	}
 	prof, _, err := loadProfile(s.layers.profile)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	w := placement.StandardWorkload()
 	units := alpamayo.PlanUnits(arch, w)
 	plan, err := residency.NewPlan(arch, units, w, prof, s.budget, s.layers.options())
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	mode, err := s.layers.resolveMode(plan)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	return plan, mode, nil
+}
+
+// loadPlanned opens the backend with its allocator limited to the budget
+// and loads the model with the plan's placement.
+func loadPlanned(s budgetSpec, plan *residency.Plan, mode layering.Mode, log io.Writer) (*budgeted, error) {
 	b := &budgeted{plan: plan, mode: mode}
 	// The CUDA allocator charges the context and the cuBLAS handle to the
 	// budget itself, as the plan does.
@@ -177,36 +204,29 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 	}
 	b.be = be
 	b.closers = append(b.closers, be.Close)
-	lay := &alpamayo.Layering{Plan: plan, Mode: mode, Profile: s.profile}
-	if planUsesCPU(plan) {
-		engine, closeEngine, err := newCPUEngine(s.layers.cpuThreads)
-		if err != nil {
-			return nil, errors.Join(err, b.Close())
-		}
-		b.closers = append(b.closers, closeEngine)
-		lay.CPU = engine
+	lay, closers, err := layeredConfig(be, plan, mode, s.profile, s.layers.cpuThreads, nil)
+	b.closers = append(b.closers, closers...)
+	if err != nil {
+		return nil, errors.Join(err, b.Close())
 	}
-	if plan.Compressed {
-		// The first plan estimated the compressed sizes; once the units are
+	if lay.Compress != nil {
+		// The plan estimated the compressed sizes; once the units are
 		// coded, plan again with the exact ones (same placement expected).
-		lay.Compress = &models.CompressOptions{Progress: log}
+		lay.Compress.Progress = log
 		lay.Replan = func(stored map[placement.ID]int64, shares map[placement.ID]float64) (*residency.Plan, error) {
+			arch, err := loadArch(s.dir, s.vlm)
+			if err != nil {
+				return nil, err
+			}
+			prof, _, err := loadProfile(s.layers.profile)
+			if err != nil {
+				return nil, err
+			}
 			opts := s.layers.options()
 			opts.Stored, opts.ShareRatio = stored, shares
-			return residency.NewPlan(arch, units, w, prof, s.budget, opts)
+			w := placement.StandardWorkload()
+			return residency.NewPlan(arch, alpamayo.PlanUnits(arch, w), w, prof, s.budget, opts)
 		}
-	}
-	if cb, ok := be.(*cuda.Backend); ok {
-		dev := cb.NewDFBDevice()
-		pinned := &hostBlobs{}
-		b.closers = append(b.closers, pinned.free, dev.Close) // dev first: it unpins
-		lay.Device, lay.View, lay.HostAlloc = dev, dev.WeightAt, pinned.alloc
-		if lay.Compress != nil {
-			lay.Compress.Alloc, lay.Compress.Release = pinned.alloc, pinned.release
-		}
-	} else {
-		dev := layering.NewHost()
-		lay.Device, lay.View = dev, dev.WeightView(be)
 	}
 	if b.model, err = alpamayo.Load(be, s.dir, alpamayo.LoadOptions{VLM: s.vlm, Layering: lay}); err != nil {
 		return nil, errors.Join(err, b.Close())
@@ -232,8 +252,49 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 		compressed = fmt.Sprintf(", %d compressed", codedUnits(rep))
 	}
 	fmt.Fprintf(log, "vlanode: %s within %s: %d units resident, %d streamed%s (%s mode)%s\n",
-		arch.Name, budgetText(s.budget), residentUnits(b.plan), streamedUnits(b.plan), compressed, mode, predicted)
+		b.plan.Model, budgetText(s.budget), residentUnits(b.plan), streamedUnits(b.plan), compressed, mode, predicted)
 	return b, nil
+}
+
+// layeredConfig is what runs plan on be through a layering executor in
+// mode: the CPU engine of cpuThreads threads when the plan computes shares
+// on the CPU, the DFB device and pinned host blobs on CUDA (layering.Host
+// on the cpu backend), the coding of what the plan compresses at load
+// (models.Compress, in the same pinned memory); profile times every unit. blobs, when not nil,
+// allocates the host blobs and outlives the device (a model re-placed by
+// several plans); else one is made and released with the device. closers
+// release them, in order, after the model that uses them; they are
+// returned with an error too (what was made before it).
+func layeredConfig(be backend.Backend, plan *residency.Plan, mode layering.Mode, profile bool, cpuThreads int, blobs *hostBlobs) (*layered.Config, []func() error, error) {
+	var closers []func() error
+	lay := &layered.Config{Plan: plan, Mode: mode, Profile: profile}
+	if planUsesCPU(plan) {
+		engine, closeEngine, err := newCPUEngine(cpuThreads)
+		if err != nil {
+			return nil, nil, err
+		}
+		closers = append(closers, closeEngine)
+		lay.CPU = engine
+	}
+	if cb, ok := be.(*cuda.Backend); ok {
+		dev := cb.NewDFBDevice()
+		if blobs == nil {
+			blobs = &hostBlobs{}
+			closers = append(closers, blobs.free)
+		}
+		closers = append(closers, dev.Close) // dev first: it unpins
+		lay.Device, lay.View, lay.HostAlloc = dev, dev.WeightAt, blobs.alloc
+		if plan.Compressed {
+			lay.Compress = &models.CompressOptions{Alloc: blobs.alloc, Release: blobs.release}
+		}
+	} else {
+		dev := layering.NewHost()
+		lay.Device, lay.View = dev, dev.WeightView(be)
+		if plan.Compressed {
+			lay.Compress = &models.CompressOptions{}
+		}
+	}
+	return lay, closers, nil
 }
 
 // planUsesCPU says whether the plan computes a share of some unit on the

@@ -10,6 +10,7 @@ import (
 
 	"vlanode/configs"
 	"vlanode/models/alpamayo"
+	"vlanode/models/qwen3"
 	"vlanode/placement"
 	"vlanode/residency"
 )
@@ -22,7 +23,10 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	dir := fs.String("model", "", "model directory; only config.json is read (and, for alpamayo_r1, the VLM config it names)")
 	budgetFlag := fs.String("budget", "none", "VRAM budget: 8G = 8·10⁹ bytes (K, M, G, T), 8GiB = 8·2³⁰ (KiB, MiB, GiB, TiB), or none")
 	profileFile := fs.String("profile", "", "device profile JSON (default: the shipped H200 profile, derived from this repository's measurements)")
-	workloadName := fs.String("workload", placement.StandardWorkloadName, "workload: "+strings.Join(workloadNames(), ", "))
+	workloadName := fs.String("workload", "", "workload: "+strings.Join(workloadNames(), ", ")+"; default: text for a Qwen3 text model, standard otherwise")
+	var tf textFlags
+	tf.register(fs, fmt.Sprintf("text workload: the prompt's tokens (default %d)", defaultPromptLen))
+	fs.IntVar(&tf.newTokens, "new-tokens", 16, "text workload: the tokens generated (the first from the prefill, each other from one decode pass)")
 	vlm := fs.String("vlm", "", "alpamayo_r1: the VLM's config folder or file, overriding the checkpoint's vlm_name_or_path")
 	asJSON := fs.Bool("json", false, "print the plan as one JSON object")
 	var opts planOpts
@@ -40,19 +44,44 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{fmt.Sprintf("--budget: %v", err)}
 	}
-	w, ok := placement.Workloads()[*workloadName]
-	if !ok {
-		return usagef("unknown --workload %q (known: %s)", *workloadName, strings.Join(workloadNames(), ", "))
+	if err := tf.check(); err != nil {
+		return err
+	}
+	name := *workloadName
+	if _, ok := placement.Workloads()[name]; !ok && name != "" && name != placement.TextWorkloadName {
+		return usagef("unknown --workload %q (known: %s)", name, strings.Join(workloadNames(), ", "))
 	}
 	arch, err := loadArch(*dir, *vlm)
 	if err != nil {
 		return err
 	}
+	text := arch.Vision == nil && arch.Expert == nil
+	switch {
+	case name == "" && text, tf.promptLen > 0 && name == "":
+		name = placement.TextWorkloadName
+	case name == "":
+		name = placement.StandardWorkloadName
+	}
+	if name != placement.TextWorkloadName && (tf.promptLen > 0 || tf.chunk > 0) {
+		return usagef("--prompt-len and --prefill-chunk shape the text workload, not %q", name)
+	}
+	if name == placement.TextWorkloadName && !text {
+		return fmt.Errorf("%s: the text workload plans Qwen3 text models, not %s", *dir, arch.Name)
+	}
 	prof, profName, err := loadProfile(*profileFile)
 	if err != nil {
 		return err
 	}
-	plan, err := residency.NewPlan(arch, alpamayo.PlanUnits(arch, w), w, prof, budget, opts.options())
+	var plan *residency.Plan
+	if name == placement.TextWorkloadName {
+		if tf.promptLen == 0 {
+			tf.promptLen = defaultPromptLen
+		}
+		plan, err = qwen3.PlanGeneration(arch, tf.promptLen, tf.newTokens, tf.chunk, prof, budget, opts.textOptions())
+	} else {
+		w := placement.Workloads()[name]
+		plan, err = residency.NewPlan(arch, alpamayo.PlanUnits(arch, w), w, prof, budget, opts.options())
+	}
 	if err != nil {
 		return err
 	}
@@ -65,7 +94,7 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func workloadNames() []string {
-	var names []string
+	names := []string{placement.TextWorkloadName}
 	for n := range placement.Workloads() {
 		names = append(names, n)
 	}

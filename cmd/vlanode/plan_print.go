@@ -26,8 +26,17 @@ type planInfo struct {
 func writePlanText(w io.Writer, p *residency.Plan, in planInfo) {
 	wl := p.Workload
 	fmt.Fprintf(w, "model %s (%s)\n", p.Model, in.dir)
-	fmt.Fprintf(w, "workload %s: %d images × %d patches, %d prompt tokens, %d reasoning tokens, %d Euler steps × %d action tokens\n",
-		wl.Name, wl.Images, wl.PatchesPerImage, wl.PromptTokens, wl.ReasoningTokens, wl.EulerSteps, wl.ActionTokens)
+	if wl.Name == placement.TextWorkloadName {
+		chunk := wl.PromptTokens
+		if wl.PrefillChunk > 0 {
+			chunk = wl.PrefillChunk
+		}
+		fmt.Fprintf(w, "workload text: %d prompt tokens prefilled in %d pass(es) of up to %d (tier %d), %d new tokens (%d decode passes, tier 1)\n",
+			wl.PromptTokens, (wl.PromptTokens+chunk-1)/chunk, chunk, placement.Tier(chunk), wl.ReasoningTokens+1, wl.ReasoningTokens)
+	} else {
+		fmt.Fprintf(w, "workload %s: %d images × %d patches, %d prompt tokens, %d reasoning tokens, %d Euler steps × %d action tokens\n",
+			wl.Name, wl.Images, wl.PatchesPerImage, wl.PromptTokens, wl.ReasoningTokens, wl.EulerSteps, wl.ActionTokens)
+	}
 	fmt.Fprintf(w, "profile %s: %s, pinned H2D %.1f GB/s\n", in.profile, in.device, in.h2d)
 	switch {
 	case p.Options.Exact:

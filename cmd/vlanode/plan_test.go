@@ -269,3 +269,48 @@ func TestPlanCompress(t *testing.T) {
 	code, _, _ = runCmd("plan", "--model", dir, "--z-ratio", "1.5")
 	assert.Equal(t, 2, code, "a ratio above 1 is a usage error")
 }
+
+// TestPlanQwen3Text plans Qwen3-8B's text workload from its config files:
+// the default for a qwen3 model, per-tier stages (the prefill one pass
+// of the prompt's tier, the decode 15 passes of tier 1, shared with the
+// CPU at 4 GiB), a forced chunk, --exact, the text report, and the
+// workload refused for a VLA.
+func TestPlanQwen3Text(t *testing.T) {
+	dir := configOnly(t, synth.Qwen3_8B)
+	type stage struct {
+		Stage  string `json:"stage"`
+		Rows   int    `json:"rows"`
+		Tier   int    `json:"tier"`
+		Passes int    `json:"passes"`
+		Kind   string `json:"kind"`
+	}
+	stages := func(args ...string) []stage {
+		code, stdout, stderr := runCmd(append([]string{"plan", "--json", "--model", dir}, args...)...)
+		require.Equal(t, 0, code, stderr)
+		var out struct {
+			Stages   []stage            `json:"stages"`
+			Workload placement.Workload `json:"workload"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(stdout), &out))
+		assert.Equal(t, placement.TextWorkloadName, out.Workload.Name)
+		return out.Stages
+	}
+	assert.Equal(t, []stage{{"prefill", 512, 512, 1, "dynamic"}, {"decode", 1, 1, 15, "dynamic"}}, stages("--budget", "4GiB"), "the default prompt")
+	assert.Equal(t, []stage{{"prefill", 4096, 4096, 1, "gpu-only"}, {"decode", 1, 1, 15, "dynamic"}}, stages("--budget", "4GiB", "--prompt-len", "4096"))
+	assert.Equal(t, []stage{{"prefill", 1024, 1024, 4, "gpu-only"}, {"decode", 1, 1, 31, "gpu-only"}},
+		stages("--budget", "4GiB", "--prompt-len", "4096", "--prefill-chunk", "1024", "--new-tokens", "32", "--exact"))
+
+	code, stdout, stderr := runCmd("plan", "--model", dir, "--budget", "4GiB", "--prompt-len", "4096")
+	require.Equal(t, 0, code, stderr)
+	for _, want := range []string{"model qwen3", "workload text: 4096 prompt tokens prefilled in 1 pass(es) of up to 4096 (tier 4096), 16 new tokens (15 decode passes, tier 1)",
+		"decode: 4 split", "dynamic", "gpu-only", "kv-cache"} {
+		assert.Contains(t, stdout, want)
+	}
+
+	code, _, stderr = runCmd("plan", "--model", configOnly(t, synth.AlpamayoR1_10B), "--prompt-len", "512")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "the text workload plans Qwen3 text models")
+	code, _, stderr = runCmd("plan", "--model", dir, "--workload", "standard", "--prompt-len", "512")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "shape the text workload")
+}

@@ -34,11 +34,38 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cpuProfile := fs.Bool("cpu", true, "profile the CPU engine too (its kernels' rates per token tier with copies in flight, the copy rate meanwhile, the hand-off)")
 	cpuThreads := fs.Int("cpu-threads", 0, "threads of the CPU engine (default: all cores but two)")
 	cpuOnly := fs.Bool("cpu-only", false, "measure the CPU engine alone and replace the CPU section of the profile --from names, keeping the rest (after a change of --cpu-threads or of the host)")
-	from := fs.String("from", "", "with --cpu-only or --decode-only: the profile JSON whose section is re-measured")
+	from := fs.String("from", "", "with --cpu-only, --decode-only or --calibrate: the profile JSON whose section is re-measured")
 	decode := fs.Bool("decode", true, "profile the decode kernel of compressed streaming too (its rate in GB/s of output and its cost per decode)")
 	decodeOnly := fs.Bool("decode-only", false, "measure the decode kernel alone and replace the decode section of the profile --from names, keeping the rest")
+	calibrate := fs.String("calibrate", "", "a VRAM budget whose plan gives the CPU decode shares (e.g. 8GiB): load --model within it with the profile --from names, run the standard workload, and set the CPU's decode rate and the copy rate while it computes to what the executor measured")
+	rounds := fs.Int("rounds", 2, "with --calibrate: calibrations, each planning with the figures of the one before")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *calibrate != "" {
+		if *from == "" || *dir == "" || *cpuOnly || *decodeOnly {
+			return usagef("--calibrate needs --model and --from (and neither --cpu-only nor --decode-only)")
+		}
+		if *rounds < 1 {
+			return usagef("--rounds must be ≥ 1")
+		}
+		budget, err := residency.ParseBudget(*calibrate)
+		if err != nil || budget <= 0 {
+			return usagef("--calibrate: a budget such as 8GiB, got %q", *calibrate)
+		}
+		if err := cuda.Available(); err != nil {
+			return fmt.Errorf("profile measures a GPU: %w", err)
+		}
+		p, _, err := loadProfile(*from)
+		if err != nil {
+			return err
+		}
+		spec := budgetSpec{dir: *dir, vlm: *vlm, device: "cuda", budget: budget,
+			layers: layerFlags{mode: "auto", planOpts: planOpts{cpuThreads: *cpuThreads}}}
+		if err := calibrateCPU(ctx, p, spec, *rounds, *from, stderr); err != nil {
+			return fmt.Errorf("calibrating the CPU engine: %w", err)
+		}
+		return writeProfile(p, *out, stdout, stderr)
 	}
 	if *cpuOnly && *decodeOnly {
 		return usagef("--cpu-only and --decode-only each re-measure one section: run them one after the other")

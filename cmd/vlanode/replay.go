@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"vlanode/msgs"
 	"vlanode/node"
@@ -48,26 +47,32 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	printPlans := fs.Bool("print-plans", false, "print each plan as it arrives: trajectory, reasoning, latency per stage")
 	asJSON := fs.Bool("json", false, "print JSON lines instead: each plan (with --print-plans) as {\"plan\": …}, then {\"summary\": …}")
 	jobs := fs.Bool("jobs", false, "send the requests as jobs on vla.jobs (at-least-once, answers read from vla.results.<id>; a node must run with --jobs); implies --explicit")
+	concurrency := fs.Int("concurrency", 0, "offline evaluation: play this many clips at once, each request carrying its frames and each clip's next request sent once the previous is answered (0: one clip in real time, unless several clips are given)")
+	out := fs.String("out", "", "offline evaluation: write every plan (and every failed request) as JSON lines to this file")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: vlanode replay --node NAME [flags] SOURCE\n\nSOURCE: a clip folder (<camera>/<stamp_ns>.jpg|png, ego.csv; see docs/node.md) or jetstream:STREAM (made by vlanode record).\n\nflags:")
+		fmt.Fprintln(stderr, "usage: vlanode replay --node NAME [flags] SOURCE...\n\nSOURCE: a clip folder (<camera>/<stamp_ns>.jpg|png, ego.csv; see docs/node.md), a folder of clip folders, or jetstream:STREAM (made by vlanode record; jetstream:PREFIX* for every stream whose name starts with PREFIX).\nSeveral clips, --concurrency or --out: offline evaluation (docs/node.md).\n\nflags:")
 		fs.PrintDefaults()
 	}
-	source, err := parseWithSource(fs, args)
+	sources, err := parseWithSources(fs, args)
 	if err != nil {
 		return err
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch {
 	case *name == "":
 		return usagef("--node is required")
-	case *speed <= 0 || *every < 1 || *inflight < 1 || *deadline < 0 || *maxTokens < 0:
-		return usagef("--speed must be positive, --every and --max-inflight at least 1, --deadline-ms and --max-reasoning-tokens not negative")
+	case *speed <= 0 || *every < 1 || *inflight < 1 || *deadline < 0 || *maxTokens < 0 || *concurrency < 0:
+		return usagef("--speed must be positive, --every and --max-inflight at least 1, --deadline-ms, --max-reasoning-tokens and --concurrency not negative")
 	}
 	nf.clientURL()
 	if err := nf.resolve(false); err != nil {
 		return err
 	}
-	if err := checkSource(source); err != nil {
-		return err
+	for _, source := range sources {
+		if err := checkSource(source); err != nil {
+			return err
+		}
 	}
 	dctx, cancel := context.WithTimeout(ctx, *discoverWait)
 	defer cancel()
@@ -81,23 +86,29 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	cancel()
-	var src replay.Source
-	if stream, ok := strings.CutPrefix(source, streamPrefix); ok {
-		js, err := jetstream.New(nc)
-		if err != nil {
-			return err
+	clips, err := expandSources(ctx, nc, sources, peer.Info, *every)
+	if err != nil {
+		return err
+	}
+	if len(clips) > 1 || *concurrency > 0 || *out != "" {
+		for _, f := range []string{"speed", "max-inflight", "print-plans", "keep-stamps"} {
+			if set[f] {
+				return usagef("--%s does not apply to offline evaluation (several clips, --concurrency or --out): every clip goes as fast as the node answers, each request with its frames", f)
+			}
 		}
-		s, err := replay.OpenStream(ctx, js, stream)
-		if err != nil {
-			return err
+		if !set["timeout"] {
+			*timeout = offlineTimeout
 		}
-		src = s
-	} else {
-		f, err := replay.OpenFolder(source, replay.FolderConfig{Info: peer.Info, Every: *every})
-		if err != nil {
-			return err
-		}
-		src = f
+		return replayMany(ctx, nc, clips, replayManyConfig{
+			name: *name, peer: peer, subject: *subject, deadline: *deadline, timeout: *timeout, prompt: *prompt,
+			maxTokens: *maxTokens, jobs: *jobs, concurrency: max(*concurrency, 1), out: *out,
+			progress: !*noProgress, asJSON: *asJSON,
+		}, stdout, stderr)
+	}
+	source := clips[0].Name
+	src, err := clips[0].Open(ctx)
+	if err != nil {
+		return err
 	}
 	defer src.Close()
 	cfg := replay.Config{
@@ -150,15 +161,15 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-// parseWithSource parses flags around exactly one positional SOURCE.
-func parseWithSource(fs *flag.FlagSet, args []string) (string, error) {
+// parseWithSources parses flags around one or more positional SOURCEs.
+func parseWithSources(fs *flag.FlagSet, args []string) ([]string, error) {
 	var rest []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return "", err
+				return nil, err
 			}
-			return "", usageError{err.Error()}
+			return nil, usageError{err.Error()}
 		}
 		if fs.NArg() == 0 {
 			break
@@ -166,10 +177,10 @@ func parseWithSource(fs *flag.FlagSet, args []string) (string, error) {
 		rest = append(rest, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
-	if len(rest) != 1 {
-		return "", usagef("want one SOURCE, got %d (%v)", len(rest), rest)
+	if len(rest) == 0 {
+		return nil, usagef("want a SOURCE")
 	}
-	return rest[0], nil
+	return rest, nil
 }
 
 // checkSource refuses what replay cannot read, with a reason.

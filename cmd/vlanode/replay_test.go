@@ -153,7 +153,7 @@ func TestReplaySourceErrors(t *testing.T) {
 
 	code, _, stderr = runCLI("replay", "--node", "n")
 	assert.Equal(t, 2, code)
-	assert.Contains(t, stderr, "want one SOURCE, got 0")
+	assert.Contains(t, stderr, "want a SOURCE")
 
 	code, _, stderr = runCLI("replay", t.TempDir())
 	assert.Equal(t, 2, code)
@@ -199,4 +199,114 @@ func TestReplayWaitsForTheServer(t *testing.T) {
 		t.Fatal("replay did not finish")
 	}
 	assert.Contains(t, out.String(), "plans: 2")
+}
+
+// TestReplayManyCommand: a folder of clip folders played two at a time
+// writes every plan as a JSON line with its clip, id, stamp and plan;
+// a clip that cannot be played is reported by name, the others go on,
+// and the exit status says so; the summary gives plans per second.
+func TestReplayManyCommand(t *testing.T) {
+	var env engineEnv
+	var model string
+	url, _, _ := serving(t, cliSpec(&env, &model), "--name", "cli", "--queue-bound", "1")
+	root := t.TempDir()
+	for i := range 3 {
+		require.NoError(t, os.Rename(writeCLIClip(t, 4), filepath.Join(root, fmt.Sprintf("clip-%d", i))))
+	}
+	short := writeCLIClip(t, 1) // one frame a camera: the model needs two
+	require.NoError(t, os.Rename(short, filepath.Join(root, "clip-short")))
+	out := filepath.Join(t.TempDir(), "plans.jsonl")
+
+	code, stdout, stderr := runCLI("replay", "--nats-url", url, "--node", "cli", "--concurrency", "2", "--out", out, root)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stdout, "replaying 4 clips into node cli, 2 at a time")
+	assert.Contains(t, stdout, "clips: 4, failed: 1")
+	assert.Regexp(t, `plans: 9 \([0-9.]+ plans/s\)`, stdout)
+	assert.Contains(t, stdout, "errors: 0")
+	assert.Contains(t, stderr, "clip "+filepath.Join(root, "clip-short")+" failed: replay:")
+	assert.Contains(t, stderr, "1 of 4 clips failed")
+	assert.Contains(t, stderr, "4/4", "the progress bar over clips")
+
+	raw, err := os.ReadFile(out)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	require.Len(t, lines, 10, string(raw))
+	ids, clips := map[string]bool{}, map[string]int{}
+	clipErrors := 0
+	for _, l := range lines {
+		var r struct {
+			Clip      string  `json:"clip"`
+			ID        string  `json:"id"`
+			StampNs   int64   `json:"stamp_ns"`
+			RTT       float64 `json:"round_trip_ms"`
+			ClipError string  `json:"clip_error"`
+			Plan      *struct {
+				ID        string `json:"id"`
+				Reasoning string `json:"reasoning"`
+			} `json:"plan"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(l), &r), l)
+		if r.ClipError != "" {
+			clipErrors++
+			assert.Equal(t, filepath.Join(root, "clip-short"), r.Clip)
+			continue
+		}
+		require.NotNil(t, r.Plan, l)
+		assert.Equal(t, r.ID, r.Plan.ID)
+		assert.Equal(t, "ok", r.Plan.Reasoning)
+		assert.Positive(t, r.StampNs)
+		assert.Positive(t, r.RTT)
+		ids[r.ID] = true
+		clips[r.Clip]++
+	}
+	assert.Equal(t, 1, clipErrors)
+	assert.Len(t, ids, 9)
+	assert.Equal(t, map[string]int{filepath.Join(root, "clip-0"): 3, filepath.Join(root, "clip-1"): 3, filepath.Join(root, "clip-2"): 3}, clips)
+
+	// Without the broken clip: exit 0; two clips given as SOURCEs, --json.
+	code, stdout, stderr = runCLI("replay", "--nats-url", url, "--node", "cli", "--no-progress", "--json",
+		filepath.Join(root, "clip-0"), filepath.Join(root, "clip-1"))
+	require.Equal(t, 0, code, stderr)
+	var sum struct {
+		Summary struct {
+			Plans     int     `json:"plans"`
+			Clips     int     `json:"clips"`
+			PlansPerS float64 `json:"plans_per_s"`
+		} `json:"summary"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &sum), stdout)
+	assert.Equal(t, 6, sum.Summary.Plans)
+	assert.Equal(t, 2, sum.Summary.Clips)
+	assert.Positive(t, sum.Summary.PlansPerS)
+
+	// A folder holding one clip folder is that clip, played in real time.
+	one := t.TempDir()
+	require.NoError(t, os.Rename(writeCLIClip(t, 4), filepath.Join(one, "only")))
+	code, stdout, stderr = runCLI("replay", "--nats-url", url, "--node", "cli", "--fast", "--no-progress", one)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "replaying "+filepath.Join(one, "only")+" into node cli")
+	assert.Contains(t, stdout, "plans: 3")
+
+	code, _, stderr = runCLI("replay", "--nats-url", url, "--node", "cli", "--concurrency", "2", "--speed", "2", root)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "--speed does not apply to offline evaluation")
+}
+
+// TestClipCount: clip --count writes that many clip folders, each driving
+// differently, which replay takes as a folder of clips.
+func TestClipCount(t *testing.T) {
+	out := t.TempDir()
+	code, stdout, stderr := runCLI("clip", "--out", out, "--count", "3", "--seconds", "0.4", "--width", "32", "--height", "18")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "wrote 3 clips of 0.4 s, 4 cameras (48 frames, 32x18 JPEG)")
+	egos := map[string]bool{}
+	for i := range 3 {
+		b, err := os.ReadFile(filepath.Join(out, fmt.Sprintf("clip-%03d", i), "ego.csv"))
+		require.NoError(t, err)
+		egos[string(b)] = true
+	}
+	assert.Len(t, egos, 3, "each clip drives its own path")
+	code, _, stderr = runCLI("clip", "--out", out, "--count", "-1")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "--count must not be negative")
 }

@@ -9,9 +9,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"vlanode/node"
@@ -218,7 +220,10 @@ type serveConfig struct {
 	jobAckWait    time.Duration
 	gpu           string // --gpu: a CUDA ordinal, a UUID, or -1
 	budget        budgetFlag
+	budgetFile    string // --budget-file: the budget, read at start and on SIGHUP
 	reserve       byteSize
+	controlToken  string // --control-token: authenticates vla.<name>.control
+	autoInterval  time.Duration
 	logLevel      string
 }
 
@@ -249,6 +254,9 @@ func parseServe(args []string, stderr io.Writer, spec engineSpec) (*serveConfig,
 	fs.StringVar(&c.gpu, "gpu", "0", "the GPU of the engine and of NVML telemetry: a CUDA ordinal (as CUDA_VISIBLE_DEVICES numbers them) or a UUID (GPU-…, nvidia-smi -L); -1: none")
 	fs.Var(&c.budget, "budget", "VRAM budget: a size (16G, 8GiB), unlimited, or auto (free VRAM minus --budget-reserve)")
 	fs.Var(&c.reserve, "budget-reserve", "VRAM --budget auto leaves free (CUDA context and headroom)")
+	fs.StringVar(&c.budgetFile, "budget-file", "", "a file holding the budget (a size, unlimited or auto: its first line that is not a # comment), read at start instead of --budget and again on SIGHUP")
+	fs.StringVar(&c.controlToken, "control-token", "", "token that authenticates budget changes on vla.<name>.control (or $VLANODE_CONTROL_TOKEN); empty: control requests are refused")
+	fs.DurationVar(&c.autoInterval, "budget-auto-interval", node.DefaultAutoInterval, "--budget auto: how often the GPU's free memory is read")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	if spec.flags != nil {
 		spec.flags(fs)
@@ -260,6 +268,19 @@ func parseServe(args []string, stderr io.Writer, spec engineSpec) (*serveConfig,
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if err := c.resolveListen(set); err != nil {
 		return nil, err
+	}
+	if c.budgetFile != "" {
+		if set["budget"] {
+			return nil, usagef("give --budget or --budget-file, not both")
+		}
+		r, err := readBudgetFile(c.budgetFile)
+		if err != nil {
+			return nil, err
+		}
+		c.budget = budgetFlag{auto: r.Auto, bytes: int64(r.Bytes)}
+	}
+	if c.controlToken == "" {
+		c.controlToken = os.Getenv("VLANODE_CONTROL_TOKEN")
 	}
 	if err := c.check(); err != nil {
 		return nil, err
@@ -316,6 +337,8 @@ func (c *serveConfig) check() error {
 		return usagef("--nats-config configures the embedded server; with --nats-url configure that server")
 	case c.jobAckWait < 100*time.Millisecond:
 		return usagef("--job-ack-wait must be at least 100ms")
+	case c.autoInterval < 10*time.Millisecond:
+		return usagef("--budget-auto-interval must be at least 10ms")
 	}
 	if _, err := resolveGPU(c.gpu, nil, errNoCUDAYet); err != nil {
 		return err
@@ -405,6 +428,11 @@ func serveCommand(spec engineSpec) func(ctx context.Context, args []string, stdo
 		if err != nil {
 			return fmt.Errorf("loading the model: %w", err)
 		}
+		// SIGHUP re-reads --budget-file; caught from now on, so that it
+		// never stops the node.
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
 		abandoned := false
 		if cl, ok := engine.(io.Closer); ok { // an engine that holds memory or files may say so
 			defer func() {
@@ -413,10 +441,16 @@ func serveCommand(spec engineSpec) func(ctx context.Context, args []string, stdo
 				}
 			}()
 		}
-		n, err := node.Start(ctx, engine, c.options(log, tel)...)
+		n, err := node.Start(ctx, engine, append(c.options(log, tel), c.controlOption(tel, engine))...)
 		if err != nil {
 			return err
 		}
+		hupDone := make(chan struct{})
+		defer func() { <-hupDone }()
+		go func() {
+			defer close(hupDone)
+			watchBudgetFile(ctx, n, c.budgetFile, hup, log)
+		}()
 		fmt.Fprintf(stdout, "vlanode: node %s serving %s on %s (vla.infer, %s)\n", n.Name(), engine.Info().Model, n.URL(), node.InferSubject(n.Name()))
 		if c.nats.fromEnv {
 			fmt.Fprintf(stdout, "vlanode: NATS server from $NATS_URL\n")
@@ -436,6 +470,85 @@ func serveCommand(spec engineSpec) func(ctx context.Context, args []string, stdo
 		err = n.Run(ctx, c.grace)
 		abandoned = errors.Is(err, node.ErrInferenceAbandoned)
 		return err
+	}
+}
+
+// controlOption configures the control subject: the token, and with GPU
+// telemetry the auto budget's free-memory source (NVML's free memory, and
+// what this process holds: NVML's figure for it, else what the engine's
+// device allocator counts).
+func (c *serveConfig) controlOption(tel gpu.Telemetry, eng node.Engine) node.Option {
+	cc := node.ControlConfig{Token: c.controlToken}
+	if tel != nil {
+		cc.Auto = &node.AutoConfig{
+			Sample: func() (free, held uint64, err error) {
+				g, err := tel.Read()
+				if err != nil {
+					return 0, 0, err
+				}
+				if g.MemoryFreeBytes == 0 {
+					return 0, 0, errors.New("the GPU reported no free-memory figure")
+				}
+				if pm, ok := tel.(interface{ ProcessMemory(int) (uint64, error) }); ok {
+					held, _ = pm.ProcessMemory(os.Getpid())
+				}
+				if d, ok := eng.(interface{ DeviceBytes() uint64 }); ok && held == 0 {
+					held = d.DeviceBytes()
+				}
+				return g.MemoryFreeBytes, held, nil
+			},
+			Reserve: uint64(c.reserve), Interval: c.autoInterval, On: c.budget.auto,
+		}
+	}
+	return node.WithControl(cc)
+}
+
+// readBudgetFile reads --budget-file: its first line that is neither
+// empty nor a # comment, as a control request's budget.
+func readBudgetFile(path string) (node.BudgetRequest, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return node.BudgetRequest{}, fmt.Errorf("--budget-file: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		r, err := node.ParseBudgetRequest(line, node.BudgetFromSIGHUP)
+		if err != nil {
+			return node.BudgetRequest{}, fmt.Errorf("--budget-file %s: %w", path, err)
+		}
+		return r, nil
+	}
+	return node.BudgetRequest{}, fmt.Errorf("--budget-file %s: no budget in it (write a size such as 8GiB, unlimited or auto)", path)
+}
+
+// watchBudgetFile applies --budget-file again at each SIGHUP until ctx
+// ends, logging the outcome; without a file it says there is none.
+func watchBudgetFile(ctx context.Context, n *node.Node, path string, hup <-chan os.Signal, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		if path == "" {
+			log.Warn("SIGHUP: no --budget-file to re-read; the budget stays")
+			continue
+		}
+		r, err := readBudgetFile(path)
+		if err != nil {
+			log.Error("SIGHUP: the budget stays", "err", err)
+			continue
+		}
+		reply, err := n.SetBudget(ctx, r)
+		if err != nil {
+			log.Error("SIGHUP: the budget stays", "file", path, "err", err)
+			continue
+		}
+		log.Info("SIGHUP: budget from "+path, "budget_bytes", reply.BudgetBytes, "previous_bytes", reply.PreviousBudgetBytes,
+			"auto", reply.Auto, "changed", reply.Changed)
 	}
 }
 

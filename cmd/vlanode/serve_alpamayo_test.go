@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	"vlanode/engine"
 	"vlanode/msgs"
+	"vlanode/node"
 )
 
 // TestServeAlpamayoTiny serves the tiny synthetic Alpamayo-R1 on the CPU
@@ -200,5 +202,106 @@ func TestServeAlpamayo15Tiny(t *testing.T) {
 	require.NotNil(t, e)
 	assert.Equal(t, msgs.CodeBadRequest, e.Err.Code)
 	assert.Contains(t, e.Err.Message, "question: must not be empty")
+	require.NoError(t, stop())
+}
+
+// TestServeAlpamayoRebudget serves the tiny model with every unit resident
+// and, while requests wait in the queue, changes the budget to the plan's
+// minimum (every unit streamed through the executor) and back: every
+// request is answered, each plan carries the budget it ran within, the
+// control replies carry each plan's summary, greedy reasoning is the same
+// within every budget, and a budget below the minimum is refused with the
+// minimum while the node keeps serving.
+func TestServeAlpamayoRebudget(t *testing.T) {
+	model := tinyAlpamayo(t)
+	minBudget := uint64(tinyMinBudget(t, model))
+	url, _, stop := serving(t, alpamayoSpec(), "--model", model, "--device", "cpu", "--name", "tiny", "--control-token", "tok", "--queue-bound", "8")
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	frames, ego := tinyObservation(t)
+	zero := 0.0
+	send := func(id string) chan *nats.Msg {
+		ch := make(chan *nats.Msg, 1)
+		raw, err := msgs.Marshal(&msgs.InferRequest{ID: id, Frames: frames, EgoHistory: ego, MaxReasoningTokens: 4, Temperature: &zero})
+		require.NoError(t, err)
+		inbox := nc.NewInbox()
+		_, err = nc.ChanSubscribe(inbox, ch)
+		require.NoError(t, err)
+		require.NoError(t, nc.PublishRequest("vla.tiny.infer", inbox, raw))
+		return ch
+	}
+	answer := func(ch chan *nats.Msg) *msgs.Plan {
+		t.Helper()
+		select {
+		case m := <-ch:
+			p, e, err := msgs.DecodeReply(m.Data)
+			require.NoError(t, err)
+			require.Nil(t, e, "%+v", e)
+			return p
+		case <-time.After(2 * time.Minute):
+			t.Fatal("no answer")
+			return nil
+		}
+	}
+	ctl := func(budget string) (*msgs.ControlReply, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		req := &msgs.ControlRequest{ID: budget, Token: "tok", Op: msgs.OpSetBudget, Budget: budget}
+		if budget == "" {
+			req.Op = msgs.OpGetBudget
+		}
+		return node.RequestControl(ctx, nc, "tiny", req)
+	}
+
+	before, err := ctl("")
+	require.NoError(t, err)
+	require.NotNil(t, before.Plan)
+	assert.Zero(t, before.BudgetBytes)
+	assert.Zero(t, before.Plan.StreamedBytes, "no budget: every unit resident")
+	assert.Positive(t, before.Plan.ResidentBytes)
+
+	var pending []chan *nats.Msg
+	for i := range 3 {
+		pending = append(pending, send(fmt.Sprintf("before-%d", i)))
+	}
+	small, err := ctl(fmt.Sprint(minBudget))
+	require.NoError(t, err)
+	assert.True(t, small.Changed)
+	assert.Equal(t, minBudget, small.BudgetBytes)
+	assert.Zero(t, small.PreviousBudgetBytes)
+	assert.Positive(t, small.Plan.StreamedBytes, "the minimum streams")
+	assert.Less(t, small.Plan.ResidentBytes, before.Plan.ResidentBytes)
+	for i := range 2 {
+		pending = append(pending, send(fmt.Sprintf("small-%d", i)))
+	}
+	back, err := ctl("unlimited")
+	require.NoError(t, err)
+	assert.Equal(t, minBudget, back.PreviousBudgetBytes)
+	assert.Zero(t, back.Plan.StreamedBytes)
+
+	var plans []*msgs.Plan
+	for _, ch := range pending {
+		plans = append(plans, answer(ch))
+	}
+	// Each change waited for the inference in flight and ran before the
+	// requests queued behind it, which the queue answers in order: the
+	// plans' budgets run no budget, the minimum, no budget, and some ran
+	// within the minimum (requests were queued when it came).
+	var seq []uint64
+	for _, p := range plans {
+		if len(seq) == 0 || seq[len(seq)-1] != p.BudgetBytes {
+			seq = append(seq, p.BudgetBytes)
+		}
+		assert.Equal(t, plans[0].Reasoning, p.Reasoning, "greedy reasoning within every budget")
+		assert.Len(t, p.Trajectory.XYZ, 64)
+	}
+	assert.Contains(t, [][]uint64{{0, minBudget, 0}, {minBudget, 0}}, seq, "budgets in the order of the changes")
+	_, err = ctl(fmt.Sprint(minBudget - 1))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "unsupported")
+	assert.Contains(t, err.Error(), "minimum")
+	after := answer(send("after"))
+	assert.Zero(t, after.BudgetBytes, "serving within the budget before the refusal")
 	require.NoError(t, stop())
 }

@@ -95,7 +95,7 @@ func TestSynthUsage(t *testing.T) {
 	}{
 		{[]string{"synth"}, 2, "--arch and --out are required"},
 		{[]string{"synth", "--arch", "alpamayo-r1-tiny"}, 2, "--arch and --out are required"},
-		{[]string{"synth", "--arch", "llama", "--out", "x"}, 2, `unknown architecture "llama" (known: alpamayo-r1-10b, alpamayo-r1-tiny, alpamayo-1.5-10b, alpamayo-1.5-tiny, qwen3-vl-8b)`},
+		{[]string{"synth", "--arch", "llama", "--out", "x"}, 2, `unknown architecture "llama" (known: alpamayo-r1-10b, alpamayo-r1-tiny, alpamayo-1.5-10b, alpamayo-1.5-tiny, qwen3-vl-8b, qwen3-8b, qwen3-tiny)`},
 		{[]string{"synth", "--arch", "qwen3-vl-8b", "--out", "x", "extra"}, 2, "unexpected arguments"},
 		{[]string{"synth", "--seed", "-1"}, 2, "invalid value"},
 	}

@@ -24,6 +24,11 @@ type stageTimeline struct {
 	Copies   int     `json:"copies"`
 	Computes int     `json:"computes"`
 	Decodes  int     `json:"decodes"`
+	// CPUMs is the CPU engine's compute in the stage, CPUWaitMs its tasks'
+	// waits for their input, CPUTasks their number.
+	CPUMs     float64 `json:"cpu_busy_ms,omitempty"`
+	CPUWaitMs float64 `json:"cpu_wait_ms,omitempty"`
+	CPUTasks  int     `json:"cpu_tasks,omitempty"`
 }
 
 // stageOf is the stage of a pass named "stage" or "stage.N".
@@ -58,6 +63,11 @@ func summarizeTimeline(turns []layering.Turn) map[string]stageTimeline {
 		}
 		s.ComputeMs += t.ExeMs
 		s.Computes++
+		if t.CPU != nil {
+			s.CPUMs += t.CPU.Ms
+			s.CPUWaitMs += t.CPU.WaitMs
+			s.CPUTasks++
+		}
 		out[st] = s
 	}
 	for st, sp := range spans {
@@ -111,6 +121,10 @@ func printTimeline(w io.Writer, budget string, stages map[string]stageTimeline, 
 		}
 		fmt.Fprintf(w, "vlanode bench: timeline %s %s: %.1f ms from first op to last; copies %.1f ms busy (%d, %.0f%%), computes %.1f ms busy (%d, %.0f%%)%s\n",
 			budget, st, s.SpanMs, s.CopyMs, s.Copies, 100*s.CopyMs/max(s.SpanMs, 1e-9), s.ComputeMs, s.Computes, 100*s.ComputeMs/max(s.SpanMs, 1e-9), dec)
+		if s.CPUTasks > 0 {
+			fmt.Fprintf(w, "vlanode bench: timeline %s %s: the CPU computed %.1f ms in %d tasks (%.3f ms each) and waited %.1f ms for their inputs\n",
+				budget, st, s.CPUMs, s.CPUTasks, s.CPUMs/float64(s.CPUTasks), s.CPUWaitMs)
+		}
 	}
 	gaps := copyGaps(turns)
 	total := 0.0

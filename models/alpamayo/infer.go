@@ -146,17 +146,13 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 		maxNew = m.Config.TokensPerFutureTraj
 	}
 	var run *layering.Runner
-	if lay := m.layered; lay != nil && !lay.direct() {
+	if lay := m.layered; lay != nil && lay.Runs() {
 		sched := scheduleSpec{decodes: maxNew, steps: m.Expert.Config.Steps, answer: req.Question != "", guided: weight != 0}
 		var err error
-		if run, err = lay.exec.Start(m.schedule(sched)); err != nil {
+		if run, err = lay.Start(m.schedule(sched)); err != nil {
 			return nil, fmt.Errorf("alpamayo: %w", err)
 		}
-		lay.run = run
-		defer func() {
-			lay.run = nil
-			_ = run.Abort() // after an error: let queued copies finish
-		}()
+		defer lay.End() // after an error: let queued copies finish
 	}
 	stamp := func(d *time.Duration, since time.Time) error {
 		if err := m.be.Sync(); err != nil {

@@ -251,7 +251,7 @@ func TestLayeredCPUShards(t *testing.T) {
 					require.False(t, math.IsNaN(float64(v)) || math.IsInf(float64(v), 0), "action %d is %v", i, v)
 				}
 				require.NotNil(t, got.Layers)
-				assert.NotEmpty(t, got.Layers.CPUBusy, "the CPU computed shares")
+				assert.NotEmpty(t, got.Layers.CPUTasks, "the CPU computed shares")
 				if tc.compress {
 					decoded := 0
 					for _, tr := range got.Layers.Turns {

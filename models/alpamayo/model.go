@@ -13,6 +13,7 @@ import (
 	"vlanode/configs"
 	"vlanode/diffusion"
 	"vlanode/models"
+	"vlanode/models/layered"
 	"vlanode/models/qwen3vl"
 	"vlanode/placement"
 	"vlanode/residency"
@@ -39,13 +40,7 @@ type Model struct {
 
 	be      backend.Backend
 	ck      *safetensors.Checkpoint
-	layered *layered // nil: every unit resident, run in place
-	// plan is the plan the layered model runs (Plan), compression what
-	// compressing its streamed units did, planNote why a re-plan was not
-	// used.
-	plan        *residency.Plan
-	compression *models.CompressReport
-	planNote    string
+	layered *layered.Executor // nil: every unit resident, run in place
 }
 
 // LoadOptions tune Load.
@@ -81,7 +76,7 @@ func Load(be backend.Backend, dir string, opt LoadOptions) (*Model, error) {
 	m := &Model{Config: cfg, Tok: tok, Tokens: ids, be: be, ck: ck}
 	ld := models.NewLoader(be, ck)
 	if opt.Layering != nil {
-		if err := opt.Layering.configureLoader(ld); err != nil {
+		if err := opt.Layering.ConfigureLoader(ld); err != nil {
 			m.Close()
 			return nil, err
 		}
@@ -97,10 +92,11 @@ func Load(be backend.Backend, dir string, opt LoadOptions) (*Model, error) {
 		return nil, fmt.Errorf("alpamayo: loading the action expert: %w", err)
 	}
 	if opt.Layering != nil {
-		if err := m.newLayered(opt.Layering, ld.Units); err != nil {
+		if m.layered, err = layered.New(opt.Layering, be, ld.Units); err != nil {
 			m.Close()
-			return nil, err
+			return nil, fmt.Errorf("alpamayo: %w", err)
 		}
+		m.VLM.Vision.Exec, m.VLM.Text.Exec, m.Expert.Exec = m.layered, m.layered, m.layered
 	}
 	if c, ok := be.(interface{ CopiesWeights() bool }); ok && c.CopiesWeights() {
 		// The backend holds its own copy of every resident unit: the host
@@ -113,6 +109,33 @@ func Load(be backend.Backend, dir string, opt LoadOptions) (*Model, error) {
 		}
 	}
 	return m, nil
+}
+
+// Plan is the plan the layered model runs (LoadOptions.Layering's, or the
+// one made again with the exact compressed sizes); nil without Layering.
+func (m *Model) Plan() *residency.Plan {
+	if m.layered == nil {
+		return nil
+	}
+	return m.layered.Plan()
+}
+
+// Compression is what compressing the streamed units did at load (nil when
+// none was compressed).
+func (m *Model) Compression() *models.CompressReport {
+	if m.layered == nil {
+		return nil
+	}
+	return m.layered.Compression()
+}
+
+// PlanNote says why the plan with the exact compressed sizes was not used,
+// if it was not.
+func (m *Model) PlanNote() string {
+	if m.layered == nil {
+		return ""
+	}
+	return m.layered.PlanNote()
 }
 
 // readConfigs reads the configs of the Alpamayo-R1 checkpoint in dir: its

@@ -12,7 +12,8 @@ import (
 // Alpamayo-R1, a Qwen3-VL or a Qwen3 text model) under w, in execution
 // order, from the families' own loader tables: the vision tower
 // (qwen3vl.PlanVision), the language model with its LM head cut to the
-// largest other unit (qwen3.PlanText), and the action side
+// largest other unit, its blocks not split with the CPU
+// (qwen3.PlanText), and the action side
 // (diffusion.PlanUnits). residency.NewPlan places them.
 func PlanUnits(a *residency.Arch, w placement.Workload) []placement.Unit {
 	g := a.Geometry(w)
@@ -24,6 +25,6 @@ func PlanUnits(a *residency.Arch, w placement.Workload) []placement.Unit {
 		action = diffusion.PlanUnits(a.Expert, a.ActionIn, g)
 	}
 	limit := placement.Largest(vision, action, qwen3.PlanLayer(a.Text, placement.VLM, 0, g, nil))
-	out := append(vision, qwen3.PlanText(a.Text, g, limit)...)
+	out := append(vision, qwen3.PlanText(a.Text, g, limit, false)...)
 	return placement.DropIdle(append(out, action...))
 }

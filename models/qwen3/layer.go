@@ -219,8 +219,9 @@ func (l *Layer) mlpSplit(be backend.Backend, x backend.Tensor, s *Scratch, sp *m
 		return err
 	}
 	cbe := sp.Backend
-	err = sp.Offload(func() error {
+	err = sp.Offload(func(computing func()) error {
 		err := ex.Wait(context.Background(), t)
+		computing()
 		if err == nil {
 			err = cbe.Upload(cpu[0], ex.Out()[:n])
 		}

@@ -9,6 +9,7 @@ import (
 	"vlanode/backend"
 	"vlanode/configs"
 	"vlanode/models"
+	"vlanode/models/layered"
 	"vlanode/placement"
 	"vlanode/safetensors"
 	"vlanode/tensor"
@@ -48,9 +49,19 @@ type Model struct {
 	// waits on the host for the token it feeds (benchmarks).
 	SerialGreedy bool
 
+	// layered is the plan's executor (LoadWith with a Layering); Exec is
+	// it then.
+	layered   *layered.Executor
+	unplaced  error          // why the last Replan failed: nothing runs until one succeeds
 	embedHost *weights.Blob  // the table's blob when it stays on the host
 	embedFeed backend.Tensor // its copy that device-fed greedy steps read (feedTable)
 	gathered  []float32      // gatherHost's rows, reused
+	// headEx are the hand-offs of the LM head's blocks split with the CPU
+	// (headSplit), one per block, made on first use; headCPU the CPU's x
+	// and output on its backend headCPUBE.
+	headEx    []backend.Exchange
+	headCPU   []backend.Tensor
+	headCPUBE backend.Backend
 	invFreq   []float32
 }
 
@@ -191,7 +202,8 @@ func (b headBlock) bind(norm, w *backend.Tensor) {
 
 // headSpecs is the one table of the final norm (under prefix) and the LM
 // head (the tensor src) cut into n blocks of ⌈vocab/n⌉ rows, the norm in
-// the first; the loader binds it and the planner sizes it.
+// the first; the blocks after the first split by rows; the loader binds
+// it and the planner sizes it.
 func headSpecs(cfg *configs.Qwen3, n int, prefix, src string) []headBlock {
 	h, v := cfg.HiddenSize, cfg.VocabSize
 	n = max(n, 1)
@@ -202,6 +214,12 @@ func headSpecs(cfg *configs.Qwen3, n int, prefix, src string) []headBlock {
 		w := models.Spec{Name: src, Shape: []int{b.rows, h}, Rows: &[2]int{lo, lo + b.rows}}
 		if n == 1 {
 			w.Rows = nil
+		}
+		if lo > 0 {
+			// A block without the norm can split its rows with the CPU
+			// (Model.headSplit); the first computes the norm the others
+			// read, on the GPU.
+			w.Split = placement.SplitRows
 		}
 		if lo == 0 {
 			b.specs = append(b.specs, models.Spec{Name: prefix + "norm.weight", Shape: []int{h}})
@@ -222,6 +240,16 @@ func (m *Model) Close() {
 			m.be.Free(b.W)
 		}
 	}
+	for _, ex := range m.headEx {
+		if ex != nil {
+			_ = ex.Close()
+		}
+	}
+	m.headEx = nil
+	for _, t := range m.headCPU {
+		m.headCPUBE.Free(t)
+	}
+	m.headCPU = nil
 	for _, t := range []backend.Tensor{m.Embed, m.Norm, m.embedFeed} {
 		if t != nil {
 			m.be.Free(t)
@@ -257,4 +285,13 @@ func (m *Model) gatherHost(dst backend.Tensor, ids []int32) error {
 		}
 	}
 	return m.be.Upload(dst, out)
+}
+
+// HeadUnits are the LM head blocks' units, in order.
+func HeadUnits(blocks []*HeadBlock) []*models.Unit {
+	out := make([]*models.Unit, len(blocks))
+	for i, b := range blocks {
+		out[i] = b.Unit
+	}
+	return out
 }

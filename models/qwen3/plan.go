@@ -48,21 +48,25 @@ func PlanLayer(c *configs.Qwen3, m placement.Module, index int, g placement.Geom
 // decoder layers (module placement.VLM) and the LM head cut into blocks of
 // rows no larger than limit bytes (the largest other unit, so that the
 // DFB slots are sized by a layer's part rather than by the head; 0: the
-// model's own largest part). The head's blocks are computed in the
-// prefill (the last row) and in every decode step.
-func PlanText(c *configs.Qwen3, g placement.Geometry, limit int64) []placement.Unit {
+// model's own largest part). The head's blocks are computed in every
+// prefill pass (the last row of each chunk) and in every decode step;
+// with splitHead, the blocks after the first (which holds the norm) split
+// their rows between the CPU and the GPU (Model.headSplit).
+func PlanText(c *configs.Qwen3, g placement.Geometry, limit int64, splitHead bool) []placement.Unit {
 	emb := models.PlanUnit(placement.ID{Module: placement.Embedding}, []models.Spec{
 		{Name: "embed_tokens.weight", Shape: []int{c.VocabSize, c.HiddenSize}, Table: true},
 	}, 0, func(ts []placement.Tensor) []placement.Work {
 		// The embedding's work is the host's share of a pass: gathering
 		// rows, uploads, reading the logits and sampling (a profile's
 		// "embedding" entries measure it).
-		return []placement.Work{g.Work(placement.StagePrefill, ts, g.Prompt, 0), g.Work(placement.StageDecode, ts, 1, 0)}
+		return []placement.Work{g.Work(placement.StagePrefill, ts, g.Chunk, 0), g.Work(placement.StageDecode, ts, 1, 0)}
 	})
 	emb.HostOnly = true
 	out := []placement.Unit{emb}
 	stages := []StageRows{
-		{Stage: placement.StagePrefill, Rows: g.Prompt, Keys: float64(g.Prompt) / 2},
+		// A chunk of C rows at offset i·C attends to i·C + C/2 keys on
+		// average: over the prompt's passes, half the prompt.
+		{Stage: placement.StagePrefill, Rows: g.Chunk, Keys: float64(g.Prompt) / 2},
 		{Stage: placement.StageDecode, Rows: 1, Keys: g.DecodeCtx},
 	}
 	for i := range c.NumHiddenLayers {
@@ -74,7 +78,11 @@ func PlanText(c *configs.Qwen3, g placement.Geometry, limit int64) []placement.U
 		}
 	}
 	for b, blk := range headSpecs(c, HeadBlocksFor(c, limit), "", "lm_head.weight") {
-		out = append(out, models.PlanUnit(placement.ID{Module: placement.LMHead, Index: b}, blk.specs, 0,
+		split := 0
+		if splitHead && b > 0 {
+			split = blk.rows
+		}
+		out = append(out, models.PlanUnit(placement.ID{Module: placement.LMHead, Index: b}, blk.specs, split,
 			func(ts []placement.Tensor) []placement.Work {
 				return []placement.Work{g.Work(placement.StagePrefill, ts, 1, 0), g.Work(placement.StageDecode, ts, 1, 0)}
 			}))

@@ -159,7 +159,7 @@ func (s *Session) Close() {
 // new position when all is set ([len(ids), vocab] row-major), else for the
 // last one only ([vocab]).
 func (s *Session) Forward(ctx context.Context, ids []int32, all bool) ([]float32, error) {
-	m, c := s.m, s.m.Config
+	m := s.m
 	T := len(ids)
 	if T == 0 {
 		return nil, fmt.Errorf("qwen3: no tokens: %w", models.ErrBadInput)
@@ -167,12 +167,25 @@ func (s *Session) Forward(ctx context.Context, ids []int32, all bool) ([]float32
 	if s.len+T > s.cap {
 		return nil, fmt.Errorf("qwen3: %d tokens after %d do not fit the session's %d: %w", T, s.len, s.cap, models.ErrBadInput)
 	}
-	x, err := m.EmbedTokens(ids)
+	x, err := s.forwardHidden(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
 	defer m.be.Free(x)
-	half := c.HeadDim / 2
+	return m.Logits(x, all)
+}
+
+// forwardHidden appends ids to the sequence and returns the last layer's
+// output for them ([len(ids), hidden], before the final norm), a new
+// tensor the caller frees.
+func (s *Session) forwardHidden(ctx context.Context, ids []int32) (backend.Tensor, error) {
+	m := s.m
+	T := len(ids)
+	x, err := m.EmbedTokens(ids)
+	if err != nil {
+		return nil, err
+	}
+	half := m.Config.HeadDim / 2
 	cos, sin := make([]float32, T*half), make([]float32, T*half)
 	pos := make([]int, T)
 	for i := range pos {
@@ -180,9 +193,10 @@ func (s *Session) Forward(ctx context.Context, ids []int32, all bool) ([]float32
 	}
 	models.RopeTables(cos, sin, pos, m.invFreq)
 	if err := s.ForwardEmbedded(ctx, x, cos, sin, nil); err != nil {
+		m.be.Free(x)
 		return nil, err
 	}
-	return m.Logits(x, all)
+	return x, nil
 }
 
 // ForwardEmbedded runs the decoder layers over x [T, hidden], the embedded
@@ -441,11 +455,137 @@ func (m *Model) headBlock(i int, b *HeadBlock, h, x, dst backend.Tensor) error {
 				return fmt.Errorf("qwen3: final norm: %w", err)
 			}
 		}
+		if sp := b.Unit.Split(); sp != nil {
+			if err := m.headSplit(i, b, h, dst, sp); err != nil {
+				return fmt.Errorf("qwen3: lm head rows [%d, %d) split with the CPU: %w", b.Lo, b.Lo+b.Rows, err)
+			}
+			return nil
+		}
 		if err := m.be.MatMul(dst, h, b.W, nil); err != nil {
 			return fmt.Errorf("qwen3: lm head rows [%d, %d): %w", b.Lo, b.Lo+b.Rows, err)
 		}
 		return nil
 	})
+}
+
+// headSplit runs LM head block i (not the first: its h is the first
+// block's norm, computed on the GPU) with the CPU computing the logits of
+// its first sp.CPU rows (all of them when sp.Whole) from the host weights
+// and the GPU the rest from its share, which b.W is bound to: the GPU
+// hands h to the CPU engine, computes its columns of dst, and takes the
+// CPU's columns after it. One row only (a decode step, a prompt's last
+// position). Each logit is one float32 sum either way; the CPU's products
+// round h to bf16 as the GPU's do.
+func (m *Model) headSplit(i int, b *HeadBlock, h, dst backend.Tensor, sp *models.Split) error {
+	if rows, _ := backend.Matrix(h); rows != 1 || i == 0 {
+		return fmt.Errorf("block %d of %d rows: only a one-row product of a block after the first splits", i, rows)
+	}
+	mm, ok := sp.Backend.(backend.ShardMatMul)
+	if !ok {
+		return fmt.Errorf("the CPU engine's %s backend computes no matrix share", sp.Backend.Name())
+	}
+	if len(sp.Host) != 1 {
+		return fmt.Errorf("the CPU has %d of the block's 1 tensor", len(sp.Host))
+	}
+	ex, cx, cy, err := m.headExchange(i, b, sp.Backend)
+	if err != nil {
+		return err
+	}
+	cut := sp.CPU
+	if sp.Whole {
+		cut = b.Rows
+	}
+	hidden := m.Config.HiddenSize
+	t, err := ex.Send(h)
+	if err != nil {
+		return err
+	}
+	cbe := sp.Backend
+	err = sp.Offload(func(computing func()) error {
+		err := ex.Wait(context.Background(), t)
+		computing()
+		var y backend.Tensor
+		if err == nil {
+			err = cbe.Upload(cx, ex.Out()[:hidden])
+		}
+		if err == nil {
+			y, err = columns(cbe, cy, 0, cut)
+		}
+		if err == nil {
+			err = mm.MatMulShare(y, cx, sp.Host[0], 0, cut)
+		}
+		var v []float32
+		if err == nil {
+			v, err = cbe.Download(y)
+		}
+		in := ex.In()[:cut]
+		if err == nil {
+			copy(in, v)
+		} else {
+			clear(in) // a result goes back anyway: the device waits for it
+		}
+		return errors.Join(err, ex.Post(t))
+	})
+	if err != nil {
+		return err
+	}
+	if err := sp.Ready(); err != nil {
+		return err
+	}
+	if !sp.Whole {
+		rest, err := columns(m.be, dst, cut, b.Rows-cut)
+		if err != nil {
+			return err
+		}
+		if err := m.be.MatMul(rest, h, b.W, nil); err != nil {
+			return err
+		}
+	}
+	mine, err := columns(m.be, dst, 0, cut)
+	if err != nil {
+		return err
+	}
+	return sp.Join(func() error { return ex.Receive(mine, t, false) })
+}
+
+// headExchange is block i's hand-off to the CPU engine on cpu (one per
+// block: a block's Receive may be queued after the next block's Send),
+// and the CPU's h [1, hidden] and logits [1, largest block], made on
+// first use.
+func (m *Model) headExchange(i int, b *HeadBlock, cpu backend.Backend) (backend.Exchange, backend.Tensor, backend.Tensor, error) {
+	hidden := m.Config.HiddenSize
+	if m.headEx == nil {
+		m.headEx = make([]backend.Exchange, len(m.Head))
+	}
+	if m.headEx[i] == nil {
+		hx, ok := m.be.(backend.HostExchange)
+		if !ok {
+			return nil, nil, nil, fmt.Errorf("the %s backend cannot hand activations to the CPU", m.be.Name())
+		}
+		ex, err := hx.NewExchange(hidden, b.Rows)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("hand-off to the CPU: %w", err)
+		}
+		m.headEx[i] = ex
+	}
+	if m.headCPU == nil || m.headCPUBE != cpu {
+		for _, t := range m.headCPU {
+			m.headCPUBE.Free(t)
+		}
+		m.headCPU, m.headCPUBE = nil, cpu
+		widest := 0
+		for _, hb := range m.Head {
+			widest = max(widest, hb.Rows)
+		}
+		for _, cols := range []int{hidden, widest} {
+			t, err := cpu.Alloc("activations", tensor.F32, 1, cols)
+			if err != nil {
+				return nil, nil, nil, fmt.Errorf("the CPU's activations: %w", err)
+			}
+			m.headCPU = append(m.headCPU, t)
+		}
+	}
+	return m.headEx[i], m.headCPU[0], m.headCPU[1], nil
 }
 
 // columns is the view of columns [lo, lo+n) of a one-row matrix t.

@@ -123,8 +123,8 @@ func checkSplit(t *testing.T, be backend.Backend, engines []splitEngine) {
 					sp := &models.Split{CPU: c, Whole: c == ff, Backend: engine, Host: host,
 						Ready: func() error { return nil }, Join: func(fn func() error) error { return fn() }}
 					errc := make(chan error, 1)
-					sp.Offload = func(task func() error) error {
-						go func() { errc <- task() }()
+					sp.Offload = func(task func(func()) error) error {
+						go func() { errc <- task(func() {}) }()
 						return nil
 					}
 					if !sp.Whole {

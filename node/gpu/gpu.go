@@ -83,3 +83,30 @@ func ThrottleReasons(mask uint64) []string {
 	}
 	return out
 }
+
+// DefaultAutoHysteresis is how much more than its budget --budget auto
+// must find available before it grows: a neighbour whose memory jitters
+// by less does not make the node re-plan.
+const DefaultAutoHysteresis = 1 << 30 // 1 GiB
+
+// NextAutoBudget decides --budget auto's budget after one sample of the
+// GPU: free is its free memory and held the memory this process holds on
+// it (both NVML's), so the node could use free + held − reserve. When
+// that is below the current budget (another process took memory) the
+// budget shrinks to it at once; when it is more than hysteresis above, the
+// budget grows to it; otherwise it stays (change false). current 0 is an
+// unlimited budget, which any figure shrinks. It fails, keeping the
+// budget, when nothing is left beyond the reserve.
+func NextAutoBudget(current, free, held, reserve, hysteresis uint64) (next uint64, change bool, err error) {
+	avail, err := AutoBudget(free+held, reserve)
+	if err != nil {
+		return current, false, err
+	}
+	switch {
+	case current == 0 || avail < current:
+		return avail, true, nil
+	case avail-current > hysteresis:
+		return avail, true, nil
+	}
+	return current, false, nil
+}

@@ -86,3 +86,34 @@ func TestNVML(t *testing.T) {
 	_, err = OpenNVML(1 << 20)
 	assert.ErrorContains(t, err, "no GPU")
 }
+
+func TestNextAutoBudget(t *testing.T) {
+	const G = 1 << 30
+	for _, c := range []struct {
+		name                      string
+		current, free, held, hyst uint64
+		next                      uint64
+		change                    bool
+		err                       string
+	}{
+		{"as planned", 8 * G, 1 * G, 8 * G, G, 8 * G, false, ""},
+		{"a neighbour took 3 GiB", 8 * G, 1 * G, 5 * G, G, 5 * G, true, ""},
+		{"a little more free: within the hysteresis", 8 * G, 1*G + G/2, 8 * G, G, 8 * G, false, ""},
+		{"exactly the hysteresis more: no change", 8 * G, 2 * G, 8 * G, G, 8 * G, false, ""},
+		{"more than the hysteresis: grow", 8 * G, 4 * G, 8 * G, G, 11 * G, true, ""},
+		{"idle node holding less than its budget", 8 * G, 3 * G, 6 * G, G, 8 * G, false, ""},
+		{"unlimited takes any figure", 0, 100 * G, 2 * G, G, 101 * G, true, ""},
+		{"nothing beyond the reserve", 8 * G, 0, G, G, 8 * G, false, "not more than the"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			next, change, err := NextAutoBudget(c.current, c.free, c.held, G, c.hyst)
+			if c.err != "" {
+				assert.ErrorContains(t, err, c.err)
+			} else {
+				assert.NoError(t, err)
+			}
+			assert.Equal(t, c.next, next)
+			assert.Equal(t, c.change, change)
+		})
+	}
+}

@@ -315,3 +315,43 @@ func ToEgoFrame(world []WorldPose) []msgs.EgoPose {
 	}
 	return out
 }
+
+// ClipFolders returns the clip folders under dir: dir itself when it is a
+// clip folder (it holds a folder of one of cameras, or an ego.csv),
+// otherwise its subfolders that are, by name. It fails when there are
+// none.
+func ClipFolders(dir string, cameras []string) ([]string, error) {
+	if isClipFolder(dir, cameras) {
+		return []string{dir}, nil
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	var out []string
+	for _, e := range entries { // by file name
+		sub := filepath.Join(dir, e.Name())
+		if e.IsDir() && isClipFolder(sub, cameras) {
+			out = append(out, sub)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("replay: %s is neither a clip folder nor a folder of clip folders: no folder of cameras %s and no %s, in it or in its subfolders",
+			dir, strings.Join(cameras, ", "), EgoFile)
+	}
+	return out, nil
+}
+
+// isClipFolder says whether dir looks like a clip folder: a camera's
+// folder or an ego.csv in it.
+func isClipFolder(dir string, cameras []string) bool {
+	if st, err := os.Stat(filepath.Join(dir, EgoFile)); err == nil && !st.IsDir() {
+		return true
+	}
+	for _, c := range cameras {
+		if st, err := os.Stat(filepath.Join(dir, c)); err == nil && st.IsDir() {
+			return true
+		}
+	}
+	return false
+}

@@ -48,12 +48,25 @@ type Config struct {
 	// own; requests carry their frames (Explicit is implied) and frames are
 	// not published on the frame subjects.
 	Jobs *node.JobClient
+	// IDPrefix starts every request id, followed by the request's number
+	// in the clip; "" means "replay-". Clips played at once into one node
+	// (PlayMany) each take their own.
+	IDPrefix string
+	// RetryOverloaded sends a request answered overloaded again, after a
+	// pause that doubles from 50 ms to 1 s, until Timeout has passed since
+	// it was first sent: offline evaluation wants every request answered,
+	// and a node whose queue is full says so (Summary.Retries counts them).
+	RetryOverloaded bool
 
 	Progress io.Writer // a progress bar is drawn here; nil: none
 	// OnPlan, when set, is called with every plan received and its round
 	// trip, from the goroutine that received it (serialized with the
 	// summary's updates).
 	OnPlan func(plan *msgs.Plan, rtt time.Duration)
+	// OnError, when set, is called with every request that failed: its
+	// id, the code (the protocol's, or the client's ErrTimeout …) and the
+	// message, serialized as OnPlan.
+	OnError func(id, code, message string)
 }
 
 // Client-side outcomes of a request, counted in Summary.Errors beside the
@@ -112,6 +125,9 @@ func newPlayer(nc *nats.Conn, src Source, cfg Config) (*player, error) {
 	}
 	if cfg.Jobs != nil {
 		cfg.Explicit = true
+	}
+	if cfg.IDPrefix == "" {
+		cfg.IDPrefix = "replay-"
 	}
 	store, err := ingest.New(ingest.Config{
 		Cameras: cfg.Info.Cameras, FramesPerCamera: cfg.Info.FramesPerCamera, Period: cfg.Info.FramePeriod,
@@ -281,7 +297,7 @@ func (p *player) request(ctx context.Context, clip *msgs.InferRequest) {
 	case p.cfg.Fast:
 		if !p.cfg.Explicit {
 			if err := p.refresh(); err != nil {
-				p.count(func(s *Summary) { s.fail(ErrClient, err.Error()) })
+				p.failed(req.ID, ErrClient, err.Error())
 				return
 			}
 		}
@@ -300,9 +316,9 @@ func (p *player) request(ctx context.Context, clip *msgs.InferRequest) {
 // reports false, having counted why, when the request cannot be sent.
 func (p *player) build(clip *msgs.InferRequest) (*msgs.InferRequest, []byte, bool) {
 	p.requestSeq++
-	id := fmt.Sprintf("replay-%d", p.requestSeq)
+	id := fmt.Sprintf("%s%d", p.cfg.IDPrefix, p.requestSeq)
 	if p.cfg.Jobs != nil {
-		id = p.cfg.Jobs.ID(fmt.Sprint(p.requestSeq))
+		id = p.cfg.Jobs.ID(id)
 	}
 	req := &msgs.InferRequest{
 		ID: id, Prompt: clip.Prompt,
@@ -333,14 +349,12 @@ func (p *player) build(clip *msgs.InferRequest) (*msgs.InferRequest, []byte, boo
 	}
 	data, err := msgs.Marshal(req)
 	if err != nil {
-		p.count(func(s *Summary) { s.fail(ErrClient, err.Error()) })
+		p.failed(id, ErrClient, err.Error())
 		return nil, nil, false
 	}
 	p.count(func(s *Summary) { s.Requests++ })
 	if max := p.nc.MaxPayload(); int64(len(data)) > max {
-		p.count(func(s *Summary) {
-			s.fail(ErrMaxPayload, fmt.Sprintf("a request of %d bytes exceeds the server's max_payload of %d bytes: start the node with a larger --max-payload, or replay with use_latest", len(data), max))
-		})
+		p.failed(id, ErrMaxPayload, fmt.Sprintf("a request of %d bytes exceeds the server's max_payload of %d bytes: start the node with a larger --max-payload, or replay with use_latest", len(data), max))
 		return nil, nil, false
 	}
 	return req, data, true
@@ -355,15 +369,15 @@ func (p *player) send(ctx context.Context, req *msgs.InferRequest, data []byte) 
 	var plan *msgs.Plan
 	var e *msgs.Error
 	var err, unreadable error
-	if p.cfg.Jobs != nil {
-		if err = p.cfg.Jobs.Submit(rctx, req); err == nil {
-			plan, e, err = p.cfg.Jobs.Wait(rctx, req.ID)
+	for pause := retryFirst; ; pause = min(2*pause, retryMax) {
+		plan, e, err, unreadable = p.exchange(rctx, req, data)
+		if !p.cfg.RetryOverloaded || err != nil || e == nil || e.Err.Code != msgs.CodeOverloaded {
+			break
 		}
-	} else {
-		var m *nats.Msg
-		if m, err = p.nc.RequestWithContext(rctx, p.cfg.Subject, data); err == nil {
-			plan, e, unreadable = msgs.DecodeReply(m.Data)
+		if sleepUntil(rctx, time.Now().Add(pause)) != nil {
+			break // answered overloaded until the timeout: that is the outcome
 		}
+		p.count(func(s *Summary) { s.Retries++ })
 	}
 	rtt := time.Since(start)
 	if err != nil {
@@ -376,15 +390,15 @@ func (p *player) send(ctx context.Context, req *msgs.InferRequest, data []byte) 
 		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 			kind, msg = ErrTimeout, fmt.Sprintf("no answer within %v (--timeout)", p.cfg.Timeout)
 		}
-		p.count(func(s *Summary) { s.fail(kind, msg) })
+		p.failed(req.ID, kind, msg)
 		return
 	}
 	p.count(func(s *Summary) {
 		switch {
 		case unreadable != nil:
-			s.fail(ErrClient, "unreadable reply: "+unreadable.Error())
+			p.failLocked(s, req.ID, ErrClient, "unreadable reply: "+unreadable.Error())
 		case e != nil:
-			s.fail(string(e.Err.Code), e.Err.Message)
+			p.failLocked(s, req.ID, string(e.Err.Code), e.Err.Message)
 		default:
 			s.addPlan(plan, rtt)
 			if p.cfg.OnPlan != nil {
@@ -392,6 +406,43 @@ func (p *player) send(ctx context.Context, req *msgs.InferRequest, data []byte) 
 			}
 		}
 	})
+}
+
+// The pauses before a request answered overloaded is sent again
+// (Config.RetryOverloaded).
+const (
+	retryFirst = 50 * time.Millisecond
+	retryMax   = time.Second
+)
+
+// exchange sends the request once (or submits it as a job) and waits for
+// the answer: a plan, an Error, a transport error, or an unreadable reply.
+func (p *player) exchange(ctx context.Context, req *msgs.InferRequest, data []byte) (plan *msgs.Plan, e *msgs.Error, err, unreadable error) {
+	if p.cfg.Jobs != nil {
+		if err = p.cfg.Jobs.Submit(ctx, req); err == nil {
+			plan, e, err = p.cfg.Jobs.Wait(ctx, req.ID)
+		}
+		return plan, e, err, nil
+	}
+	m, err := p.nc.RequestWithContext(ctx, p.cfg.Subject, data)
+	if err != nil {
+		return nil, nil, err, nil
+	}
+	plan, e, unreadable = msgs.DecodeReply(m.Data)
+	return plan, e, nil, unreadable
+}
+
+// failed counts a failed request and reports it to OnError.
+func (p *player) failed(id, code, msg string) {
+	p.count(func(s *Summary) { p.failLocked(s, id, code, msg) })
+}
+
+// failLocked is failed with the summary's lock held.
+func (p *player) failLocked(s *Summary, id, code, msg string) {
+	s.fail(code, msg)
+	if p.cfg.OnError != nil {
+		p.cfg.OnError(id, code, msg)
+	}
 }
 
 // count updates the summary under its lock.

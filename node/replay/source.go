@@ -26,6 +26,13 @@
 // its requests (with their ego history) in recorded order and timing.
 //
 // Video files are not read yet: they need the vision package's decoder.
+//
+// # Many clips
+//
+// PlayMany plays many clips into one node for offline evaluation, several
+// at once, each as fast as the node answers with its frames in every
+// request, and merges their summaries (with plans per second); a clip that
+// fails is recorded and the others go on.
 package replay
 
 import (

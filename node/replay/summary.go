@@ -33,8 +33,58 @@ type Summary struct {
 	// names (request ids, byte counts) are one kind.
 	Distinct []ErrorKind
 	Elapsed  time.Duration
+	// Retries counts requests sent again after an overloaded answer
+	// (Config.RetryOverloaded).
+	Retries int
+	// Clips is the number of clips played (PlayMany); 0 for one clip
+	// played by Play. FailedClips are those that could not be opened or
+	// stopped early, in the order they failed.
+	Clips       int
+	FailedClips []ClipFailure
 
 	kinds map[string]int // the index in Distinct of each kind's key
+}
+
+// ClipFailure is a clip that could not be played to its end.
+type ClipFailure struct {
+	Clip  string `json:"clip"`
+	Error string `json:"error"`
+}
+
+// PlansPerSecond is the plans received per second of the replay's wall
+// time (0 before any time has passed).
+func (s *Summary) PlansPerSecond() float64 {
+	if s.Elapsed <= 0 {
+		return 0
+	}
+	return float64(s.Plans) / s.Elapsed.Seconds()
+}
+
+// merge adds o's counts, errors and latencies to s (the elapsed time is
+// the caller's: clips played at once overlap).
+func (s *Summary) merge(o *Summary) {
+	s.Frames += o.Frames
+	s.Requests += o.Requests
+	s.Plans += o.Plans
+	s.RecordedPlans += o.RecordedPlans
+	s.Invalid += o.Invalid
+	s.Retries += o.Retries
+	for k, v := range o.Skipped {
+		s.Skipped[k] += v
+	}
+	for st, xs := range o.Latency {
+		s.Latency[st] = append(s.Latency[st], xs...)
+	}
+	for _, k := range o.Distinct {
+		s.Errors[k.Code] += k.Count
+		key := k.Code + "\x00" + variable.ReplaceAllString(k.Example, "#")
+		if i, ok := s.kinds[key]; ok {
+			s.Distinct[i].Count += k.Count
+			continue
+		}
+		s.kinds[key] = len(s.Distinct)
+		s.Distinct = append(s.Distinct, k)
+	}
 }
 
 // ErrorKind is one kind of error a replay met.
@@ -115,7 +165,16 @@ func Percentile(xs []float64, p float64) float64 {
 // with its count, and the latency percentiles.
 func (s *Summary) Write(w io.Writer) {
 	fmt.Fprintf(w, "replayed %d frames and %d requests in %v (%s)\n", s.Frames, s.Requests, s.Elapsed.Round(time.Millisecond), s.Mode)
-	fmt.Fprintf(w, "plans: %d\n", s.Plans)
+	if s.Clips > 0 {
+		fmt.Fprintf(w, "clips: %d, failed: %d\n", s.Clips, len(s.FailedClips))
+		for _, f := range s.FailedClips {
+			fmt.Fprintf(w, "  %s: %s\n", f.Clip, f.Error)
+		}
+	}
+	fmt.Fprintf(w, "plans: %d (%.3f plans/s)\n", s.Plans, s.PlansPerSecond())
+	if s.Retries > 0 {
+		fmt.Fprintf(w, "requests sent again after an overloaded answer: %d\n", s.Retries)
+	}
 	fmt.Fprintf(w, "errors: %d%s\n", s.ErrorCount(), countsLine(s.Errors))
 	for _, k := range s.Distinct {
 		fmt.Fprintf(w, "  %d × %s: %s\n", k.Count, k.Code, k.Example)
@@ -157,6 +216,10 @@ type summaryJSON struct {
 	RecordedPlans int                     `json:"recorded_plans,omitempty"`
 	Invalid       int                     `json:"unreadable_recorded,omitempty"`
 	ElapsedS      float64                 `json:"elapsed_s"`
+	PlansPerS     float64                 `json:"plans_per_s"`
+	Retries       int                     `json:"retries,omitempty"`
+	Clips         int                     `json:"clips,omitempty"`
+	FailedClips   []ClipFailure           `json:"failed_clips,omitempty"`
 	LatencyMs     map[string]latencyStats `json:"latency_ms"`
 }
 
@@ -177,7 +240,8 @@ func (s *Summary) JSON() any {
 	out := summaryJSON{
 		Mode: s.Mode, Frames: s.Frames, Requests: s.Requests, Plans: s.Plans, Errors: s.Errors,
 		Distinct: s.Distinct, Skipped: s.Skipped, RecordedPlans: s.RecordedPlans, Invalid: s.Invalid,
-		ElapsedS: s.Elapsed.Seconds(), LatencyMs: map[string]latencyStats{},
+		ElapsedS: s.Elapsed.Seconds(), PlansPerS: s.PlansPerSecond(), Retries: s.Retries,
+		Clips: s.Clips, FailedClips: s.FailedClips, LatencyMs: map[string]latencyStats{},
 	}
 	if out.Distinct == nil {
 		out.Distinct = []ErrorKind{}

@@ -27,6 +27,13 @@ func Arch(tb testing.TB, arch synth.Arch) *residency.Arch {
 	for _, f := range files {
 		byPath[f.Path] = f.Data
 	}
+	if arch == synth.Qwen3_8B || arch == synth.Qwen3Tiny {
+		c, err := configs.ParseQwen3(byPath["config.json"])
+		if err != nil {
+			tb.Fatalf("residencytest: %s: %v", arch, err)
+		}
+		return residency.Qwen3Arch(c)
+	}
 	if arch == synth.Qwen3VL8B {
 		vl, err := configs.ParseQwen3VL(byPath["config.json"])
 		if err != nil {

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"vlanode/layering"
+	"vlanode/models/alpamayo"
+	"vlanode/placement"
+	"vlanode/residency"
+)
+
+// coexecSample is what the executor measured of the CPU engine and the
+// copy stream in one stage of a co-executed inference.
+type coexecSample struct {
+	Stage     placement.Stage
+	Rows      int     // the stage's rows a pass (its CPU tier)
+	Tasks     int     // CPU tasks run
+	CPUMs     float64 // their compute, from each input's arrival to its result
+	CPUBytes  int64   // the weights they read
+	CopyMs    float64 // the copy stream's busy time
+	CopyBytes int64   // what it copied (slots and homes)
+}
+
+// sampleStage sums the turns of stage s (passes named "s" or "s.N") of a
+// profiled inference, with the bytes from the plan it ran: passes is the
+// number of the stage's passes that ran (a decode may stop early).
+func sampleStage(plan *residency.Plan, s placement.Stage, turns []layering.Turn, passes int) (coexecSample, error) {
+	sp, ok := plan.Stage(s)
+	if !ok {
+		return coexecSample{}, fmt.Errorf("the plan has no stage %s", s)
+	}
+	out := coexecSample{Stage: s, Rows: sp.Rows,
+		CPUBytes:  sp.CPUBytes * int64(passes),
+		CopyBytes: sp.StreamedBytes*int64(passes) + sp.EnterBytes}
+	for _, t := range turns {
+		if stageOf(t.Pass) != string(s) {
+			continue
+		}
+		if t.Slot != layering.NoSlot {
+			out.CopyMs += t.CopyMs
+		}
+		if t.CPU != nil {
+			out.Tasks++
+			out.CPUMs += t.CPU.Ms
+		}
+	}
+	if out.Tasks == 0 || out.CPUBytes == 0 {
+		return out, fmt.Errorf("the CPU computed nothing in stage %s: calibrate at a budget whose plan gives it shares there", s)
+	}
+	if out.CopyMs <= 0 || out.CopyBytes == 0 {
+		return out, fmt.Errorf("nothing was copied in stage %s", s)
+	}
+	return out, nil
+}
+
+// apply sets the CPU section's rate for the sample's tier (the tier
+// whose rows are nearest: the one the planner reads for it), scaling its
+// compute roof with it, and the copy rate while the CPU computes to what
+// the executor measured: the rate from the compute time less the tier's
+// cost per call, the copy rate from the copy stream's busy time. It returns what changed, for the log and the
+// profile's source.
+func (s coexecSample) apply(c *residency.CPUProfile) (string, error) {
+	if c == nil || len(c.Rates) == 0 {
+		return "", errors.New("the profile has no CPU section to calibrate (vlanode profile --cpu-only first)")
+	}
+	best := 0
+	for i, r := range c.Rates {
+		if abs(r.Rows-s.Rows) < abs(c.Rates[best].Rows-s.Rows) {
+			best = i
+		}
+	}
+	r := &c.Rates[best]
+	compute := s.CPUMs - float64(s.Tasks)*r.CallMs
+	if compute <= 0 {
+		return "", fmt.Errorf("stage %s: %d CPU tasks took %.3f ms, less than their cost per call (%.3f ms each)", s.Stage, s.Tasks, s.CPUMs, r.CallMs)
+	}
+	gbps := float64(s.CPUBytes) / (compute * 1e6)
+	h2d := float64(s.CopyBytes) / (s.CopyMs * 1e6)
+	note := fmt.Sprintf("%d-row rate %.1f → %.1f GB/s (%d tasks, %.1f ms, %.2f GB), copies while it computes %.1f → %.1f GB/s (%.2f GB in %.1f ms)",
+		r.Rows, r.GBps, gbps, s.Tasks, s.CPUMs, float64(s.CPUBytes)/1e9, c.H2DBusyGBps, h2d, float64(s.CopyBytes)/1e9, s.CopyMs)
+	// The tier's compute roof moves with it: the loop measured both from
+	// the same calls, and at few rows its FLOP rate is its byte rate in
+	// FLOPs (a roof left behind would cap the new rate: CPUProfile.Ms).
+	r.TFLOPs *= gbps / r.GBps
+	r.GBps, c.H2DBusyGBps = gbps, h2d
+	return note, nil
+}
+
+func abs(x int) int { return max(x, -x) }
+
+// calibrateEntries adds to each stage's entry cost (Profile.StageEntryMs)
+// the difference between its measured time and the plan's prediction, for
+// the stages the plan gives the GPU alone and that copy anything: there the
+// simulation's figures are measured ones, and what it misses is the
+// stage's host work and its first copies (a co-executed stage's difference
+// is the CPU figures', which the CPU calibration takes). It returns the
+// entry costs for the log.
+func calibrateEntries(p *residency.Profile, plan *residency.Plan, t alpamayo.Timing) string {
+	measured := map[placement.Stage]time.Duration{placement.StageVision: t.Vision, placement.StagePrefill: t.Prefill,
+		placement.StageDecode: t.Decode, placement.StageDiffusion: t.Diffusion}
+	if p.StageEntryMs == nil {
+		p.StageEntryMs = map[placement.Stage]float64{}
+	}
+	var parts []string
+	for _, sp := range plan.Stages {
+		if sp.Kind != residency.GPUOnly || sp.StreamedBytes+sp.EnterBytes == 0 {
+			continue
+		}
+		d := float64(measured[sp.Stage])/1e6 - sp.PredictedMs
+		p.StageEntryMs[sp.Stage] += d
+		parts = append(parts, fmt.Sprintf("%s %+.1f → %.1f ms", sp.Stage, d, p.StageEntryMs[sp.Stage]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// calibrateCPU measures the CPU engine where the planner uses it: it
+// loads the checkpoint within budget with profile p, runs the standard
+// workload (a warm-up, one inference timed per stage, then one with every
+// copy, compute and CPU task timed), and sets p's decode-tier CPU rate and
+// its copy rate while the CPU computes to what the executor measured, and
+// the entry costs of the stages the GPU computes alone (calibrateEntries); rounds times, re-planning
+// with the new figures each round (a larger CPU share changes the
+// contention it measures). The install-time figures (measureCPU: the
+// kernels in a loop beside copies that never pause) differ from the
+// executor's, where each engine idles part of the time: on the H200 of
+// 2026-12-01 the engine read 77–83 GB/s in the executor against 58.9 in
+// the loop, and the copies ran at 48.5 GB/s against 52.3.
+func calibrateCPU(ctx context.Context, p *residency.Profile, spec budgetSpec, rounds int, from string, log io.Writer) error {
+	tmp, err := os.CreateTemp("", "vlanode-calibrate-*.json")
+	if err != nil {
+		return err
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	var notes []string
+	var entries string
+	spec.layers.profile = from
+	for round := range rounds {
+		bm, err := loadBudgeted(spec, log)
+		if err != nil {
+			return err
+		}
+		sample, err := func() (coexecSample, error) {
+			defer bm.Close()
+			req := standardRequest(bm.model, placement.StandardWorkload())
+			if _, err := bm.model.Infer(ctx, req); err != nil {
+				return coexecSample{}, fmt.Errorf("warm-up: %w", err)
+			}
+			plain, err := bm.model.Infer(ctx, req)
+			if err != nil {
+				return coexecSample{}, fmt.Errorf("timed inference: %w", err)
+			}
+			entries = calibrateEntries(p, bm.plan, plain.Timing)
+			bm.model.SetProfiling(true)
+			res, err := bm.model.Infer(ctx, req)
+			bm.model.SetProfiling(false)
+			if err != nil {
+				return coexecSample{}, fmt.Errorf("timed inference: %w", err)
+			}
+			if res.Layers == nil {
+				return coexecSample{}, errors.New("the inference ran no layered plan")
+			}
+			return sampleStage(bm.plan, placement.StageDecode, res.Layers.Turns, res.CachedTokens-res.PromptTokens)
+		}()
+		if err != nil {
+			return err
+		}
+		note, err := sample.apply(p.CPU)
+		if err != nil {
+			return err
+		}
+		note += "; stage entry " + entries
+		fmt.Fprintf(log, "vlanode profile: calibration round %d at %s: %s\n", round+1, budgetText(spec.budget), note)
+		notes = append(notes, note)
+		if round+1 < rounds {
+			// The next round plans with these figures.
+			if err := writeProfile(p, tmp.Name(), io.Discard, io.Discard); err != nil {
+				return err
+			}
+			spec.layers.profile = tmp.Name()
+		}
+	}
+	p.CPU.Source += fmt.Sprintf("; calibrated in the executor (vlanode profile --calibrate %s, %s): %s",
+		budgetText(spec.budget), time.Now().UTC().Format("2006-01-02"), strings.Join(notes, "; then "))
+	return nil
+}
