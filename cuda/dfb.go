@@ -28,8 +28,11 @@ type DFBDevice struct {
 	b       *Backend
 	streams []driver.Stream // [0] stands for the Backend's stream (not owned)
 	events  []driver.Event
-	slots   []*block
+	slots   []*block // DFB slots, homes' arenas and staging buffers
 	pinned  map[*weights.Blob]unsafe.Pointer
+	// z decodes compressed units (Decoder), made with the first staging
+	// buffer.
+	z *ZDecoder
 }
 
 var _ layering.Device = (*DFBDevice)(nil)
@@ -314,6 +317,10 @@ func (d *DFBDevice) SlotPtr(s layering.Slot) (driver.DevicePtr, error) {
 // and pin of d. Later calls fail.
 func (d *DFBDevice) Close() error {
 	err := d.Synchronize()
+	if d.z != nil {
+		err = errors.Join(err, d.z.Close())
+		d.z = nil
+	}
 	return errors.Join(err, d.b.run(func(g *gpu) error {
 		var errs []error
 		for _, e := range d.events {

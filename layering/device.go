@@ -1,6 +1,9 @@
 package layering
 
-import "vlanode/weights"
+import (
+	"vlanode/weights"
+	"vlanode/weights/bf16z"
+)
 
 // Stream, Event and Slot are handles a Device hands out; they mean
 // nothing to another Device.
@@ -72,4 +75,42 @@ type Device interface {
 	// Elapsed is the time in milliseconds between two recorded events
 	// that have been reached.
 	Elapsed(from, to Event) (float64, error)
+}
+
+// StagingPurpose is the budget purpose the staging buffers of compressed
+// streaming are counted under: the compressed bytes of a unit land there
+// before a decode expands them into its slot or home.
+const StagingPurpose = "z-staging"
+
+// Decoder is implemented by a Device that streams compressed units
+// (bf16z, docs/compression.md): the copy engine moves a unit's compressed
+// bytes into a staging buffer, and a decode on a stream of its own expands
+// them into the unit's slot or home, where every tensor lands at its raw
+// blob's offset. The executor orders the three with events like every
+// other turn.
+type Decoder interface {
+	// AllocStaging allocates a staging buffer of bytes, counted under
+	// StagingPurpose, aligned to weights.Align. CopyAsync copies a
+	// compressed unit's bytes (as a blob) into it; FreeSlot frees it.
+	AllocStaging(bytes int64) (Slot, error)
+	// Decode queues on s the decode of z, whose Data lies at the start of
+	// staging buffer src, into dst from offset off on (z.RawSize bytes).
+	// base numbers its jobs in the failure report (DecodeStatus): the jobs
+	// decoded before it since the last report. A device that decodes at
+	// once (Host) returns a failure here, naming the unit and tile.
+	Decode(dst Slot, off int64, src Slot, z *bf16z.Unit, base int, s Stream) error
+	// DecodeStatus waits for the decodes queued on s and returns what
+	// failed since the last call, then clears it.
+	DecodeStatus(s Stream) (DecodeStatus, error)
+}
+
+// DecodeStatus is what the decodes since the last report found wrong.
+type DecodeStatus struct {
+	// Failed counts the jobs (tiles) that failed; 0 when all decoded.
+	Failed int
+	// FirstJob is the lowest failing job, numbered as Decoder.Decode's
+	// base says; Why says what failed (a checksum, a stream, a job out of
+	// bounds).
+	FirstJob int
+	Why      string
 }

@@ -19,4 +19,12 @@
 // One event per (stream, slot). The copy of turn j+2 is queued right after
 // the compute of turn j, so the copies of the next pass's first units are
 // queued, and overlap, while the current pass's last units compute.
+//
+// A compressed unit (Unit.Z, Unit.ZShares: bf16z) adds a decode stream and
+// staging buffers, a ring of their own in copy order (protocol.go, copyZ;
+// docs/compression.md): the copy moves the compressed bytes into staging k
+// once its last decode has read it, the decode expands them into the slot
+// once the slot's last user has run and records dma-done[s], which the
+// compute waits for as before. Decode failures are read at the end of a
+// run and fail it, naming the unit and tile.
 package layering

@@ -6,6 +6,7 @@ import (
 
 	"vlanode/placement"
 	"vlanode/weights"
+	"vlanode/weights/bf16z"
 )
 
 // Fake is a Device that simulates a GPU with one copy engine and one
@@ -23,13 +24,21 @@ type Fake struct {
 	Exe  func(unit string) float64
 	CPU  func(unit string) float64
 	Hop  float64
+	// Dec is the duration in ms of decoding a compressed unit of raw
+	// bytes into its slot (Decoder), on a decode engine of its own. Nil
+	// means 0.
+	Dec func(unit string, raw int64) float64
 	// SlotBudget, when positive, refuses AllocSlot past that many bytes.
 	SlotBudget int64
+	// Corrupt names units whose decodes report a failed tile (the GPU
+	// kernel's status word), for tests of how failures surface.
+	Corrupt map[string]bool
 
-	// Timeline is every copy and compute, in the order queued.
+	// Timeline is every copy, decode and compute, in the order queued.
 	Timeline []Op
-	// SlotBytes is the bytes of every slot allocated.
-	SlotBytes int64
+	// SlotBytes is the bytes of every slot allocated; StagingBytes of
+	// every staging buffer (AllocStaging).
+	SlotBytes, StagingBytes int64
 
 	streams       []fakeStream
 	events        []fakeEvent
@@ -37,6 +46,9 @@ type Fake struct {
 	pinned        map[*weights.Blob]bool
 	copyFree, exe float64 // when each engine is next free
 	cpuFree       float64 // when the CPU engine is next free
+	decFree       float64 // when the decode engine is next free
+	staging       map[Slot]bool
+	status        DecodeStatus // the decodes' failures since the last DecodeStatus
 }
 
 // OpKind is what an Op did.
@@ -46,7 +58,8 @@ type OpKind string
 const (
 	OpCopy    OpKind = "copy"
 	OpCompute OpKind = "compute"
-	OpCPU     OpKind = "cpu" // a task of the CPU engine
+	OpCPU     OpKind = "cpu"    // a task of the CPU engine
+	OpDecode  OpKind = "decode" // a compressed unit expanded into a slot
 )
 
 // Op is one operation on the Fake's timeline.
@@ -56,9 +69,11 @@ type Op struct {
 	// Unit is the blob's name for a copy, the unit's for a compute.
 	Unit string
 	Slot Slot
-	// Offset is where in the slot a copy writes or a compute reads;
-	// Bytes is what a copy writes.
+	// Offset is where in the slot a copy or a decode writes or a compute
+	// reads; Bytes is what a copy or a decode writes.
 	Offset, Bytes int64
+	// Src is the staging buffer a decode reads (NoSlot for the others).
+	Src Slot
 	// Start and End are in ms from the Fake's creation.
 	Start, End float64
 }
@@ -74,11 +89,15 @@ type fakeEvent struct {
 	recorded bool
 }
 
-var _ Device = (*Fake)(nil)
+var (
+	_ Device  = (*Fake)(nil)
+	_ Decoder = (*Fake)(nil)
+)
 
 // NewFake returns a Fake whose compute stream exists.
 func NewFake(copyMs func(blob string, bytes int64) float64, exeMs func(unit string) float64) *Fake {
-	return &Fake{Copy: copyMs, Exe: exeMs, streams: []fakeStream{{name: "compute"}}, pinned: map[*weights.Blob]bool{}}
+	return &Fake{Copy: copyMs, Exe: exeMs, streams: []fakeStream{{name: "compute"}}, pinned: map[*weights.Blob]bool{},
+		staging: map[Slot]bool{}, status: DecodeStatus{FirstJob: -1}}
 }
 
 // ComputeStream is stream 0, "compute".
@@ -159,9 +178,74 @@ func (f *Fake) FreeSlot(s Slot) error {
 	if s < 0 || int(s) >= len(f.slots) || f.slots[s] == 0 {
 		return fmt.Errorf("fake: no live slot %d", s)
 	}
-	f.SlotBytes -= f.slots[s]
+	if f.staging[s] {
+		f.StagingBytes -= f.slots[s]
+	} else {
+		f.SlotBytes -= f.slots[s]
+	}
 	f.slots[s] = 0
 	return nil
+}
+
+// AllocStaging makes a staging buffer, counted in StagingBytes (and,
+// with the slots, within SlotBudget).
+func (f *Fake) AllocStaging(bytes int64) (Slot, error) {
+	if bytes <= 0 || bytes%weights.Align != 0 {
+		return NoSlot, fmt.Errorf("fake: staging of %d bytes (positive, a multiple of %d)", bytes, weights.Align)
+	}
+	if f.SlotBudget > 0 && f.SlotBytes+f.StagingBytes+bytes > f.SlotBudget {
+		return NoSlot, fmt.Errorf("fake: %s of %d bytes over the budget of %d", StagingPurpose, f.SlotBytes+f.StagingBytes+bytes, f.SlotBudget)
+	}
+	f.slots = append(f.slots, bytes)
+	f.StagingBytes += bytes
+	s := Slot(len(f.slots) - 1)
+	f.staging[s] = true
+	return s, nil
+}
+
+// Decode times the decode of z from staging src into slot dst at off on
+// stream s, on the decode engine, after the decodes before it; a unit
+// named in Corrupt reports its first job failed.
+func (f *Fake) Decode(dst Slot, off int64, src Slot, z *bf16z.Unit, base int, s Stream) error {
+	st, err := f.stream(s)
+	if err != nil {
+		return err
+	}
+	switch {
+	case dst < 0 || int(dst) >= len(f.slots) || f.staging[dst]:
+		return fmt.Errorf("fake: decode into %d, not a slot", dst)
+	case src < 0 || int(src) >= len(f.slots) || !f.staging[src]:
+		return fmt.Errorf("fake: decode from %d, not a staging buffer", src)
+	case off < 0 || off+z.RawSize > f.slots[dst]:
+		return fmt.Errorf("fake: unit %s decodes %d bytes at %d of slot %d (%d bytes)", z.Name, z.RawSize, off, dst, f.slots[dst])
+	case z.Size() > f.slots[src]:
+		return fmt.Errorf("fake: unit %s has %d compressed bytes, staging %d holds %d", z.Name, z.Size(), src, f.slots[src])
+	}
+	d := 0.0
+	if f.Dec != nil {
+		d = f.Dec(z.Name, z.RawSize)
+	}
+	start := max(st.tail, f.decFree)
+	st.tail, f.decFree = start+d, start+d
+	f.Timeline = append(f.Timeline, Op{Kind: OpDecode, Stream: st.name, Unit: z.Name, Slot: dst, Offset: off, Bytes: z.RawSize, Src: src, Start: start, End: start + d})
+	if f.Corrupt[z.Name] {
+		if f.status.Failed == 0 || base < f.status.FirstJob {
+			f.status.FirstJob = base
+		}
+		f.status.Failed++
+		f.status.Why = "checksum mismatch"
+	}
+	return nil
+}
+
+// DecodeStatus returns the failures since the last call and clears them.
+func (f *Fake) DecodeStatus(s Stream) (DecodeStatus, error) {
+	if _, err := f.stream(s); err != nil {
+		return DecodeStatus{}, err
+	}
+	st := f.status
+	f.status = DecodeStatus{FirstJob: -1}
+	return st, nil
 }
 
 // PinHost marks b pinned; pinning twice is an error, as with
@@ -202,7 +286,7 @@ func (f *Fake) queueCopy(st *fakeStream, dst Slot, name string, moved, offset, s
 	}
 	start := max(st.tail, f.copyFree)
 	st.tail, f.copyFree = start+d, start+d
-	f.Timeline = append(f.Timeline, Op{Kind: OpCopy, Stream: st.name, Unit: name, Slot: dst, Offset: offset, Bytes: span, Start: start, End: start + d})
+	f.Timeline = append(f.Timeline, Op{Kind: OpCopy, Stream: st.name, Unit: name, Slot: dst, Offset: offset, Bytes: span, Src: NoSlot, Start: start, End: start + d})
 }
 
 // CopyRectAsync copies a rectangle of a pinned blob into a slot: timed as
@@ -238,7 +322,7 @@ func (f *Fake) HostStart(s Stream, unit placement.ID) error {
 	}
 	start := max(st.tail+f.Hop, f.cpuFree)
 	f.cpuFree = start + d
-	f.Timeline = append(f.Timeline, Op{Kind: OpCPU, Stream: "cpu", Unit: unit.String(), Slot: NoSlot, Start: start, End: start + d})
+	f.Timeline = append(f.Timeline, Op{Kind: OpCPU, Stream: "cpu", Unit: unit.String(), Slot: NoSlot, Src: NoSlot, Start: start, End: start + d})
 	return nil
 }
 
@@ -274,7 +358,7 @@ func (f *Fake) Launch(s Stream, c Compute) error {
 	}
 	start := max(st.tail, f.exe)
 	st.tail, f.exe = start+d, start+d
-	f.Timeline = append(f.Timeline, Op{Kind: OpCompute, Stream: st.name, Unit: c.Unit, Slot: c.Slot, Offset: c.Offset, Start: start, End: start + d})
+	f.Timeline = append(f.Timeline, Op{Kind: OpCompute, Stream: st.name, Unit: c.Unit, Slot: c.Slot, Offset: c.Offset, Src: NoSlot, Start: start, End: start + d})
 	return nil
 }
 
@@ -300,21 +384,50 @@ func (f *Fake) Elapsed(from, to Event) (float64, error) {
 // Verify checks the DFB invariants on the timeline: every compute that
 // reads a slot finds there, at its offset and from its start to its end,
 // the blob of its own unit (blobs are named as their units), fully
-// copied, and no copy into those bytes in flight. The bytes a compute
-// reads are those its unit's last copy to its offset wrote (a home in an
-// arena is one range of it; the GPU's share of a split unit, copied as
-// rectangles, is checked by its first).
+// written by a copy or a decode, and no copy or decode into those bytes
+// in flight. The bytes a compute reads are those its unit's last write to
+// its offset wrote (a home in an arena is one range of it; the GPU's
+// share of a split unit, copied as rectangles, is checked by its first).
+// Every decode likewise finds its own unit's compressed bytes in its
+// staging buffer, fully copied, and no copy into it in flight.
 func (f *Fake) Verify() error {
 	var errs []error
 	overlaps := func(w *Op, lo, hi int64) bool { return w.Offset < hi && lo < w.Offset+max(w.Bytes, 1) }
+	writes := func(w *Op) bool { return w.Kind == OpCopy || w.Kind == OpDecode }
+	for _, d := range f.Timeline {
+		if d.Kind != OpDecode {
+			continue
+		}
+		var last *Op // the latest copy into the staging buffer finished by the decode's start
+		for i := range f.Timeline {
+			w := &f.Timeline[i]
+			if w.Kind != OpCopy || w.Slot != d.Src {
+				continue
+			}
+			switch {
+			case w.Start < d.End && w.End > d.Start && w.End != w.Start:
+				errs = append(errs, fmt.Errorf("staging %d: copy of %s [%g, %g] overwrites it while %s decodes [%g, %g]",
+					d.Src, w.Unit, w.Start, w.End, d.Unit, d.Start, d.End))
+			case w.End <= d.Start && (last == nil || w.End >= last.End):
+				last = w
+			}
+		}
+		if last == nil || last.Unit != d.Unit {
+			have := "nothing"
+			if last != nil {
+				have = last.Unit
+			}
+			errs = append(errs, fmt.Errorf("staging %d: %s decodes at %g while it holds %s", d.Src, d.Unit, d.Start, have))
+		}
+	}
 	for _, c := range f.Timeline {
 		if c.Kind != OpCompute || c.Slot == NoSlot {
 			continue
 		}
-		var own *Op // the unit's last copy to the compute's offset before it
+		var own *Op // the unit's last write to the compute's offset before it
 		for i := range f.Timeline {
 			w := &f.Timeline[i]
-			if w.Kind == OpCopy && w.Slot == c.Slot && w.Offset == c.Offset && w.Unit == c.Unit && w.End <= c.Start && (own == nil || w.End >= own.End) {
+			if writes(w) && w.Slot == c.Slot && w.Offset == c.Offset && w.Unit == c.Unit && w.End <= c.Start && (own == nil || w.End >= own.End) {
 				own = w
 			}
 		}
@@ -322,16 +435,16 @@ func (f *Fake) Verify() error {
 		if own != nil {
 			hi = c.Offset + max(own.Bytes, 1)
 		}
-		var last *Op // the latest copy into those bytes finished by c's start
+		var last *Op // the latest write into those bytes finished by c's start
 		for i := range f.Timeline {
 			w := &f.Timeline[i]
-			if w.Kind != OpCopy || w.Slot != c.Slot || !overlaps(w, lo, hi) {
+			if !writes(w) || w.Slot != c.Slot || !overlaps(w, lo, hi) {
 				continue
 			}
 			switch {
 			case w.Start < c.End && w.End > c.Start && !(w.End == w.Start):
-				errs = append(errs, fmt.Errorf("slot %d: copy of %s [%g, %g] overwrites it while %s computes [%g, %g]",
-					c.Slot, w.Unit, w.Start, w.End, c.Unit, c.Start, c.End))
+				errs = append(errs, fmt.Errorf("slot %d: %s of %s [%g, %g] overwrites it while %s computes [%g, %g]",
+					c.Slot, w.Kind, w.Unit, w.Start, w.End, c.Unit, c.Start, c.End))
 			case w.End <= c.Start && (last == nil || w.End >= last.End):
 				last = w
 			}

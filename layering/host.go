@@ -2,10 +2,12 @@ package layering
 
 import (
 	"fmt"
+	"runtime"
 	"time"
 
 	"vlanode/backend"
 	"vlanode/weights"
+	"vlanode/weights/bf16z"
 )
 
 // Host is a Device for a backend whose tensors live in host memory (the
@@ -26,7 +28,10 @@ type hostEvent struct {
 	at   time.Time
 }
 
-var _ Device = (*Host)(nil)
+var (
+	_ Device  = (*Host)(nil)
+	_ Decoder = (*Host)(nil)
+)
 
 // NewHost returns a Host device.
 func NewHost() *Host { return &Host{} }
@@ -167,3 +172,38 @@ func (h *Host) Elapsed(from, to Event) (float64, error) {
 	}
 	return float64(b.at.Sub(a.at)) / 1e6, nil
 }
+
+// AllocStaging allocates an aligned host buffer for compressed bytes.
+func (h *Host) AllocStaging(bytes int64) (Slot, error) { return h.AllocSlot(bytes) }
+
+// Decode decodes z now, on all cores, with the Go decoder (the CPU
+// stands in for the GPU kernel): every tile's checksum is checked before
+// it is written, and a failing tile is an error naming the unit, tensor
+// and tile (wrapping bf16z.ErrCorrupt), the slot left as it was there.
+func (h *Host) Decode(dst Slot, off int64, src Slot, z *bf16z.Unit, _ int, _ Stream) error {
+	out, err := h.SlotData(dst)
+	if err != nil {
+		return err
+	}
+	in, err := h.SlotData(src)
+	if err != nil {
+		return err
+	}
+	if off < 0 || off+z.RawSize > int64(len(out)) {
+		return fmt.Errorf("layering: host: unit %s decodes %d bytes at %d of slot %d (%d bytes)", z.Name, z.RawSize, off, dst, len(out))
+	}
+	if z.Size() > int64(len(in)) {
+		return fmt.Errorf("layering: host: unit %s has %d compressed bytes, staging %d holds %d", z.Name, z.Size(), src, len(in))
+	}
+	// Decode what the copy put in staging, not z.Data: its header, tables
+	// and jobs are checked again (CRC-32C, bounds), as the kernel checks
+	// every job it reads.
+	staged, err := bf16z.Parse(z.Name, in[:z.Size()], z.Entries, z.RawSize)
+	if err != nil {
+		return err
+	}
+	return staged.Decode(out[off:off+z.RawSize], runtime.GOMAXPROCS(0))
+}
+
+// DecodeStatus reports nothing: Decode returns its failures at once.
+func (h *Host) DecodeStatus(Stream) (DecodeStatus, error) { return DecodeStatus{FirstJob: -1}, nil }

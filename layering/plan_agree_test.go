@@ -15,6 +15,7 @@ import (
 	"vlanode/residency/residencytest"
 	"vlanode/synth"
 	"vlanode/weights"
+	"vlanode/weights/bf16z"
 )
 
 // alpamayo10B is the planner's Alpamayo-R1-10B, from synth's configs.
@@ -30,6 +31,9 @@ func alpamayo10B(t *testing.T) *residency.Arch { return residencytest.Arch(t, sy
 // that the executor's three-engine timeline takes exactly the latency the
 // plan predicts for the stage. residency's event simulation is
 // unexported; its exported prediction, Plan.Stages, is compared instead.
+// With compression, the units the plan compresses copy their stored
+// bytes into the staging buffers and a decode engine expands them at the
+// profile's decode rate.
 func TestAgreesWithPlan(t *testing.T) {
 	arch := alpamayo10B(t)
 	w := placement.StandardWorkload()
@@ -47,9 +51,9 @@ func TestAgreesWithPlan(t *testing.T) {
 	for _, u := range units {
 		byID[u.ID] = u
 	}
-	for _, opts := range []residency.Options{{Exact: true}, {}} {
+	for _, opts := range []residency.Options{{Exact: true}, {}, {Exact: true, Compress: true}, {Compress: true}} {
 		for _, budget := range []int64{-1, 5 << 30, 8 << 30, 16 << 30, 0} {
-			t.Run(fmt.Sprintf("%d exact %v", budget, opts.Exact), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%d exact %v compress %v", budget, opts.Exact, opts.Compress), func(t *testing.T) {
 				if budget < 0 {
 					plan, err := residency.NewPlan(arch, units, w, prof, 0, opts)
 					require.NoError(t, err)
@@ -64,8 +68,16 @@ func TestAgreesWithPlan(t *testing.T) {
 					assert.InDelta(t, sp.PredictedMs, got, 1e-6*sp.PredictedMs, "stage %s", sp.Stage)
 					coexec = coexec || sp.CPUMs > 0
 				}
-				if !opts.Exact && budget > 0 && budget <= 8<<30 {
+				if !opts.Exact && !opts.Compress && budget > 0 && budget <= 8<<30 {
 					assert.True(t, coexec, "the CPU computes shares")
+				}
+				if opts.Compress && opts.Exact && budget >= 5<<30 && budget <= 8<<30 {
+					assert.True(t, plan.Compressed, "GPU-only plans stream compressed at %d", budget)
+				}
+				if opts.Compress && budget == plan.MinBudgetBytes {
+					// The raw minimum holds no staging buffers: planned raw.
+					assert.False(t, plan.Compressed)
+					assert.Contains(t, plan.CompressNote, "staging")
 				}
 			})
 		}
@@ -85,7 +97,21 @@ func runStage(t *testing.T, plan *residency.Plan, byID map[placement.ID]placemen
 	// Blobs stand in at a 4096th of their size (the Fake reads only sizes),
 	// copies take their real bytes' time by name: the whole blob's, or
 	// its GPU share's.
-	exe, cpu, full, share := map[string]float64{}, map[string]float64{}, map[string]float64{}, map[string]float64{}
+	exe, cpu, full := map[string]float64{}, map[string]float64{}, map[string]float64{}
+	// Copy times by blob name and bytes moved (whole raw, the raw share's
+	// rectangles, the compressed forms), decode times by name and raw
+	// bytes decoded.
+	times, dec := map[string]map[int64]float64{}, map[string]map[int64]float64{}
+	timed := func(m map[string]map[int64]float64, name string, n int64, ms float64) int64 {
+		if m[name] == nil {
+			m[name] = map[int64]float64{}
+		}
+		for _, ok := m[name][n]; ok; _, ok = m[name][n] {
+			n += weights.Align // stand-ins of different forms differ in size
+		}
+		m[name][n] = ms
+		return n
+	}
 	var all []*layering.Unit
 	stageUnits := func(s placement.Stage) ([]*layering.Unit, []placement.Placement) {
 		var us []*layering.Unit
@@ -109,13 +135,37 @@ func runStage(t *testing.T, plan *residency.Plan, byID map[placement.ID]placemen
 		name := up.ID.String()
 		u := &layering.Unit{ID: up.ID, Weights: home, Blob: &weights.Blob{Name: name, Data: make([]byte, scaled(up.Bytes))}}
 		full[name] = copyMs(up.Bytes)
+		timed(times, name, int64(len(u.Blob.Data)), copyMs(up.Bytes))
+		if up.Compressed {
+			// A stand-in compressed form: its stored bytes' copy time, the
+			// decode of its raw bytes.
+			n := timed(times, name, scaled(up.ZBytes), copyMs(up.ZBytes))
+			u.Z = &bf16z.Unit{Name: name, Data: make([]byte, n), RawSize: scaled(up.Bytes)}
+			timed(dec, name, u.Z.RawSize, prof.DecodeMs(up.Bytes))
+		}
+		shareOf := func(c int) (n, m int64) {
+			n = int64(math.Round(float64(up.Bytes) * (1 - float64(c)/float64(pu.SplitDim))))
+			return n, scaled(n) / 2 // less than the blob: a share
+		}
 		if pu.SplitDim > 0 {
 			u.Share = func(c int) ([]weights.Rect, int64, error) {
-				n := int64(math.Round(float64(up.Bytes) * (1 - float64(c)/float64(pu.SplitDim))))
-				share[name] = copyMs(n)
-				m := scaled(n) / 2 // less than the blob: a share
+				n, m := shareOf(c)
+				timed(times, name, m, copyMs(n))
 				return []weights.Rect{{Width: m, Height: 1, SrcPitch: m, DstPitch: m}}, m, nil
 			}
+		}
+		for c, stored := range up.CompressedShares {
+			// The GPU's share compressed: its stored bytes' copy, the
+			// decode of the share's raw bytes.
+			_, m := shareOf(c)
+			raw := up.Bytes - int64(float64(c)/float64(pu.SplitDim)*float64(pu.MatrixBytes()))
+			n := timed(times, name, scaled(stored), copyMs(stored))
+			zs := &bf16z.Unit{Name: name, Data: make([]byte, n)}
+			zs.RawSize = timed(dec, name, (m+weights.Align-1)/weights.Align*weights.Align, prof.DecodeMs(raw))
+			if u.ZShares == nil {
+				u.ZShares = map[int]*bf16z.Unit{}
+			}
+			u.ZShares[c] = zs
 		}
 		if w, ok := pu.WorkIn(sp.Stage); ok {
 			pl := up.Place[sp.Stage]
@@ -146,13 +196,21 @@ func runStage(t *testing.T, plan *residency.Plan, byID map[placement.ID]placemen
 		all = append(all, u)
 	}
 	f := layering.NewFake(func(name string, bytes int64) float64 {
-		if ms, ok := share[name]; ok && bytes < int64(len(blobs(all, name))) {
-			return ms
+		ms, ok := times[name][bytes]
+		if !ok {
+			t.Errorf("a copy of %d bytes of %s, which no form of it has", bytes, name)
 		}
-		return full[name]
+		return ms
 	}, func(unit string) float64 { return exe[unit] })
 	f.CPU = func(unit string) float64 { return cpu[unit] }
 	f.Hop = prof.CPU.HandoffMs
+	f.Dec = func(unit string, raw int64) float64 {
+		ms, ok := dec[unit][raw]
+		if !ok {
+			t.Errorf("a decode of %d bytes of %s, which no form of it has", raw, unit)
+		}
+		return ms
+	}
 	e, err := layering.New(f, layering.Config{Mode: layering.Pipelined, Profile: true, SlotBytes: scaled(plan.SlotBytes)}, all)
 	require.NoError(t, err)
 	defer e.Close()
@@ -192,14 +250,4 @@ func scaled(n int64) int64 {
 		return 0
 	}
 	return (n/4096 + weights.Align) / weights.Align * weights.Align
-}
-
-// blobs is the stand-in blob of the unit named name.
-func blobs(units []*layering.Unit, name string) []byte {
-	for _, u := range units {
-		if u.Blob.Name == name {
-			return u.Blob.Data
-		}
-	}
-	return nil
 }

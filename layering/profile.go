@@ -24,12 +24,18 @@ type Turn struct {
 	Pass string
 	Unit placement.ID
 	Slot Slot // NoSlot for a unit computed in place
-	// CopyMs is the H2D copy (0 in place); ExeMs the compute, from the
-	// dependency waits' end to the compute's end.
-	CopyMs, ExeMs float64
-	// CopyAtMs and ExeAtMs are when they began, from the Run's start: with
-	// them the turns are a timeline of both streams, where the gaps show.
-	CopyAtMs, ExeAtMs float64
+	// CopyMs is the H2D copy (0 in place; a compressed unit's compressed
+	// bytes); DecodeMs the decode of a compressed unit into its slot or
+	// home (0 for the others); ExeMs the compute, from the dependency
+	// waits' end to the compute's end.
+	CopyMs, DecodeMs, ExeMs float64
+	// CopyAtMs, DecodeAtMs and ExeAtMs are when they began, from the
+	// Run's start: with them the turns are a timeline of the streams,
+	// where the gaps show.
+	CopyAtMs, DecodeAtMs, ExeAtMs float64
+	// Compressed says the copy moved compressed bytes and a decode
+	// expanded them.
+	Compressed bool
 	// CPU is the CPU engine's task of this turn, for a unit the CPU
 	// shares (nil otherwise).
 	CPU *CPUTask `json:",omitempty"`
@@ -56,9 +62,9 @@ func (p *Profile) CPUMs() (busy, waiting float64) {
 
 // UnitTiming is a unit's mean timing over its turns.
 type UnitTiming struct {
-	Unit          placement.ID
-	Turns         int
-	CopyMs, ExeMs float64 // means over the turns
+	Unit                    placement.ID
+	Turns                   int
+	CopyMs, DecodeMs, ExeMs float64 // means over the turns
 }
 
 // PerUnit averages the turns per unit, in order of first appearance.
@@ -75,10 +81,12 @@ func (p *Profile) PerUnit() []UnitTiming {
 		u := &out[k]
 		u.Turns++
 		u.CopyMs += t.CopyMs
+		u.DecodeMs += t.DecodeMs
 		u.ExeMs += t.ExeMs
 	}
 	for i := range out {
 		out[i].CopyMs /= float64(out[i].Turns)
+		out[i].DecodeMs /= float64(out[i].Turns)
 		out[i].ExeMs /= float64(out[i].Turns)
 	}
 	return out
@@ -96,13 +104,21 @@ func (e *Executor) profile(passes []Pass, turns []*turn) (*Profile, error) {
 	}
 	p.Turns = make([]Turn, len(turns))
 	for i, t := range turns {
-		tt := Turn{Pass: passes[t.pass].Name, Unit: t.unit.ID, Slot: t.slot}
+		tt := Turn{Pass: passes[t.pass].Name, Unit: t.unit.ID, Slot: t.slot, Compressed: t.z && t.copies()}
 		if t.copies() {
 			if tt.CopyMs, err = e.dev.Elapsed(t.copyStart, t.copyEnd); err != nil {
 				return nil, fmt.Errorf("layering: copy time of %s: %w", t.unit.ID, err)
 			}
 			if tt.CopyAtMs, err = e.dev.Elapsed(e.begin, t.copyStart); err != nil {
 				return nil, fmt.Errorf("layering: copy start of %s: %w", t.unit.ID, err)
+			}
+		}
+		if tt.Compressed {
+			if tt.DecodeMs, err = e.dev.Elapsed(t.decStart, t.decEnd); err != nil {
+				return nil, fmt.Errorf("layering: decode time of %s: %w", t.unit.ID, err)
+			}
+			if tt.DecodeAtMs, err = e.dev.Elapsed(e.begin, t.decStart); err != nil {
+				return nil, fmt.Errorf("layering: decode start of %s: %w", t.unit.ID, err)
 			}
 		}
 		if tt.ExeMs, err = e.dev.Elapsed(t.exeStart, t.exeEnd); err != nil {

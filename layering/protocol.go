@@ -19,6 +19,9 @@ import (
 // unit's blob (or the GPU's share of it), record dma-done[s]; or, for an
 // entering turn, copy the blob into its home and record home-ready.
 func (e *Executor) copyTurn(t *turn) error {
+	if t.z {
+		return e.copyZ(t)
+	}
 	pipelined := e.cfg.Mode == Pipelined
 	s := max(t.j, 0) % max(len(e.slots), 1)
 	if pipelined && t.kind == slotted {
@@ -144,4 +147,81 @@ func (e *Executor) stamp(ev Event, s Stream) error {
 // fail wraps err with the turn and the step that failed.
 func (e *Executor) fail(t *turn, step string, err error) error {
 	return fmt.Errorf("layering: unit %s (slot %d): %s: %w", t.unit.ID, t.slot, step, err)
+}
+
+// copyZ is the copy side of a compressed turn (Unit.Z), through staging
+// buffer k, the next of the staging ring (compressed copies in copy
+// order, entering ones included):
+//
+//	copy stream:   wait staging-free[k]; copy the compressed bytes into staging k; record copied[k]
+//	decode stream: wait copied[k]; slotted: wait compute-done[s];
+//	               decode staging k into slot s (or the home); record staging-free[k];
+//	               record dma-done[s] (or the home's home-ready)
+//
+// so the compute's wait for dma-done[s] (or home-ready) is a wait for the
+// decode, the slot is overwritten only once its last user has run, and the
+// staging buffer only once its last decode has read it. The decode is
+// queued with its copy: both come after the compute of the slot's
+// previous user is queued, as a raw copy does.
+func (e *Executor) copyZ(t *turn) error {
+	pipelined := e.cfg.Mode == Pipelined
+	k := e.nz % len(e.staging)
+	e.nz++
+	s := max(t.j, 0) % max(len(e.slots), 1)
+	if pipelined {
+		// The staging buffer's last decode has read it (before any, the
+		// event has no record and the wait is a no-op).
+		if err := e.dev.Wait(e.copy, e.stagingFree[k]); err != nil {
+			return e.fail(t, "copy stream waits for staging-free", err)
+		}
+	}
+	if err := e.stamp(t.copyStart, e.copy); err != nil {
+		return e.fail(t, "timing", err)
+	}
+	if err := e.dev.CopyAsync(e.staging[k], e.zblobs[t.zu], e.copy); err != nil {
+		return e.fail(t, "copy of the compressed bytes", err)
+	}
+	if err := e.stamp(t.copyEnd, e.copy); err != nil {
+		return e.fail(t, "timing", err)
+	}
+	if pipelined {
+		if err := e.dev.Record(e.copied[k], e.copy); err != nil {
+			return e.fail(t, "record copied", err)
+		}
+		if err := e.dev.Wait(e.decode, e.copied[k]); err != nil {
+			return e.fail(t, "decode stream waits for copied", err)
+		}
+		if t.kind == slotted {
+			// The slot's previous user (slotted turn j-2) has computed.
+			if err := e.dev.Wait(e.decode, e.computeDone[s]); err != nil {
+				return e.fail(t, "decode stream waits for compute-done", err)
+			}
+		}
+	}
+	if err := e.stamp(t.decStart, e.decode); err != nil {
+		return e.fail(t, "timing", err)
+	}
+	base := e.zJobs
+	e.zJobs += len(t.zu.Jobs)
+	e.zRecs = append(e.zRecs, zDecodeRec{unit: t.unit, z: t.zu, base: base})
+	if err := e.zdev.Decode(t.slot, t.off, e.staging[k], t.zu, base, e.decode); err != nil {
+		return e.fail(t, "decode", err)
+	}
+	if err := e.stamp(t.decEnd, e.decode); err != nil {
+		return e.fail(t, "timing", err)
+	}
+	if !pipelined {
+		return nil
+	}
+	if err := e.dev.Record(e.stagingFree[k], e.decode); err != nil {
+		return e.fail(t, "record staging-free", err)
+	}
+	ev := e.dmaDone[s] // the slot now holds this unit's weights
+	if t.kind == entering {
+		ev = e.homeReady[t.unit]
+	}
+	if err := e.dev.Record(ev, e.decode); err != nil {
+		return e.fail(t, "record the decode's end", err)
+	}
+	return nil
 }

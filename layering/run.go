@@ -7,6 +7,7 @@ import (
 
 	"vlanode/placement"
 	"vlanode/weights"
+	"vlanode/weights/bf16z"
 )
 
 // kind is how a turn gets its weights.
@@ -31,7 +32,12 @@ type turn struct {
 	off   int64 // where its home starts in the arena
 	cpu   int   // the CPU's share of the split dimension
 	rects []weights.Rect
-	bytes int64 // what its copy moves
+	bytes int64 // what its copy moves (raw: a compressed turn moves z.Size())
+	// z says the copy moves compressed bytes (zu: Unit.Z, or the GPU's
+	// share from Unit.ZShares) into a staging buffer and a decode expands
+	// them.
+	z  bool
+	zu *bf16z.Unit
 
 	copied bool         // its copy is queued
 	ready  bool         // the compute stream waits for its weights
@@ -40,8 +46,9 @@ type turn struct {
 	stage int
 
 	// Timing events (Config.Profile): around the copy (slotted and
-	// entering turns) and around the compute. Zero when not profiling.
-	copyStart, copyEnd, exeStart, exeEnd Event
+	// entering turns), the decode (compressed turns) and the compute.
+	// Zero when not profiling.
+	copyStart, copyEnd, decStart, decEnd, exeStart, exeEnd Event
 }
 
 // copies says whether the turn copies weights.
@@ -100,6 +107,7 @@ type Runner struct {
 // then calls Do once per turn, in order, and Finish (or Abort).
 func (e *Executor) Start(passes []Pass) (*Runner, error) {
 	r := &Runner{e: e, passes: passes, entered: -1}
+	e.zRecs, e.zJobs = nil, 0
 	cur := map[*Unit]bool{}
 	for u := range e.homes {
 		cur[u] = true
@@ -213,8 +221,12 @@ func (e *Executor) newTurn(p int, u *Unit, pl placement.Placement) (*turn, error
 	case pl.Weights == placement.Resident:
 		t.home = true
 	case pl.Weights == placement.Streamed:
-		t.kind, t.bytes = slotted, u.Blob.Size()
+		t.kind, t.bytes, t.z, t.zu = slotted, u.size(), u.Z != nil, u.Z
 		if pl.CPUSplit > 0 {
+			t.z, t.zu = false, nil
+			if !u.hasRaw() {
+				return nil, fmt.Errorf("unit %s has no raw host bytes: the CPU cannot read a share of it", u.ID)
+			}
 			if u.Share == nil {
 				return nil, fmt.Errorf("unit %s split with the CPU cannot split", u.ID)
 			}
@@ -223,6 +235,12 @@ func (e *Executor) newTurn(p int, u *Unit, pl placement.Placement) (*turn, error
 				return nil, fmt.Errorf("unit %s: the GPU's share of a split at %d: %w", u.ID, pl.CPUSplit, err)
 			}
 			t.cpu, t.rects, t.bytes = pl.CPUSplit, rects, n
+			if zs := u.ZShares[pl.CPUSplit]; zs != nil {
+				if zs.RawSize < n {
+					return nil, fmt.Errorf("unit %s: its compressed share at %d decodes %d bytes, the share has %d", u.ID, pl.CPUSplit, zs.RawSize, n)
+				}
+				t.z, t.zu = true, zs // the GPU's share, compressed
+			}
 		}
 		if t.bytes > e.SlotBytes {
 			return nil, fmt.Errorf("unit %s streams %d bytes into slots of %d", u.ID, t.bytes, e.SlotBytes)
@@ -231,10 +249,13 @@ func (e *Executor) newTurn(p int, u *Unit, pl placement.Placement) (*turn, error
 		return nil, fmt.Errorf("unit %s: placement %s", u.ID, pl)
 	}
 	if t.kind == cpuWhole {
+		if !u.hasRaw() {
+			return nil, fmt.Errorf("unit %s has no raw host bytes: the CPU cannot compute it", u.ID)
+		}
 		t.cpu = -1 // the whole split dimension: the model knows it
 	}
 	if t.home {
-		t.bytes = u.Blob.Size()
+		t.bytes, t.z, t.zu = u.size(), u.Z != nil, u.Z
 	}
 	return t, nil
 }
@@ -288,18 +309,18 @@ func (r *Runner) enter(k int) error {
 	if len(newHomes) > 0 {
 		var total int64
 		for _, u := range newHomes {
-			total += roundUp(u.Blob.Size(), weights.Align)
+			total += roundUp(u.size(), weights.Align)
 		}
 		if a, err := e.dev.AllocSlot(total); err == nil {
 			var off int64
 			for _, u := range newHomes {
 				e.homes[u] = home{arena: a, off: off}
-				off += roundUp(u.Blob.Size(), weights.Align)
+				off += roundUp(u.size(), weights.Align)
 			}
 			e.arenas[a] = len(newHomes)
 		} else {
 			for _, u := range newHomes {
-				a, err := e.dev.AllocSlot(roundUp(u.Blob.Size(), weights.Align))
+				a, err := e.dev.AllocSlot(roundUp(u.size(), weights.Align))
 				if err != nil {
 					r.homeErrors = append(r.homeErrors, fmt.Errorf("home of %s in %s: %w", u.ID, st.name, err))
 					refused[u] = true
@@ -325,10 +346,10 @@ func (r *Runner) enter(k int) error {
 			continue
 		}
 		if refused[t.unit] {
-			if len(e.slots) == 0 || t.unit.Blob.Size() > e.SlotBytes {
+			if len(e.slots) == 0 || t.unit.size() > e.SlotBytes {
 				return fmt.Errorf("layering: %w, and no slot can stream it", errors.Join(r.homeErrors...))
 			}
-			t.kind, t.home, t.bytes = slotted, false, t.unit.Blob.Size()
+			t.kind, t.home, t.bytes = slotted, false, t.unit.size()
 			continue
 		}
 		h := e.homes[t.unit]
@@ -398,8 +419,12 @@ func (r *Runner) mark(t *turn) (err error) {
 	if !r.e.cfg.Profile {
 		return nil
 	}
-	t.copyStart, t.copyEnd, t.exeStart, t.exeEnd, err = r.e.mark(&r.marks)
-	return err
+	var m []Event
+	if m, err = r.e.mark(&r.marks); err != nil {
+		return err
+	}
+	t.copyStart, t.copyEnd, t.decStart, t.decEnd, t.exeStart, t.exeEnd = m[0], m[1], m[2], m[3], m[4], m[5]
+	return nil
 }
 
 // Failed reports whether the Run has failed (every later call fails).
@@ -633,6 +658,9 @@ func (r *Runner) Finish() (*Profile, error) {
 	}
 	tasks, err := e.drainEngine()
 	if err != nil {
+		return nil, errors.Join(err, e.decodeStatus())
+	}
+	if err := e.decodeStatus(); err != nil {
 		return nil, err
 	}
 	p, err := e.profile(r.passes, r.turns)
@@ -653,14 +681,16 @@ func (r *Runner) Abort() error {
 	}
 	r.ended = true
 	_, eerr := r.e.drainEngine()
-	return errors.Join(r.e.dev.Synchronize(), eerr)
+	serr := r.e.dev.Synchronize()
+	return errors.Join(serr, eerr, r.e.decodeStatus())
 }
 
 // fail ends the Run with err after the queued work has finished.
 func (r *Runner) fail(err error) error {
 	if r.failed == nil {
 		_, eerr := r.e.drainEngine()
-		r.failed = errors.Join(err, r.e.dev.Synchronize(), eerr)
+		serr := r.e.dev.Synchronize()
+		r.failed = errors.Join(err, serr, eerr, r.e.decodeStatus())
 	}
 	return r.failed
 }
@@ -688,18 +718,23 @@ func (e *Executor) Run(passes []Pass) (*Profile, error) {
 	return r.Finish()
 }
 
-// mark hands out the next four timing events of the pool, growing it.
-func (e *Executor) mark(used *int) (a, b, c, d Event, err error) {
-	for len(e.marks) < *used+4 {
+// turnMarks is the timing events of a turn: around its copy, its decode
+// and its compute.
+const turnMarks = 6
+
+// mark hands out the next turnMarks timing events of the pool, growing
+// it.
+func (e *Executor) mark(used *int) ([]Event, error) {
+	for len(e.marks) < *used+turnMarks {
 		ev, err := e.dev.NewEvent(fmt.Sprintf("mark[%d]", len(e.marks)))
 		if err != nil {
-			return 0, 0, 0, 0, fmt.Errorf("layering: timing event: %w", err)
+			return nil, fmt.Errorf("layering: timing event: %w", err)
 		}
 		e.marks = append(e.marks, ev)
 	}
-	m := e.marks[*used : *used+4]
-	*used += 4
-	return m[0], m[1], m[2], m[3], nil
+	m := e.marks[*used : *used+turnMarks]
+	*used += turnMarks
+	return m, nil
 }
 
 // unitName names u in errors, nil included.

@@ -14,6 +14,7 @@ import (
 	"vlanode/safetensors"
 	"vlanode/tensor"
 	"vlanode/weights"
+	"vlanode/weights/bf16z"
 )
 
 // Spec binds one checkpoint tensor to a field of a model block.
@@ -53,6 +54,16 @@ type Unit struct {
 	Name    string // ID.String(), for messages
 	Blob    *weights.Blob
 	Weights placement.Weights
+	// Z is the blob compressed, for a streamed unit that streams
+	// compressed (Compress): Blob then keeps only its layout (Entries),
+	// its bytes released, and the executor copies Z.Data and decodes it.
+	Z *bf16z.Unit
+	// ZShares are, by the CPU's cut, the GPU's share of the unit (Share)
+	// compressed, for a unit the CPU shares (its raw blob stays).
+	ZShares map[int]*bf16z.Unit
+	// hostRead says the model reads some of the blob's bytes on the host
+	// (a position table, Spec.Table): they are never released.
+	hostRead bool
 
 	dsts   []*backend.Tensor // bound specs' fields, in blob order
 	splits []placement.Axis  // how each entry divides in a CPU/GPU split
@@ -466,6 +477,7 @@ func (l *Loader) load(id placement.ID, prefix string, specs []Spec, derive func(
 	for _, s := range present {
 		u.dsts = append(u.dsts, s.Dst)
 		u.splits = append(u.splits, s.Split)
+		u.hostRead = u.hostRead || s.Table
 	}
 	l.Units = append(l.Units, u)
 	if place != placement.Resident {

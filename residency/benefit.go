@@ -5,7 +5,16 @@ import "vlanode/placement"
 // item is a unit with its copy time C_DMA.
 type item struct {
 	placement.Unit
-	dma float64 // ms
+	dma float64 // ms: the copy of what the unit streams (compressed when zok)
+	// zok says the unit can stream compressed (Options.Compress, and the
+	// coding pays): stored is its compressed size, dec its decode time.
+	zok    bool
+	stored int64
+	dec    float64 // ms
+	// shareRatio is the compressed-to-raw ratio of the GPU's share of a
+	// split (the CPU's rows stay raw): exact from Options.ShareRatio, else
+	// the unit's own.
+	shareRatio float64
 }
 
 // group is the key of a stack of like units: a module's units of one

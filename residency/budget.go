@@ -55,17 +55,23 @@ var ErrBudgetTooSmall = errors.New("budget below the minimum")
 // BudgetError is a budget the plan cannot fit in.
 type BudgetError struct {
 	Budget, Min int64
-	// Fixed are the fixed costs by purpose, Slot one DFB slot.
-	Fixed map[Purpose]int64
-	Slot  int64
+	// Fixed are the fixed costs by purpose, Slot one DFB slot, Staging
+	// one staging buffer of compressed streaming (0: none).
+	Fixed   map[Purpose]int64
+	Slot    int64
+	Staging int64
 }
 
 func (e *BudgetError) Error() string {
 	gb := func(p Purpose) float64 { return float64(e.Fixed[p]) / 1e9 }
+	staging := ""
+	if e.Staging > 0 {
+		staging = fmt.Sprintf(" and 2 staging buffers of %.2f GB", float64(e.Staging)/1e9)
+	}
 	return fmt.Sprintf("residency: the budget of %s is below the minimum of %s: "+
-		"KV cache %.2f GB, activations %.2f GB, workspaces %.2f GB, context %.2f GB and 2 DFB slots of %.2f GB",
+		"KV cache %.2f GB, activations %.2f GB, workspaces %.2f GB, context %.2f GB and 2 DFB slots of %.2f GB%s",
 		FormatBytes(e.Budget), FormatBytes(e.Min), gb(PurposeKV), gb(PurposeActivations), gb(PurposeWorkspaces),
-		gb(PurposeContext), float64(e.Slot)/1e9)
+		gb(PurposeContext), float64(e.Slot)/1e9, staging)
 }
 
 // Unwrap makes errors.Is(err, ErrBudgetTooSmall) true.

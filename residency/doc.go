@@ -27,4 +27,9 @@
 //     runs it — a copy stream, a GPU compute stream and the CPU engine, two
 //     slots, hand-offs, passes that prefetch across their boundaries — which
 //     reduces to Eq. (1), (2) and (5)–(7) in the cases paper 1 treats.
+//   - Compressed streaming (compress.go, Options.Compress): each unit's
+//     bf16z size (estimated, or exact after encoding) and decode time
+//     (Profile.Decode), a decode engine and staging buffers in the
+//     simulation and the budget; the compressed plan is kept where it
+//     predicts less than the raw one (docs/compression.md).
 package residency

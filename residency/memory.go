@@ -21,7 +21,7 @@ const (
 
 // Purposes lists the purposes in report order.
 func Purposes() []Purpose {
-	return []Purpose{PurposeResident, PurposeSlots, PurposeKV, PurposeActivations, PurposeWorkspaces, PurposeContext, PurposeFree}
+	return []Purpose{PurposeResident, PurposeSlots, PurposeStaging, PurposeKV, PurposeActivations, PurposeWorkspaces, PurposeContext, PurposeFree}
 }
 
 // Element sizes of what the backends allocate today.

@@ -1,9 +1,11 @@
 package residency
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
+
 	"vlanode/placement"
 )
 
@@ -28,8 +30,17 @@ type Plan struct {
 	// when nothing is streamed.
 	SlotBytes int64
 	// HostBytes is the host memory the weights take: every unit keeps its
-	// blob there (pinned where it is ever copied or read by the CPU).
-	HostBytes int64
+	// blob there (pinned where it is ever copied or read by the CPU),
+	// compressed where it streams compressed; HostRawBytes is the same
+	// with every blob raw.
+	HostBytes, HostRawBytes int64
+	// Compressed says some unit streams compressed (Options.Compress);
+	// StagingBytes is one staging buffer, the largest compressed unit
+	// (0: none). CompressNote says why Options.Compress planned no
+	// compression, when it did not.
+	Compressed   bool
+	StagingBytes int64
+	CompressNote string
 	// Units are every unit in execution order.
 	Units []UnitPlan
 	// Stages are the stages that run, in order.
@@ -80,6 +91,13 @@ type StagePlan struct {
 	// read by the CPU in each pass.
 	StreamedBytes int64 `json:"streamed_bytes"`
 	CPUBytes      int64 `json:"cpu_bytes"`
+	// CopiedBytes and EnterCopiedBytes are what the copy engine moves for
+	// StreamedBytes and EnterBytes: the compressed bytes of compressed
+	// units (equal without compression). DecodeMs is the decode engine's
+	// busy time.
+	CopiedBytes      int64   `json:"copied_bytes"`
+	EnterCopiedBytes int64   `json:"enter_copied_bytes"`
+	DecodeMs         float64 `json:"decode_ms"`
 	// Bytes is the device memory of the stage, by purpose.
 	Bytes map[Purpose]int64 `json:"bytes"`
 }
@@ -106,6 +124,20 @@ type UnitPlan struct {
 	// BenefitMsPerMB is the unit's residency benefit B by paper 1's
 	// position rules (0 for host units).
 	BenefitMsPerMB float64 `json:"benefit_ms_per_mb"`
+	// Compressed says the unit is kept compressed (bf16z) in host memory
+	// and copied compressed wherever the GPU computes it whole; ZBytes is
+	// that compressed size. StoredBytes is all the unit keeps in host
+	// memory: ZBytes, or Bytes raw, or both when the CPU shares it (it
+	// reads the raw blob), plus ShareBytes.
+	Compressed  bool  `json:"compressed,omitempty"`
+	ZBytes      int64 `json:"z_bytes,omitempty"`
+	StoredBytes int64 `json:"stored_bytes"`
+	// CompressedShares are, for a unit the CPU shares, the compressed
+	// size of the GPU's share by cut (the CPU's share of the split
+	// dimension) at which it streams compressed: each is coded at load
+	// beside the raw blob, which the CPU reads. ShareBytes is their sum.
+	CompressedShares map[int]int64 `json:"compressed_shares,omitempty"`
+	ShareBytes       int64         `json:"share_bytes,omitempty"`
 }
 
 // HomeIn says whether the unit's weights are in VRAM during stage s.
@@ -125,7 +157,46 @@ func (u UnitPlan) Entered(s placement.Stage, stages []placement.Stage) bool {
 // publishes them (models/alpamayo.PlanUnits), under workload w with profile
 // p within budget bytes (0: unlimited), as opts allow. A budget below the
 // minimum is a *BudgetError.
+//
+// Options.Compress compresses where it pays: the plan with compressed
+// streaming is kept when it predicts less than the plan without (the
+// staging buffers take room that residents would have had), else the raw
+// one is, saying why in Plan.CompressNote; a budget below the minimum
+// with staging buffers is planned raw.
 func NewPlan(arch *Arch, units []placement.Unit, w placement.Workload, p *Profile, budget int64, opts Options) (*Plan, error) {
+	if !opts.Compress {
+		return newPlan(arch, units, w, p, budget, opts)
+	}
+	rawOpts := opts
+	rawOpts.Compress = false
+	raw, rerr := newPlan(arch, units, w, p, budget, rawOpts)
+	z, zerr := newPlan(arch, units, w, p, budget, opts)
+	var be *BudgetError
+	switch {
+	case rerr != nil:
+		return nil, rerr
+	case errors.As(zerr, &be):
+		raw.CompressNote = fmt.Sprintf("streamed raw: the budget does not hold the staging buffers (the minimum with them is %s)", FormatBytes(be.Min))
+	case zerr != nil:
+		return nil, zerr
+	case raw.copiesNothing():
+		raw.CompressNote = "nothing to compress: every unit is resident"
+	case !z.Compressed:
+		raw.CompressNote = "streamed raw: no unit that copies codes to less than " + fmt.Sprint(ZMaxRatio) + " of its bytes"
+	case z.TotalMs < raw.TotalMs:
+		// The smallest budget that plans is the raw plan's: below the
+		// compressed plan's minimum, the budget is planned raw.
+		z.MinBudgetBytes = raw.MinBudgetBytes
+		return z, nil
+	default:
+		raw.CompressNote = fmt.Sprintf("streamed raw: compression does not pay at this budget (predicted %.1f ms compressed, %.1f ms raw)", z.TotalMs, raw.TotalMs)
+	}
+	raw.Options = opts
+	return raw, nil
+}
+
+// newPlan is NewPlan for the options as they are.
+func newPlan(arch *Arch, units []placement.Unit, w placement.Workload, p *Profile, budget int64, opts Options) (*Plan, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -144,6 +215,7 @@ func NewPlan(arch *Arch, units []placement.Unit, w placement.Workload, p *Profil
 	for i, u := range units {
 		items[i] = item{Unit: u, dma: p.DMAMs(u.Bytes)}
 	}
+	compress(items, p, opts)
 	if err := checkPasses(items); err != nil {
 		return nil, err
 	}
@@ -173,10 +245,42 @@ func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 			benefit[i] = l.benefit(m, k)
 		}
 	}
+	zs := make([]bool, len(pl.items)) // the units that stream compressed
 	for i, it := range pl.items {
-		p.HostBytes += it.Bytes
+		zs[i] = pl.z(i) && !it.HostOnly && c.homes[i] != pl.all && pl.copiedWhole(c, i)
+		p.HostBytes += it.storedBytes(zs[i])
+		p.HostRawBytes += it.Bytes
 		u := UnitPlan{ID: it.ID, Bytes: it.Bytes, Stages: stagesOf(it.Unit), Home: c.homes[i].list(),
-			Place: map[placement.Stage]placement.Placement{}, SplitDim: it.SplitDim, BenefitMsPerMB: benefit[i]}
+			Place: map[placement.Stage]placement.Placement{}, SplitDim: it.SplitDim, BenefitMsPerMB: benefit[i],
+			Compressed: zs[i], StoredBytes: it.storedBytes(zs[i])}
+		if zs[i] {
+			u.ZBytes = it.stored
+		}
+		if zs[i] {
+			p.Compressed = true
+			p.StagingBytes = max(p.StagingBytes, it.stored)
+		}
+		if pl.cpuShared(c, i) {
+			// The CPU reads the raw blob: it stays beside the compressed
+			// forms.
+			if zs[i] {
+				u.StoredBytes += it.Bytes
+				p.HostBytes += it.Bytes
+			}
+			for _, s := range pl.stages {
+				if n := c.stages[s].cpu[i]; it.zok && n > 0 && n < it.SplitDim && u.CompressedShares[n] == 0 {
+					if u.CompressedShares == nil {
+						u.CompressedShares = map[int]int64{}
+					}
+					u.CompressedShares[n] = it.shareStored(n)
+					u.ShareBytes += it.shareStored(n)
+					p.StagingBytes = max(p.StagingBytes, it.shareStored(n))
+					p.Compressed = true
+				}
+			}
+			u.StoredBytes += u.ShareBytes
+			p.HostBytes += u.ShareBytes
+		}
 		switch {
 		case it.HostOnly:
 			u.Weights = placement.Host
@@ -213,7 +317,7 @@ func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 	for _, s := range pl.stages {
 		pick := c.stages[s]
 		sp := StagePlan{Stage: s, Kind: pick.kind, CPUShare: pick.share, PredictedMs: pick.tl.end,
-			CopyMs: pick.tl.copyMs, GPUMs: pick.tl.gpuMs, CPUMs: pick.tl.cpuMs, EnterBytes: pick.enter,
+			CopyMs: pick.tl.copyMs, GPUMs: pick.tl.gpuMs, CPUMs: pick.tl.cpuMs, DecodeMs: pick.tl.decMs, EnterBytes: pick.enter,
 			Bytes: map[Purpose]int64{}}
 		for k, v := range pl.fixed[s] {
 			sp.Bytes[k] = v
@@ -230,6 +334,9 @@ func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 				sp.Bytes[PurposeResident] += it.Bytes
 			case c.homes[i].has(s):
 				arenas[pl.entry(c.homes[i], s)] += (it.Bytes + 255) / 256 * 256
+				if ok && !c.homes[i].has(pl.prev(s)) {
+					sp.EnterCopiedBytes += it.storedBytes(zs[i])
+				}
 			case ok:
 				share := 0.0
 				if it.SplitDim > 0 {
@@ -237,8 +344,13 @@ func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 				}
 				cpu := int64(share * float64(it.MatrixBytes()))
 				sp.CPUBytes += cpu
-				if pick.cpu[i] < it.SplitDim || it.SplitDim == 0 {
+				switch {
+				case pick.cpu[i] > 0 && pick.cpu[i] < it.SplitDim && it.zok:
 					sp.StreamedBytes += it.Bytes - cpu
+					sp.CopiedBytes += it.shareStored(pick.cpu[i])
+				case pick.cpu[i] < it.SplitDim || it.SplitDim == 0:
+					sp.StreamedBytes += it.Bytes - cpu
+					sp.CopiedBytes += it.storedBytes(zs[i]) - cpu
 				}
 			}
 		}
@@ -251,6 +363,9 @@ func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 			sp.PredictedMs += sp.EntryMs
 		}
 		sp.Bytes[PurposeSlots] = dfbSlots * pages(p.SlotBytes)
+		if p.StagingBytes > 0 {
+			sp.Bytes[PurposeStaging] = dfbSlots * pages(p.StagingBytes)
+		}
 		var used int64
 		for _, n := range sp.Bytes {
 			used += n
@@ -267,6 +382,29 @@ func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 		p.TotalMs += sp.PredictedMs
 	}
 	return p
+}
+
+// cpuShared says whether the CPU computes a share of item i (or all of
+// it) in some stage of c.
+func (pl *planner) cpuShared(c *choice, i int) bool {
+	for _, s := range pl.stages {
+		if c.stages[s].cpu[i] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// copiedWhole says whether some stage of c copies item i whole: streamed
+// and not split, or entering its home.
+func (pl *planner) copiedWhole(c *choice, i int) bool {
+	it := &pl.items[i]
+	for _, s := range pl.stages {
+		if _, ok := it.WorkIn(s); ok && (c.homes[i].has(s) || c.stages[s].cpu[i] == 0) {
+			return true
+		}
+	}
+	return false
 }
 
 // Stage is the plan of stage s, if it runs.
@@ -457,6 +595,15 @@ type ModuleSummary struct {
 	Host     bool
 	// Bytes is the module's total; ResidentBytes the resident share.
 	Bytes, ResidentBytes int64
+	// Compressed counts the units whose whole blob streams compressed,
+	// CompressedRaw and CompressedZ their raw and compressed bytes;
+	// Shares counts the GPU shares coded (units the CPU shares),
+	// ShareBytes their compressed bytes; HostBytes is what host memory
+	// keeps of those units (UnitPlan.StoredBytes).
+	Compressed                 int
+	CompressedRaw, CompressedZ int64
+	Shares                     int
+	ShareBytes, HostBytes      int64
 }
 
 // Modules summarizes the plan per module, in execution order.
@@ -471,6 +618,16 @@ func (p *Plan) Modules() []ModuleSummary {
 		s := &out[k]
 		s.Units++
 		s.Bytes += u.Bytes
+		if u.Compressed {
+			s.Compressed++
+			s.CompressedRaw += u.Bytes
+			s.CompressedZ += u.ZBytes
+		}
+		if u.Compressed || len(u.CompressedShares) > 0 {
+			s.Shares += len(u.CompressedShares)
+			s.ShareBytes += u.ShareBytes
+			s.HostBytes += u.StoredBytes
+		}
 		switch u.Weights {
 		case placement.Resident:
 			s.Resident = append(s.Resident, u.ID)

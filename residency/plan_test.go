@@ -155,10 +155,11 @@ func TestPlanBudgets(t *testing.T) {
 
 func gpuDecode(p *residency.Plan) float64 { return p.PredictedMs[placement.StageDecode] }
 
-// TestPlanMonotone: more budget never predicts a slower plan.
+// TestPlanMonotone: more budget never predicts a slower plan, on the GPU
+// alone and with CPU shares, raw and compressed.
 func TestPlanMonotone(t *testing.T) {
 	a, prof := alpamayo10B(t), withCPU(t)
-	for _, opts := range []residency.Options{{Exact: true}, {}} {
+	for _, opts := range []residency.Options{{Exact: true}, {}, {Exact: true, Compress: true}, {Compress: true}} {
 		prev := plan(t, a, prof, 0, opts)
 		last := 1e18
 		for b := prev.MinBudgetBytes; b < 24e9; b += 1e9 {
@@ -281,6 +282,113 @@ func TestPlanErrors(t *testing.T) {
 	w.PatchesPerImage = 721
 	_, err = residency.NewPlan(a, units, w, prof, 0, residency.Options{})
 	assert.ErrorContains(t, err, "721 patches per image do not merge in groups of 4")
+}
+
+// TestPlanCompressed plans Alpamayo-R1-10B with compressed streaming, on
+// the GPU alone and with CPU shards: the accounts hold with the staging
+// buffers (two of the largest compressed unit, under z-staging), host
+// memory is the compressed bytes where units are compressed (and the raw
+// blob too where the CPU shares a unit, with the compressed GPU shares),
+// and a compressed plan is kept only where it predicts less than the raw
+// one (the GPU-only plans at 5 and 8 GiB copy a third less and gain about
+// 30%; with CPU shares, whose half compression does not shrink, about
+// 15%).
+func TestPlanCompressed(t *testing.T) {
+	a := alpamayo10B(t)
+	pages := func(n int64) int64 { return (n + 2<<20 - 1) / (2 << 20) * (2 << 20) }
+	for _, exact := range []bool{true, false} {
+		for _, budget := range []int64{5 << 30, 8 << 30, 16 << 30, 0} {
+			t.Run(fmt.Sprintf("%d exact %v", budget, exact), func(t *testing.T) {
+				raw := plan(t, a, withCPU(t), budget, residency.Options{Exact: exact})
+				z := plan(t, a, withCPU(t), budget, residency.Options{Exact: exact, Compress: true})
+				checkAccounts(t, z)
+				assert.LessOrEqual(t, z.TotalMs, raw.TotalMs+1e-9, "compression where it pays never plans slower")
+				if budget == 0 {
+					assert.False(t, z.Compressed, "nothing streams")
+					assert.NotEmpty(t, z.CompressNote)
+					return
+				}
+				if exact && budget <= 8<<30 {
+					require.True(t, z.Compressed)
+					assert.Less(t, z.TotalMs, 0.8*raw.TotalMs, "a copy-bound plan gains from a third fewer bytes")
+				}
+				if !exact && budget <= 8<<30 {
+					require.True(t, z.Compressed)
+					assert.Less(t, z.TotalMs, 0.9*raw.TotalMs, "the decode re-balanced: the GPU's shares copy compressed")
+					dec, _ := z.Stage(placement.StageDecode)
+					assert.Equal(t, residency.Dynamic, dec.Kind)
+				}
+				if !z.Compressed {
+					assert.Contains(t, z.CompressNote, "does not pay")
+					return
+				}
+				var staging, host, hostRaw int64
+				for _, u := range z.Units {
+					host += u.StoredBytes
+					hostRaw += u.Bytes
+					shared := false
+					for _, pl := range u.Place {
+						shared = shared || pl.Engine == placement.CPU || pl.CPUSplit > 0
+					}
+					for c := range u.CompressedShares {
+						found := false
+						for _, pl := range u.Place {
+							found = found || pl.CPUSplit == c
+						}
+						assert.True(t, found, "%s: a compressed share at %d that no stage splits at", u.ID, c)
+					}
+					if len(u.CompressedShares) == 1 {
+						staging = max(staging, u.ShareBytes)
+					}
+					switch {
+					case u.Compressed && shared:
+						// The CPU reads the raw blob: it stays beside the codings.
+						assert.Equal(t, u.ZBytes+u.Bytes+u.ShareBytes, u.StoredBytes, u.ID)
+					case u.Compressed:
+						assert.Equal(t, u.ZBytes, u.StoredBytes, u.ID)
+					default:
+						assert.Equal(t, u.Bytes+u.ShareBytes, u.StoredBytes, u.ID)
+					}
+					if !u.Compressed {
+						continue
+					}
+					staging = max(staging, u.ZBytes)
+					assert.Equal(t, placement.Streamed, u.Weights, u.ID)
+					assert.Less(t, float64(u.ZBytes), residency.ZMaxRatio*float64(u.Bytes), u.ID)
+				}
+				assert.Equal(t, staging, z.StagingBytes)
+				assert.Equal(t, host, z.HostBytes)
+				assert.Equal(t, hostRaw, z.HostRawBytes)
+				if exact {
+					assert.Less(t, z.HostBytes, z.HostRawBytes, "GPU-only: host memory shrinks")
+				}
+				for _, sp := range z.Stages {
+					assert.Equal(t, 2*pages(staging), sp.Bytes[residency.PurposeStaging], sp.Stage)
+					assert.LessOrEqual(t, sp.CopiedBytes, sp.StreamedBytes, sp.Stage)
+					assert.LessOrEqual(t, sp.EnterCopiedBytes, sp.EnterBytes, sp.Stage)
+					if sp.CopiedBytes < sp.StreamedBytes {
+						assert.Positive(t, sp.DecodeMs, sp.Stage)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestPlanCompressedBudgetFallback: a budget that holds the slots but not
+// the staging buffers plans raw and says why.
+func TestPlanCompressedBudgetFallback(t *testing.T) {
+	a := alpamayo10B(t)
+	raw := plan(t, a, withCPU(t), 0, residency.Options{Exact: true})
+	p := plan(t, a, withCPU(t), raw.MinBudgetBytes, residency.Options{Exact: true, Compress: true})
+	assert.False(t, p.Compressed)
+	assert.Contains(t, p.CompressNote, "staging buffers")
+	assert.Equal(t, raw.MinBudgetBytes, p.MinBudgetBytes)
+	_, err := residency.NewPlan(a, alpamayo.PlanUnits(a, placement.StandardWorkload()), placement.StandardWorkload(), withCPU(t),
+		raw.MinBudgetBytes-1, residency.Options{Exact: true, Compress: true})
+	var be *residency.BudgetError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, raw.MinBudgetBytes, be.Min, "the minimum named is the raw plan's")
 }
 
 // TestStageEntry checks that a profile's calibrated entry costs are added

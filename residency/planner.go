@@ -33,6 +33,24 @@ type Options struct {
 	// Kind, when set, forces that plan for every stage whose units
 	// stream (comparisons; the cheapest wins otherwise).
 	Kind Kind
+	// Compress streams units compressed (bf16z) where the coding pays:
+	// each keeps its compressed bytes in pinned host memory, copies them
+	// into a staging buffer and the GPU decodes them into the slot or the
+	// home. A unit the CPU computes a share of in some stage stays raw
+	// (the CPU reads raw host weights), as do resident and host units.
+	Compress bool
+	// ZRatio is the share of a coded bf16 tensor's bytes that compression
+	// keeps, for units whose exact size Stored lacks; 0 means
+	// DefaultZRatio.
+	ZRatio float64
+	// Stored are the exact compressed sizes of units (bf16z.Unit.Size,
+	// after encoding); a unit whose stored size is not below ZMaxRatio of
+	// its bytes stays raw.
+	Stored map[placement.ID]int64
+	// ShareRatio are the exact compressed-to-raw ratios of the GPU's
+	// shares of units the CPU shares (after encoding them); other units'
+	// shares take their unit's ratio.
+	ShareRatio map[placement.ID]float64
 }
 
 // Validate checks the options.
@@ -44,6 +62,19 @@ func (o Options) Validate() error {
 	}
 	if o.Exact && (o.Kind == Static || o.Kind == Dynamic) {
 		return fmt.Errorf("residency: --exact forbids the CPU shards of a %s plan", o.Kind)
+	}
+	if !(o.ZRatio >= 0 && o.ZRatio <= 1) {
+		return fmt.Errorf("residency: compression ratio %g is not in [0, 1] (0: the default, %g)", o.ZRatio, DefaultZRatio)
+	}
+	for id, n := range o.Stored {
+		if n <= 0 {
+			return fmt.Errorf("residency: unit %s stored in %d bytes", id, n)
+		}
+	}
+	for id, r := range o.ShareRatio {
+		if !(r > 0) {
+			return fmt.Errorf("residency: the GPU's share of unit %s compresses to %g of its bytes", id, r)
+		}
 	}
 	return nil
 }
@@ -98,7 +129,14 @@ type planner struct {
 	stages []placement.Stage                     // the stages that run, in order
 	fixed  map[placement.Stage]map[Purpose]int64 // fixed costs per stage
 	all    stageSet                              // every stage that runs
+	// staging is one staging buffer (the largest unit that can stream
+	// compressed), reserved in every stage; 0 without compression.
+	staging int64
 }
+
+// z says whether item i streams compressed where the GPU computes it
+// whole.
+func (pl *planner) z(i int) bool { return pl.items[i].zok }
 
 // fixedSum is the fixed costs of stage s.
 func (pl *planner) fixedSum(s placement.Stage) int64 {
@@ -141,7 +179,7 @@ func (pl *planner) plan() (*choice, int64, error) {
 	for _, s := range pl.stages {
 		fixedMax = max(fixedMax, pl.fixedSum(s))
 	}
-	minimum := fixedMax + dfbSlots*pages(slot)
+	minimum := fixedMax + dfbSlots*pages(slot) + dfbSlots*pages(pl.staging)
 	if pl.budget == 0 || fixedMax+all <= pl.budget {
 		homes := make([]stageSet, len(pl.items))
 		for i, it := range pl.items {
@@ -158,7 +196,7 @@ func (pl *planner) plan() (*choice, int64, error) {
 				worst = s
 			}
 		}
-		return nil, minimum, &BudgetError{Budget: pl.budget, Min: minimum, Fixed: pl.fixed[worst], Slot: slot}
+		return nil, minimum, &BudgetError{Budget: pl.budget, Min: minimum, Fixed: pl.fixed[worst], Slot: slot, Staging: pl.staging}
 	}
 	// The slots hold the largest unit some stage streams: a plan that
 	// keeps the largest units home wherever they work can use smaller
@@ -205,7 +243,7 @@ func (pl *planner) streamedSlot(homes []stageSet) int64 {
 func (pl *planner) rooms(slot int64) map[placement.Stage]int64 {
 	out := map[placement.Stage]int64{}
 	for _, s := range pl.stages {
-		out[s] = pl.budget - pl.fixedSum(s) - dfbSlots*pages(slot) - homeArenas*pageBytes
+		out[s] = pl.budget - pl.fixedSum(s) - dfbSlots*pages(slot) - dfbSlots*pages(pl.staging) - homeArenas*pageBytes
 	}
 	return out
 }
@@ -317,6 +355,9 @@ func (pl *planner) coexecFactor(it *item) float64 {
 		return 1
 	}
 	copyMs := float64(it.Bytes) / (pl.prof.CPU.H2DBusyGBps * 1e9) * 1e3
+	if it.zok {
+		copyMs *= it.shareRatio // the GPU's share streams compressed
+	}
 	cpuMs := pl.prof.CPU.Ms(it.MatrixBytes(), it.MatrixFLOPs(busiest.Rows), busiest.Rows)
 	return cpuMs / (copyMs + cpuMs)
 }
@@ -424,7 +465,10 @@ func (pl *planner) prev(s placement.Stage) placement.Stage {
 }
 
 // evaluate times homes: per stage, the cheapest of the plan kinds the
-// options allow.
+// options allow. With compression, a unit streams compressed wherever the
+// GPU computes it whole, and the GPU's share of a split streams
+// compressed too (a second coding of that share, at load); a unit the
+// CPU shares keeps its raw blob as well, which the CPU reads.
 func (pl *planner) evaluate(homes []stageSet, slot int64) *choice {
 	c := &choice{slot: slot, homes: homes, stages: map[placement.Stage]stagePick{}}
 	for _, s := range pl.stages {
@@ -522,10 +566,13 @@ func (pl *planner) balance(homes []stageSet, s placement.Stage) float64 {
 		}
 		copyMs := float64(it.Bytes) / (busy * 1e9) * 1e3
 		if it.SplitDim > 0 {
+			if it.zok {
+				copyMs *= it.shareRatio // the GPU's share streams compressed
+			}
 			b += copyMs
 			c += pl.prof.CPU.Ms(it.MatrixBytes(), it.MatrixFLOPs(w.Rows), w.Rows)
 		} else {
-			n += copyMs
+			n += float64(it.storedBytes(pl.z(i))) / (busy * 1e9) * 1e3
 		}
 	}
 	if b+c <= 0 {
@@ -580,17 +627,25 @@ func (pl *planner) simulateStage(homes []stageSet, s placement.Stage, f float64)
 		passes = w.Passes
 		st := step{exe: w.ExeMs}
 		copyMs := float64(it.Bytes) / (h2d * 1e9) * 1e3
+		zcopy := func() {
+			// Compressed: the copy moves its stored bytes, a decode expands them.
+			if pl.z(i) {
+				st.z, st.dma, st.dec = true, float64(it.stored)/(h2d*1e9)*1e3, it.dec
+			}
+		}
 		switch {
 		case it.HostOnly:
 		case homes[i].has(s):
 			if !homes[i].has(pl.prev(s)) {
 				st.enter, st.dma = true, copyMs
+				zcopy()
 			}
 		default:
 			anyStreamed = true
 			c := cpuShare(it, f)
 			if c == 0 {
 				st.streamed, st.dma = true, copyMs
+				zcopy()
 				break
 			}
 			pick.cpu[i] = c
@@ -600,6 +655,10 @@ func (pl *planner) simulateStage(homes []stageSet, s placement.Stage, f float64)
 			st.exe = w.ExeMs * (1 - share)
 			if c < it.SplitDim {
 				st.streamed, st.dma = true, copyMs*(1-share)
+				if it.zok {
+					// The GPU's share, compressed: copied and decoded.
+					st.z, st.dma, st.dec = true, float64(it.shareStored(c))/(h2d*1e9)*1e3, pl.prof.DecodeMs(it.gpuShare(c))
+				}
 			}
 		}
 		seq = append(seq, st)
@@ -619,6 +678,11 @@ func (pl *planner) simulateStage(homes []stageSet, s placement.Stage, f float64)
 // newPlanner prepares items for planning.
 func newPlanner(arch *Arch, items []item, w placement.Workload, p *Profile, budget int64, opts Options) *planner {
 	pl := &planner{items: items, prof: p, opts: opts, budget: budget, seqs: w.Seqs(), fixed: map[placement.Stage]map[Purpose]int64{}}
+	for _, it := range items {
+		if it.zok {
+			pl.staging = max(pl.staging, it.stored)
+		}
+	}
 	for _, s := range placement.Stages() {
 		for _, it := range items {
 			if _, ok := it.WorkIn(s); ok && !it.HostOnly {

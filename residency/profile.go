@@ -41,6 +41,58 @@ type Profile struct {
 	// the executor (vlanode profile --calibrate) and added to the stage's
 	// prediction.
 	StageEntryMs map[placement.Stage]float64 `json:"stage_entry_ms,omitempty"`
+	// Decode is the GPU's decode kernel for compressed streaming (bf16z);
+	// nil when it was not measured: plans then take FallbackDecode.
+	Decode *DecodeProfile `json:"decode,omitempty"`
+}
+
+// DecodeProfile is the rate of the decode kernel that expands a
+// compressed unit (bf16z) into its slot: t = LaunchMs + raw bytes /
+// GBps, fitted from decodes of two unit sizes.
+type DecodeProfile struct {
+	// Source states where the figures come from.
+	Source string `json:"source"`
+	// GBps is the decoded (raw) bytes written per second beyond the
+	// fixed cost, 10⁹ bytes/s.
+	GBps float64 `json:"gbps"`
+	// LaunchMs is each decode's fixed cost (the launch, the last wave of
+	// tiles), ms.
+	LaunchMs float64 `json:"launch_ms"`
+}
+
+// FallbackDecode is the decode rate a profile without a decode section
+// plans with: the line through the two units BenchmarkGPUZDecode measured
+// on the H200 (bench/results/compression.md, 2026-12-01, the warp
+// kernel): a VLM layer, 385.9 MB in 884.6 µs, and an expert layer, 126.6
+// MB in 344.7 µs, give 480 GB/s beyond 0.081 ms a decode. `vlanode
+// profile` measures it on the device at hand.
+var FallbackDecode = DecodeProfile{
+	Source:   "fallback: BenchmarkGPUZDecode on the H200, 2026-12-01 (bench/results/compression.md): VLM layer 385.9 MB in 884.6 µs, expert layer 126.6 MB in 344.7 µs, fitted as a line",
+	GBps:     480.3,
+	LaunchMs: 0.0811,
+}
+
+// DecodeMs is the time to decode a compressed unit of raw bytes into its
+// slot: the profile's decode rate, or FallbackDecode.
+func (p *Profile) DecodeMs(raw int64) float64 {
+	d := p.Decode
+	if d == nil {
+		d = &FallbackDecode
+	}
+	return d.LaunchMs + float64(raw)/(d.GBps*1e9)*1e3
+}
+
+// validate checks the decode figures.
+func (d *DecodeProfile) validate(bad func(string, ...any)) {
+	if d.Source == "" {
+		bad("decode.source is empty: say where the figures come from")
+	}
+	if !(d.GBps > 0) || math.IsInf(d.GBps, 0) {
+		bad("decode.gbps must be positive, got %g", d.GBps)
+	}
+	if !(d.LaunchMs >= 0) || math.IsInf(d.LaunchMs, 0) {
+		bad("decode.launch_ms must not be negative, got %g", d.LaunchMs)
+	}
 }
 
 // CPUProfile is what the planner knows of the host CPU computing sub-layer
@@ -235,6 +287,9 @@ func (p *Profile) Validate() error {
 		if math.IsNaN(ms) || math.IsInf(ms, 0) || math.Abs(ms) > 1000 {
 			bad("stage_entry_ms[%s] must be a finite cost within a second, got %g", st, ms)
 		}
+	}
+	if p.Decode != nil {
+		p.Decode.validate(bad)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("residency: profile: %w", err)

@@ -16,6 +16,10 @@ type step struct {
 	// unit alone); hop is one hand-off of activations between the GPU and
 	// the CPU (each way).
 	cpu, hop float64
+	// z units copy their compressed bytes (dma) into a staging buffer and
+	// a decode of dec ms expands them into the slot or the home.
+	z   bool
+	dec float64
 }
 
 // dfbSlots is the number of DFB slots; streamed unit j uses slot j mod 2.
@@ -24,8 +28,8 @@ const dfbSlots = 2
 // timeline is the result of a simulated stage: its end and each engine's
 // busy time.
 type timeline struct {
-	end                  float64
-	copyMs, gpuMs, cpuMs float64
+	end                         float64
+	copyMs, gpuMs, cpuMs, decMs float64
 }
 
 // simulate returns the time from the start of a stage to the end of its
@@ -50,16 +54,38 @@ func simulate(passes int, seq []step) float64 { return simulate3(passes, seq).en
 // the GPU adds the CPU's result after its own share (one hop back) before
 // the next unit: the GPU stream's next op waits for it. Copies run ahead
 // as far as the slots allow, while the CPU computes.
+//
+// A compressed unit (z) is the executor's three-stream turn
+// (layering.Executor.copyZ): its copy goes to the next staging buffer of
+// a ring of their own (the compressed copies in order) once that
+// buffer's last decode has read it; its decode, on an engine of its own,
+// starts when the decode engine is free, its copy is done and, for a
+// streamed unit, its slot's last user has computed; its compute waits for
+// the decode.
 func simulate3(passes int, seq []step) timeline {
 	var t timeline
-	var copyFree, gpuEnd, cpuFree float64
-	var slotFree [dfbSlots]float64 // when each slot's last user finished computing
-	j := 0                         // streamed turns so far
+	var copyFree, gpuEnd, cpuFree, decFree float64
+	var slotFree [dfbSlots]float64    // when each slot's last user finished computing
+	var stagingFree [dfbSlots]float64 // when each staging buffer's last decode finished
+	j, k := 0, 0                      // streamed turns, compressed copies so far
 	for p := range passes {
 		for _, s := range seq {
 			ready := 0.0
 			slot := j % dfbSlots
 			switch {
+			case s.z && (s.streamed || (s.enter && p == 0)):
+				st := k % dfbSlots
+				copyFree = max(copyFree, stagingFree[st]) + s.dma
+				t.copyMs += s.dma
+				start := max(decFree, copyFree)
+				if s.streamed {
+					start = max(start, slotFree[slot])
+				}
+				decFree = start + s.dec
+				stagingFree[st] = decFree
+				t.decMs += s.dec
+				ready = decFree
+				k++
 			case s.streamed:
 				start := max(copyFree, slotFree[slot])
 				copyFree = start + s.dma

@@ -55,6 +55,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	acc := fs.String("accelerate", "", "path of accelerate_baseline.py: run Accelerate's offloading at the same budgets afterwards and report the ratio")
 	python := fs.String("python", "python3", "the Python that runs --accelerate")
 	accReps := fs.Int("accelerate-reps", 1, "timed Accelerate inferences per budget (after its warm-up)")
+	compareRaw := fs.Bool("compare-raw", false, "run each budget and mode twice in this call, compressed (--compress) and raw, and report the speedup of compression")
 	out := fs.String("out", "", "folder for bench.json (and Accelerate's results); default: none written")
 	asJSON := fs.Bool("json", false, "print the report (bench.json's content) instead of the tables")
 	kindList := fs.String("plan-kinds", "", "comma-separated plans to run at each budget (and prompt length), each from its own load: auto (the planner's pick per stage), gpu-only, static, dynamic (forced for every stage that streams), or all (the four); with two or more, a sweep table compares the planner's pick per stage with the measured best of the three forced plans; default: --plan-kind's, or auto")
@@ -128,46 +129,57 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		}
 	}
 
+	compress := []bool{lf.compress}
+	if *compareRaw {
+		if !lf.compress {
+			return usagef("--compare-raw compares compressed streaming with raw: drop --compress=false")
+		}
+		compress = []bool{true, false}
+	}
 	var first *alpamayo.Result
 	failed := 0
 	for _, b := range budgets {
 		for _, mode := range modes {
 			for _, kind := range kinds {
-				if err := ctx.Err(); err != nil {
-					return err
+				for _, z := range compress {
+					if err := ctx.Err(); err != nil {
+						return err
+					}
+					opts := lf.planOpts
+					opts.kind = kindOption(kind)
+					opts.compress = z
+					r, res, err := benchOne(ctx, budgetSpec{
+						dir: mf.dir, vlm: *vlm, device: mf.device, threads: mf.threads, budget: b, samples: *samples,
+						layers: layerFlags{mode: mode, profile: lf.profile, planOpts: opts},
+					}, *warmup, *runs, *timeline, nv, stderr)
+					r.PlanKind = kind
+					if err != nil {
+						// Report it and go on: the other budgets still tell.
+						fmt.Fprintf(stderr, "vlanode bench: budget %s, mode %s, plan %s, %s: %v\n", budgetText(b), mode, kind, variantName(z), err)
+						rep.Runs = append(rep.Runs, benchRun{Budget: b, Mode: mode, PlanKind: kind, Compress: z, Error: err.Error()})
+						failed++
+						continue
+					}
+					if first == nil {
+						first = res
+					}
+					r.Identical = sameResult(first, res)
+					r.SameReasoning = slices.Equal(first.ReasoningIDs, res.ReasoningIDs)
+					r.MaxActionDiff = maxAbsDiff(first.Normalized, res.Normalized)
+					rep.Runs = append(rep.Runs, r)
+					predicted := ""
+					if r.Backend == "cuda" {
+						predicted = fmt.Sprintf(" (predicted %.0f)", r.PredictedMs["total"])
+					}
+					fmt.Fprintf(stderr, "vlanode bench: %s %s %s: %.0f ms%s, peak %.2f GB allocated, %.2f GB NVML; graphs: decode %v, diffusion %v%s\n",
+						budgetText(b), r.Mode, kind+" "+variantName(z), r.MeasuredMs["total"], predicted, float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9,
+						r.DecodeGraph, r.DiffusionGraph, map[bool]string{true: " (" + r.GraphError + ")"}[r.GraphError != ""])
 				}
-				opts := lf.planOpts
-				opts.kind = kindOption(kind)
-				r, res, err := benchOne(ctx, budgetSpec{
-					dir: mf.dir, vlm: *vlm, device: mf.device, threads: mf.threads, budget: b, samples: *samples,
-					layers: layerFlags{mode: mode, profile: lf.profile, planOpts: opts},
-				}, *warmup, *runs, *timeline, nv, stderr)
-				r.PlanKind = kind
-				if err != nil {
-					// Report it and go on: the other budgets still tell.
-					fmt.Fprintf(stderr, "vlanode bench: budget %s, mode %s, plan %s: %v\n", budgetText(b), mode, kind, err)
-					rep.Runs = append(rep.Runs, benchRun{Budget: b, Mode: mode, PlanKind: kind, Error: err.Error()})
-					failed++
-					continue
-				}
-				if first == nil {
-					first = res
-				}
-				r.Identical = sameResult(first, res)
-				r.SameReasoning = slices.Equal(first.ReasoningIDs, res.ReasoningIDs)
-				r.MaxActionDiff = maxAbsDiff(first.Normalized, res.Normalized)
-				rep.Runs = append(rep.Runs, r)
-				predicted := ""
-				if r.Backend == "cuda" {
-					predicted = fmt.Sprintf(" (predicted %.0f)", r.PredictedMs["total"])
-				}
-				fmt.Fprintf(stderr, "vlanode bench: %s %s %s: %.0f ms%s, peak %.2f GB allocated, %.2f GB NVML; graphs: decode %v, diffusion %v%s\n",
-					budgetText(b), r.Mode, kind, r.MeasuredMs["total"], predicted, float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9,
-					r.DecodeGraph, r.DiffusionGraph, map[bool]string{true: " (" + r.GraphError + ")"}[r.GraphError != ""])
 			}
 		}
 	}
 	rep.fillBounds()
+	rep.fillSpeedups()
 	if len(kinds) > 1 {
 		var rows []sweepRun
 		for _, r := range rep.Runs {
@@ -191,7 +203,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			if r.turns == nil {
 				continue
 			}
-			name := fmt.Sprintf("timeline-%d-%s.json", r.Budget, r.Mode) // the budget in bytes, 0: none
+			name := fmt.Sprintf("timeline-%d-%s-%s.json", r.Budget, r.Mode, variantName(r.Compress)) // the budget in bytes, 0: none
 			if err := writeTurns(filepath.Join(*out, name), r.turns); err != nil {
 				return err
 			}
@@ -263,6 +275,23 @@ type benchReport struct {
 type benchRun struct {
 	Budget int64  `json:"budget_bytes"` // 0: none
 	Mode   string `json:"mode"`
+	// Compress says the run was planned with --compress (compressed where
+	// the planner predicted it pays); Compressed counts the units that
+	// streamed compressed, CompressNote says why none did.
+	Compress     bool   `json:"compress"`
+	Compressed   int    `json:"compressed_units"`
+	CompressNote string `json:"compress_note,omitempty"`
+	// PinnedBytes is the pinned host memory of the streamed units as
+	// loaded (compressed where they are), PinnedRawBytes the same raw.
+	PinnedBytes    int64 `json:"pinned_bytes"`
+	PinnedRawBytes int64 `json:"pinned_raw_bytes"`
+	// Compression is, per module, the raw and stored bytes of the units
+	// coded at load, and CompressS the time the coding took.
+	Compression map[string]zModule `json:"compression,omitempty"`
+	CompressS   float64            `json:"compress_s,omitempty"`
+	// SpeedupVsRaw is the raw run's total over this one's, at the same
+	// budget and mode in the same call (--compare-raw).
+	SpeedupVsRaw float64 `json:"speedup_vs_raw,omitempty"`
 	// PlanKind is the plan asked for (auto: the planner's pick per
 	// stage); StageKinds the kind the plan gave each stage.
 	PlanKind    string             `json:"plan_kind"`
@@ -323,6 +352,81 @@ type benchRun struct {
 	stageMs map[string]float64
 }
 
+// zModule is one module's compression at load: the units whose whole
+// blob was coded (raw and compressed bytes, their ratio), and the GPU
+// shares coded for the units the CPU shares.
+type zModule struct {
+	Units       int     `json:"units"`
+	RawBytes    int64   `json:"raw_bytes"`
+	StoredBytes int64   `json:"stored_bytes"`
+	Ratio       float64 `json:"ratio"`
+	Shares      int     `json:"shares,omitempty"`
+	ShareRaw    int64   `json:"share_raw_bytes,omitempty"`
+	ShareBytes  int64   `json:"share_stored_bytes,omitempty"`
+}
+
+// variantName names a run's streaming: compressed or raw.
+func variantName(compress bool) string {
+	if compress {
+		return "compressed"
+	}
+	return "raw"
+}
+
+// fillSpeedups gives each compressed run that streamed compressed units
+// its speedup over the raw run of the same budget and mode.
+func (rep *benchReport) fillSpeedups() {
+	for i := range rep.Runs {
+		r := &rep.Runs[i]
+		if r.Error != "" || !r.Compress || r.Compressed == 0 {
+			continue
+		}
+		for _, q := range rep.Runs {
+			if q.Error == "" && !q.Compress && q.Budget == r.Budget && q.Mode == r.Mode && r.MeasuredMs["total"] > 0 {
+				r.SpeedupVsRaw = q.MeasuredMs["total"] / r.MeasuredMs["total"]
+			}
+		}
+	}
+}
+
+// compressionOf sums what loading coded, per module, and the pinned host
+// memory of the streamed units.
+func compressionOf(r *benchRun, bm *budgeted) {
+	for _, u := range bm.plan.Units {
+		if u.Weights == placement.Streamed {
+			r.PinnedRawBytes += u.Bytes
+		}
+	}
+	r.PinnedBytes = r.PinnedRawBytes
+	r.CompressNote = bm.plan.CompressNote
+	zr := bm.model.Compression()
+	if zr == nil {
+		return
+	}
+	r.CompressS = zr.Seconds
+	r.Compression = map[string]zModule{}
+	for _, u := range zr.Units {
+		r.PinnedBytes += u.Stored - u.Raw
+		if !u.Coded && len(u.Shares) == 0 {
+			continue
+		}
+		r.Compressed++
+		m := r.Compression[string(u.ID.Module)]
+		if u.Coded {
+			m.Units++
+			m.RawBytes += u.Raw
+			m.StoredBytes += u.ZBytes
+			m.Ratio = float64(m.StoredBytes) / float64(m.RawBytes)
+		}
+		for c, n := range u.Shares {
+			m.Shares++
+			m.ShareRaw += u.ShareRaw[c]
+			m.ShareBytes += n
+		}
+		r.Compression[string(u.ID.Module)] = m
+	}
+}
+
 type accelerateRun struct {
 	Budget    string  `json:"budget"`
 	LatencyS  float64 `json:"latency_s"`
@@ -372,6 +476,8 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool
 		SlotBytes: bm.plan.SlotBytes, LoadSeconds: time.Since(t0).Seconds(), Backend: bm.be.Name(),
 		PredictedMs: map[string]float64{"total": bm.plan.TotalMs},
 	}
+	r.Compress = s.layers.compress
+	compressionOf(&r, bm)
 	r.StreamedBytes, r.EnterBytes = streamedPerPass(bm.plan)
 	r.StageKinds = stageKindMap(bm.plan)
 	for st, ms := range bm.plan.PredictedMs {
@@ -448,15 +554,16 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool
 }
 
 // streamedPerPass is, per stage, the weight bytes of one pass that are
-// not home in VRAM (streamed through the slots or read by the CPU: what a
-// GPU-only plan of the same homes streams), and the bytes copied into
-// homes once, in the stage's first pass.
+// not home in VRAM (copied into the slots, compressed where they stream
+// compressed, or read by the CPU: what a GPU-only plan of the same homes
+// copies), and the bytes copied into homes once, in the stage's first
+// pass.
 func streamedPerPass(p *residency.Plan) (streamed, enter map[string]int64) {
 	streamed, enter = map[string]int64{}, map[string]int64{}
 	for _, sp := range p.Stages {
-		streamed[string(sp.Stage)] = sp.StreamedBytes + sp.CPUBytes
-		if sp.EnterBytes > 0 {
-			enter[string(sp.Stage)] = sp.EnterBytes
+		streamed[string(sp.Stage)] = sp.CopiedBytes + sp.CPUBytes
+		if sp.EnterCopiedBytes > 0 {
+			enter[string(sp.Stage)] = sp.EnterCopiedBytes
 		}
 	}
 	return streamed, enter
@@ -559,10 +666,10 @@ func (rep *benchReport) print(w io.Writer) {
 		fmt.Fprintf(w, "pinned host-to-device: %.1f GB/s; bound: %s\n", rep.H2DGBps, rep.BoundSource)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "budget\tmode\tplan\tresident\tstreamed\tvision ms\tprefill ms\tdecode ms\tdiffusion ms\ttotal ms\tpredicted ms\tvs plan\tbound ms\tvs bound\tpeak alloc GB\tpeak NVML GB\twithin\tidentical\tsame ids\tmax action diff\taccelerate s\tspeedup\t")
+	fmt.Fprintln(tw, "budget\tmode\tplan\tweights\tresident\tstreamed\tpinned GB\tvision ms\tprefill ms\tdecode ms\tdiffusion ms\ttotal ms\tpredicted ms\tvs plan\tbound ms\tvs bound\tpeak alloc GB\tpeak NVML GB\twithin\tidentical\tsame ids\tmax action diff\taccelerate s\tspeedup\t")
 	for _, r := range rep.Runs {
 		if r.Error != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\tfailed: %s\t\n", shortBudget(r.Budget), r.Mode, r.PlanKind, r.Error)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tfailed: %s\t\n", shortBudget(r.Budget), r.Mode, r.PlanKind, variantName(r.Compress), r.Error)
 			continue
 		}
 		m := r.MeasuredMs
@@ -582,8 +689,8 @@ func (rep *benchReport) print(w io.Writer) {
 		if a, ok := rep.Accelerate[budgetText(r.Budget)]; ok && a.LatencyS > 0 {
 			accS, speedup = fmt.Sprintf("%.2f", a.LatencyS), fmt.Sprintf("%.1f×", a.LatencyS*1e3/m["total"])
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%.3g\t%s\t%s\t\n",
-			shortBudget(r.Budget), r.Mode, kindsText(r.PlanKind, r.StageKinds), r.Resident, streamedText(r), m["vision"], m["prefill"], m["decode"], m["diffusion"], m["total"],
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%.3g\t%s\t%s\t\n",
+			shortBudget(r.Budget), r.Mode, kindsText(r.PlanKind, r.StageKinds), weightsText(r), r.Resident, streamedText(r), pinnedText(r), m["vision"], m["prefill"], m["decode"], m["diffusion"], m["total"],
 			predicted, vsPlan, bound, vsBound,
 			float64(r.PeakAllocBytes)/1e9, float64(r.PeakNVMLBytes)/1e9, within, yesNo(r.Identical), yesNo(r.SameReasoning), r.MaxActionDiff, accS, speedup)
 	}
@@ -591,6 +698,59 @@ func (rep *benchReport) print(w io.Writer) {
 	if rep.Sweep != nil {
 		fmt.Fprintln(w)
 		rep.Sweep.print(w)
+	}
+	rep.printCompression(w)
+}
+
+// weightsText says how a run streamed: raw, or compressed (with its
+// speedup over the raw run of the same budget and mode).
+func weightsText(r benchRun) string {
+	switch {
+	case r.Compressed == 0 && r.Compress:
+		return "raw (--compress: see below)"
+	case r.Compressed == 0:
+		return "raw"
+	case r.SpeedupVsRaw > 0:
+		return fmt.Sprintf("bf16z %d (%.2f× raw)", r.Compressed, r.SpeedupVsRaw)
+	}
+	return fmt.Sprintf("bf16z %d", r.Compressed)
+}
+
+// pinnedText is the streamed units' pinned host memory, with the raw
+// figure when compressed.
+func pinnedText(r benchRun) string {
+	if r.Compressed == 0 {
+		return fmt.Sprintf("%.2f", float64(r.PinnedBytes)/1e9)
+	}
+	return fmt.Sprintf("%.2f of %.2f", float64(r.PinnedBytes)/1e9, float64(r.PinnedRawBytes)/1e9)
+}
+
+// printCompression writes, for each run that streamed compressed units,
+// the compression per module, and why runs with --compress streamed raw.
+func (rep *benchReport) printCompression(w io.Writer) {
+	for _, r := range rep.Runs {
+		if r.Error != "" || !r.Compress {
+			continue
+		}
+		if r.Compressed == 0 {
+			fmt.Fprintf(w, "%s %s: %s\n", shortBudget(r.Budget), r.Mode, r.CompressNote)
+			continue
+		}
+		mods := make([]string, 0, len(r.Compression))
+		for m := range r.Compression {
+			mods = append(mods, m)
+		}
+		sort.Strings(mods)
+		var parts []string
+		for _, m := range mods {
+			z := r.Compression[m]
+			part := fmt.Sprintf("%s %d units %.3f→%.3f GB (%.4f)", m, z.Units, float64(z.RawBytes)/1e9, float64(z.StoredBytes)/1e9, z.Ratio)
+			if z.Shares > 0 {
+				part += fmt.Sprintf(", %d GPU shares %.3f→%.3f GB", z.Shares, float64(z.ShareRaw)/1e9, float64(z.ShareBytes)/1e9)
+			}
+			parts = append(parts, part)
+		}
+		fmt.Fprintf(w, "%s %s compression (coded in %.1f s): %s\n", shortBudget(r.Budget), r.Mode, r.CompressS, strings.Join(parts, "; "))
 	}
 }
 

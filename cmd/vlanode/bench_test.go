@@ -47,6 +47,7 @@ mkdir -p "$out"; printf '{"acc_%s": {"latency_s": 1000.0, "peak_alloc_B": 123}}'
 			SHA       string `json:"result_sha256"`
 			Budget    int64  `json:"budget_bytes"`
 			Mode      string `json:"mode"`
+			Compress  bool   `json:"compress"`
 			Timeline  map[string]stageTimeline
 		} `json:"runs"`
 		Accelerate map[string]struct {
@@ -66,7 +67,7 @@ mkdir -p "$out"; printf '{"acc_%s": {"latency_s": 1000.0, "peak_alloc_B": 123}}'
 			assert.Positive(t, r.Timeline[st].Computes, "%s: timed computes", st)
 		}
 		var turns []layering.Turn
-		raw, err := os.ReadFile(filepath.Join(out, fmt.Sprintf("timeline-%d-%s.json", r.Budget, r.Mode)))
+		raw, err := os.ReadFile(filepath.Join(out, fmt.Sprintf("timeline-%d-%s-%s.json", r.Budget, r.Mode, variantName(r.Compress))))
 		require.NoError(t, err)
 		require.NoError(t, json.Unmarshal(raw, &turns))
 		copies := 0
@@ -129,14 +130,16 @@ func TestBenchBound(t *testing.T) {
 	assert.InDelta(t, 100+200+3610+60, b["total"], 1e-9)
 	assert.InDelta(t, 200, rep.Runs[0].BoundMs["decode"], 1e-9, "the unlimited run's bound is its compute")
 
+	// The bytes the copy engine moves: compressed where units stream
+	// compressed (CopiedBytes ≤ StreamedBytes), raw otherwise.
 	streamed, enter := streamedPerPass(&residency.Plan{Stages: []residency.StagePlan{
-		{Stage: placement.StageVision, StreamedBytes: 30},
-		{Stage: placement.StagePrefill, StreamedBytes: 800, EnterBytes: 400},
-		{Stage: placement.StageDecode, StreamedBytes: 300, CPUBytes: 100, EnterBytes: 400},
+		{Stage: placement.StageVision, StreamedBytes: 30, CopiedBytes: 30},
+		{Stage: placement.StagePrefill, StreamedBytes: 800, CopiedBytes: 530, EnterBytes: 400, EnterCopiedBytes: 266},
+		{Stage: placement.StageDecode, StreamedBytes: 300, CopiedBytes: 200, CPUBytes: 100, EnterBytes: 400, EnterCopiedBytes: 400},
 		{Stage: placement.StageDiffusion},
 	}})
-	assert.Equal(t, map[string]int64{"vision": 30, "prefill": 800, "decode": 400, "diffusion": 0}, streamed)
-	assert.Equal(t, map[string]int64{"prefill": 400, "decode": 400}, enter)
+	assert.Equal(t, map[string]int64{"vision": 30, "prefill": 530, "decode": 300, "diffusion": 0}, streamed)
+	assert.Equal(t, map[string]int64{"prefill": 266, "decode": 400}, enter)
 }
 
 // TestBenchTextSweep runs `vlanode bench` on a tiny Qwen3 reference

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"unsafe"
 
 	"vlanode/backend"
 	"vlanode/cuda"
 	"vlanode/device"
 	"vlanode/layering"
+	"vlanode/models"
 	"vlanode/models/alpamayo"
 	"vlanode/models/layered"
 	"vlanode/placement"
@@ -31,17 +33,30 @@ type planOpts struct {
 	exact      bool
 	kind       string
 	cpuThreads int
+	compress   bool
+	zRatio     float64
 }
 
 func (o *planOpts) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.exact, "exact", false, "forbid CPU shards: the GPU computes every unit, and plans stay bit-identical across budgets")
 	fs.StringVar(&o.kind, "plan-kind", "", "force one plan for every stage that streams: gpu-only, static (MLPs on the CPU) or dynamic (MLPs split between CPU and GPU); default: the cheapest per stage")
 	fs.IntVar(&o.cpuThreads, "cpu-threads", 0, "threads of the CPU engine that computes CPU shards (default: all cores but two)")
+	fs.BoolVar(&o.compress, "compress", true, "stream weights compressed (bf16z, lossless) where the planner predicts it pays: copied compressed, decoded by the GPU into the slot; --compress=false streams raw")
+	fs.Float64Var(&o.zRatio, "z-ratio", 0, fmt.Sprintf("compressed share of a bf16 tensor's bytes the planner assumes before the weights are encoded (default %.3f, synth Alpamayo-R1-10B; 0.68-0.70 for trained weights)", residency.DefaultZRatio))
 }
 
 // options are the planner's options.
 func (o planOpts) options() residency.Options {
-	return residency.Options{Exact: o.exact, Kind: residency.Kind(o.kind)}
+	return residency.Options{Exact: o.exact, Kind: residency.Kind(o.kind), Compress: o.compress, ZRatio: o.zRatio}
+}
+
+// textOptions are the planner's options for a text model's generation:
+// streamed raw (its loads are replaceable, re-placed raw by later plans:
+// layered.Config.Compress).
+func (o planOpts) textOptions() residency.Options {
+	opts := o.options()
+	opts.Compress = false
+	return opts
 }
 
 // modeNames are --mode's values.
@@ -214,24 +229,58 @@ func loadPlanned(s budgetSpec, plan *residency.Plan, mode layering.Mode, log io.
 	if err != nil {
 		return nil, errors.Join(err, b.Close())
 	}
+	if lay.Compress != nil {
+		// The plan estimated the compressed sizes; once the units are
+		// coded, plan again with the exact ones (same placement expected).
+		lay.Compress.Progress = log
+		lay.Replan = func(stored map[placement.ID]int64, shares map[placement.ID]float64) (*residency.Plan, error) {
+			arch, err := loadArch(s.dir, s.vlm)
+			if err != nil {
+				return nil, err
+			}
+			prof, _, err := loadProfile(s.layers.profile)
+			if err != nil {
+				return nil, err
+			}
+			opts := s.layers.options()
+			opts.Stored, opts.ShareRatio = stored, shares
+			w := placement.StandardWorkload()
+			return residency.NewPlan(arch, alpamayo.PlanUnits(arch, w), w, prof, s.budget, opts)
+		}
+	}
 	if b.model, err = alpamayo.Load(be, s.dir, alpamayo.LoadOptions{VLM: s.vlm, Layering: lay}); err != nil {
 		return nil, errors.Join(err, b.Close())
 	}
+	b.plan = b.model.Plan()
+	if note := b.model.PlanNote(); note != "" {
+		fmt.Fprintf(log, "vlanode: %s\n", note)
+	}
+	if note := b.plan.CompressNote; note != "" && s.layers.compress {
+		fmt.Fprintf(log, "vlanode: compression: %s\n", note)
+	}
+	if rep := b.model.Compression(); rep != nil {
+		fmt.Fprintf(log, "vlanode: pinned host memory for the coded units: %s raw, %s compressed (%.3f; %d of %d units coded whole or in their GPU shares, %.1f s on %d threads)\n",
+			residency.FormatBytes(rep.RawBytes), residency.FormatBytes(rep.StoredBytes), rep.Ratio(), codedUnits(rep), len(rep.Units), rep.Seconds, rep.Workers)
+	}
 	// The plan's prediction is the GPU's (its profile); on the CPU backend
 	// it says nothing.
-	predicted := ""
+	predicted, compressed := "", ""
 	if be.Name() == "cuda" {
-		predicted = fmt.Sprintf(", predicted %.0f ms for the standard workload", plan.TotalMs)
+		predicted = fmt.Sprintf(", predicted %.0f ms for the standard workload", b.plan.TotalMs)
 	}
-	fmt.Fprintf(log, "vlanode: %s within %s: %d units resident, %d streamed (%s mode)%s\n",
-		plan.Model, budgetText(s.budget), residentUnits(plan), streamedUnits(plan), mode, predicted)
+	if rep := b.model.Compression(); rep != nil {
+		compressed = fmt.Sprintf(", %d compressed", codedUnits(rep))
+	}
+	fmt.Fprintf(log, "vlanode: %s within %s: %d units resident, %d streamed%s (%s mode)%s\n",
+		b.plan.Model, budgetText(s.budget), residentUnits(b.plan), streamedUnits(b.plan), compressed, mode, predicted)
 	return b, nil
 }
 
 // layeredConfig is what runs plan on be through a layering executor in
 // mode: the CPU engine of cpuThreads threads when the plan computes shares
 // on the CPU, the DFB device and pinned host blobs on CUDA (layering.Host
-// on the cpu backend); profile times every unit. blobs, when not nil,
+// on the cpu backend), the coding of what the plan compresses at load
+// (models.Compress, in the same pinned memory); profile times every unit. blobs, when not nil,
 // allocates the host blobs and outlives the device (a model re-placed by
 // several plans); else one is made and released with the device. closers
 // release them, in order, after the model that uses them; they are
@@ -255,9 +304,15 @@ func layeredConfig(be backend.Backend, plan *residency.Plan, mode layering.Mode,
 		}
 		closers = append(closers, dev.Close) // dev first: it unpins
 		lay.Device, lay.View, lay.HostAlloc = dev, dev.WeightAt, blobs.alloc
+		if plan.Compressed {
+			lay.Compress = &models.CompressOptions{Alloc: blobs.alloc, Release: blobs.release}
+		}
 	} else {
 		dev := layering.NewHost()
 		lay.Device, lay.View = dev, dev.WeightView(be)
+		if plan.Compressed {
+			lay.Compress = &models.CompressOptions{}
+		}
 	}
 	return lay, closers, nil
 }
@@ -298,6 +353,31 @@ func (h *hostBlobs) alloc(size int64) ([]byte, error) {
 	h.blobs = append(h.blobs, b)
 	h.mu.Unlock()
 	return b, nil
+}
+
+// release frees one allocation of alloc's before the others (a raw blob
+// once coded, compressed bytes that did not pay).
+func (h *hostBlobs) release(b []byte) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, a := range h.blobs {
+		if unsafe.SliceData(a) == unsafe.SliceData(b) {
+			h.blobs = append(h.blobs[:i], h.blobs[i+1:]...)
+			return cuda.HostFree(a)
+		}
+	}
+	return fmt.Errorf("releasing %d bytes of host memory that were not allocated here", len(b))
+}
+
+// codedUnits counts the units a compression coded, whole or a share.
+func codedUnits(r *models.CompressReport) int {
+	n := 0
+	for _, u := range r.Units {
+		if u.Coded || len(u.Shares) > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 func (h *hostBlobs) free() error {

@@ -312,7 +312,7 @@ func TestUsageErrors(t *testing.T) {
 	assert.Contains(t, stderr, `unknown --device "tpu"`)
 	code, _, stderr = runCLI("profile", "--cpu-only")
 	assert.Equal(t, 2, code)
-	assert.Contains(t, stderr, "--cpu-only and --from go together")
+	assert.Contains(t, stderr, "--cpu-only or --decode-only, and --from, go together")
 	code, _, stderr = runCLI("profile", "--calibrate", "8GiB", "--model", "x")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "--calibrate needs --model and --from")

@@ -90,7 +90,7 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		if tf.promptLen == 0 {
 			tf.promptLen = defaultPromptLen
 		}
-		plan, err = qwen3.PlanGeneration(arch, tf.promptLen, tf.newTokens, tf.chunk, prof, budget, opts.options())
+		plan, err = qwen3.PlanGeneration(arch, tf.promptLen, tf.newTokens, tf.chunk, prof, budget, opts.textOptions())
 	} else {
 		w := placement.Workloads()[name].WithBatch(*batch, *samples)
 		if *batch > 1 || *samples > 1 {

@@ -75,7 +75,7 @@ func writePlanText(w io.Writer, p *residency.Plan, in planInfo) {
 
 	fmt.Fprintf(w, "\n")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "stage\trows\ttier\tpasses\tplan\tCPU share\tpredicted ms\tcopy ms\tGPU ms\tCPU ms\tGB into homes\tGB streamed/pass\tGB on CPU/pass\tGB VRAM\t")
+	fmt.Fprintln(tw, "stage\trows\ttier\tpasses\tplan\tCPU share\tpredicted ms\tcopy ms\tdecode ms\tGPU ms\tCPU ms\tGB into homes\tGB streamed/pass\tGB copied/pass\tGB on CPU/pass\tGB VRAM\t")
 	for _, sp := range p.Stages {
 		var used int64
 		for k, n := range sp.Bytes {
@@ -83,9 +83,9 @@ func writePlanText(w io.Writer, p *residency.Plan, in planInfo) {
 				used += n
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.3f\t%.3f\t\n", sp.Stage, sp.Rows, sp.Tier, sp.Passes,
-			sp.Kind, sp.CPUShare, sp.PredictedMs, sp.CopyMs, sp.GPUMs, sp.CPUMs, float64(sp.EnterBytes)/1e9,
-			float64(sp.StreamedBytes)/1e9, float64(sp.CPUBytes)/1e9, float64(used)/1e9)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t\n", sp.Stage, sp.Rows, sp.Tier, sp.Passes,
+			sp.Kind, sp.CPUShare, sp.PredictedMs, sp.CopyMs, sp.DecodeMs, sp.GPUMs, sp.CPUMs, float64(sp.EnterBytes)/1e9,
+			float64(sp.StreamedBytes)/1e9, float64(sp.CopiedBytes)/1e9, float64(sp.CPUBytes)/1e9, float64(used)/1e9)
 	}
 	tw.Flush()
 
@@ -105,7 +105,15 @@ func writePlanText(w io.Writer, p *residency.Plan, in planInfo) {
 	if p.SlotBytes > 0 {
 		fmt.Fprintf(w, "  (dfb-slots: 2 × %s bytes, the largest streamed unit)\n", residency.GroupDigits(p.SlotBytes))
 	}
-	fmt.Fprintf(w, "  host memory for the weights: %s\n", residency.FormatBytes(p.HostBytes))
+	if p.StagingBytes > 0 {
+		fmt.Fprintf(w, "  (z-staging: 2 × %s bytes, the largest compressed unit)\n", residency.GroupDigits(p.StagingBytes))
+	}
+	fmt.Fprintf(w, "  host memory for the weights: %s", residency.FormatBytes(p.HostBytes))
+	if p.Compressed {
+		fmt.Fprintf(w, "; raw %s", residency.FormatBytes(p.HostRawBytes))
+	}
+	fmt.Fprintln(w)
+	writeCompression(w, p)
 
 	fmt.Fprintf(w, "\n%-20s %10s %13s\n", "predicted ms", "this plan", "all resident")
 	for _, s := range placement.Stages() {
@@ -117,6 +125,52 @@ func writePlanText(w io.Writer, p *residency.Plan, in planInfo) {
 	if len(p.Roofline) > 0 {
 		fmt.Fprintf(w, "  (not in the profile, timed by its roofline: %s)\n", strings.Join(p.Roofline, ", "))
 	}
+}
+
+// writeCompression prints what compressed streaming does per module: the
+// units it codes, their raw and stored bytes; or why the plan streams raw.
+func writeCompression(w io.Writer, p *residency.Plan) {
+	switch {
+	case !p.Options.Compress:
+		fmt.Fprintf(w, "\ncompression: off (--compress=false)\n")
+		return
+	case !p.Compressed:
+		fmt.Fprintf(w, "\ncompression: %s\n", p.CompressNote)
+		return
+	}
+	fmt.Fprintf(w, "\ncompression: bf16z, sizes %s\n", zSizes(p))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "module\tcompressed units\tGB raw\tGB compressed\tratio\tGPU shares\tGB shares\tGB host\t")
+	var raw, z, shares, host int64
+	ratio := func(a, b int64) string {
+		if b == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.4f", float64(a)/float64(b))
+	}
+	for _, m := range p.Modules() {
+		if m.Compressed == 0 && m.Shares == 0 {
+			continue
+		}
+		raw, z, shares, host = raw+m.CompressedRaw, z+m.CompressedZ, shares+m.ShareBytes, host+m.HostBytes
+		fmt.Fprintf(tw, "  %s\t%d\t%.3f\t%.3f\t%s\t%d\t%.3f\t%.3f\t\n", m.Module, m.Compressed, float64(m.CompressedRaw)/1e9, float64(m.CompressedZ)/1e9,
+			ratio(m.CompressedZ, m.CompressedRaw), m.Shares, float64(m.ShareBytes)/1e9, float64(m.HostBytes)/1e9)
+	}
+	fmt.Fprintf(tw, "  all\t\t%.3f\t%.3f\t%s\t\t%.3f\t%.3f\t\n", float64(raw)/1e9, float64(z)/1e9, ratio(z, raw), float64(shares)/1e9, float64(host)/1e9)
+	tw.Flush()
+	fmt.Fprintf(w, "  (GB host: what host memory keeps of the module's compressed units: the compressed blob, and the raw blob and GPU shares of a unit the CPU shares)\n")
+}
+
+// zSizes says whether the compressed sizes are exact or estimated.
+func zSizes(p *residency.Plan) string {
+	if len(p.Options.Stored) > 0 {
+		return "exact (encoded)"
+	}
+	rho := p.Options.ZRatio
+	if rho == 0 {
+		rho = residency.DefaultZRatio
+	}
+	return fmt.Sprintf("estimated at %.3f of each coded tensor (--z-ratio)", rho)
 }
 
 // cpuRates writes the CPU's rates per tier: "1 row 47 GB/s, 64 rows 2.1 TFLOP/s".
@@ -252,6 +306,11 @@ type planJSON struct {
 	MinBudgetBytes int64                       `json:"min_budget_bytes"`
 	SlotBytes      int64                       `json:"slot_bytes"`
 	HostBytes      int64                       `json:"host_bytes"`
+	HostRawBytes   int64                       `json:"host_raw_bytes"`
+	Compress       bool                        `json:"compress"`
+	Compressed     bool                        `json:"compressed"`
+	StagingBytes   int64                       `json:"staging_bytes"`
+	CompressNote   string                      `json:"compress_note,omitempty"`
 	Exact          bool                        `json:"exact"`
 	Stages         []residency.StagePlan       `json:"stages"`
 	Bytes          map[residency.Purpose]int64 `json:"bytes"`
@@ -282,6 +341,15 @@ type moduleJSON struct {
 	Host          bool             `json:"host,omitempty"`
 	Bytes         int64            `json:"bytes"`
 	ResidentBytes int64            `json:"resident_bytes"`
+	// Compressed streaming: the units whose whole blob is compressed,
+	// their raw and compressed bytes; the GPU shares coded and their
+	// bytes; what host memory keeps of the module.
+	Compressed    int   `json:"compressed_units"`
+	CompressedRaw int64 `json:"compressed_raw_bytes"`
+	CompressedZ   int64 `json:"compressed_bytes"`
+	Shares        int   `json:"compressed_shares"`
+	ShareBytes    int64 `json:"share_bytes"`
+	HostBytes     int64 `json:"host_bytes"`
 }
 
 // writePlanJSON prints the plan as one JSON object.
@@ -289,14 +357,18 @@ func writePlanJSON(w io.Writer, p *residency.Plan, in planInfo) error {
 	out := planJSON{
 		Model: p.Model, ModelDir: in.dir, Workload: p.Workload, Profile: in.profile, Device: in.device,
 		BudgetBytes: p.BudgetBytes, Unlimited: p.BudgetBytes == 0, MinBudgetBytes: p.MinBudgetBytes,
-		SlotBytes: p.SlotBytes, HostBytes: p.HostBytes, Exact: p.Options.Exact, Stages: p.Stages, Bytes: p.Bytes,
+		SlotBytes: p.SlotBytes, HostBytes: p.HostBytes, HostRawBytes: p.HostRawBytes, Compress: p.Options.Compress,
+		Compressed: p.Compressed, StagingBytes: p.StagingBytes, CompressNote: p.CompressNote,
+		Exact: p.Options.Exact, Stages: p.Stages, Bytes: p.Bytes,
 		Roofline: p.Roofline, Units: p.Units, LargestBatch: in.largest,
 		PlansPerS:   math.Round(float64(p.Workload.Seqs())*1e6/p.TotalMs) / 1e3,
 		PredictedMs: stageMap(p.PredictedMs, p.TotalMs), PreloadMs: stageMap(p.PreloadMs, p.PreloadTotalMs),
 	}
 	for _, m := range p.Modules() {
 		out.Modules = append(out.Modules, moduleJSON{Module: m.Module, Units: m.Units, Resident: append([]placement.ID{}, m.Resident...),
-			Host: m.Host, Bytes: m.Bytes, ResidentBytes: m.ResidentBytes})
+			Host: m.Host, Bytes: m.Bytes, ResidentBytes: m.ResidentBytes,
+			Compressed: m.Compressed, CompressedRaw: m.CompressedRaw, CompressedZ: m.CompressedZ,
+			Shares: m.Shares, ShareBytes: m.ShareBytes, HostBytes: m.HostBytes})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

@@ -258,6 +258,68 @@ func TestPlanBatch(t *testing.T) {
 	}
 }
 
+// TestPlanCompress plans the 10B GPU-only at 8GiB with compressed
+// streaming (the default) and without: the JSON says which units are
+// compressed, their stored bytes and the staging buffers, host memory
+// shrinks, the text shows the compression per module, and compression
+// predicts less.
+func TestPlanCompress(t *testing.T) {
+	dir := configOnly(t, synth.AlpamayoR1_10B)
+	type zOut struct {
+		HostBytes    int64              `json:"host_bytes"`
+		HostRawBytes int64              `json:"host_raw_bytes"`
+		Compress     bool               `json:"compress"`
+		Compressed   bool               `json:"compressed"`
+		StagingBytes int64              `json:"staging_bytes"`
+		CompressNote string             `json:"compress_note"`
+		Bytes        map[string]int64   `json:"bytes"`
+		PredictedMs  map[string]float64 `json:"predicted_ms"`
+		Units        []struct {
+			Compressed  bool  `json:"compressed"`
+			Bytes       int64 `json:"bytes"`
+			StoredBytes int64 `json:"stored_bytes"`
+		} `json:"units"`
+	}
+	get := func(args ...string) zOut {
+		code, stdout, stderr := runCmd(append([]string{"plan", "--json", "--model", dir, "--budget", "8GiB", "--exact"}, args...)...)
+		require.Equal(t, 0, code, stderr)
+		var out zOut
+		require.NoError(t, json.Unmarshal([]byte(stdout), &out), stdout)
+		return out
+	}
+	z, raw := get(), get("--compress=false")
+	require.True(t, z.Compress)
+	require.True(t, z.Compressed)
+	assert.False(t, raw.Compress)
+	assert.False(t, raw.Compressed)
+	assert.Less(t, z.PredictedMs["total"], raw.PredictedMs["total"])
+	assert.Less(t, z.HostBytes, raw.HostBytes)
+	assert.Equal(t, raw.HostBytes, z.HostRawBytes)
+	assert.Positive(t, z.StagingBytes)
+	assert.Equal(t, 2*((z.StagingBytes+2<<20-1)/(2<<20)*(2<<20)), z.Bytes["z-staging"])
+	assert.NotContains(t, raw.Bytes, "z-staging")
+	n := 0
+	for _, u := range z.Units {
+		if u.Compressed {
+			n++
+			assert.Less(t, u.StoredBytes, u.Bytes)
+			assert.LessOrEqual(t, u.StoredBytes, z.StagingBytes)
+		}
+	}
+	assert.Positive(t, n)
+
+	code, stdout, stderr := runCmd("plan", "--model", dir, "--budget", "8GiB", "--exact")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "compression: bf16z, sizes estimated at 0.665")
+	assert.Contains(t, stdout, "z-staging")
+	assert.Regexp(t, `\s+vlm\s+\d+\s+[\d.]+\s+[\d.]+\s+0\.66\d\d`, stdout)
+	code, stdout, _ = runCmd("plan", "--model", dir, "--budget", "8GiB", "--compress=false")
+	require.Equal(t, 0, code)
+	assert.Contains(t, stdout, "compression: off (--compress=false)")
+	code, _, _ = runCmd("plan", "--model", dir, "--z-ratio", "1.5")
+	assert.Equal(t, 2, code, "a ratio above 1 is a usage error")
+}
+
 // TestPlanQwen3Text plans Qwen3-8B's text workload from its config files:
 // the default for a qwen3 model, per-tier stages (the prefill one pass
 // of the prompt's tier, the decode 15 passes of tier 1, shared with the

@@ -34,15 +34,17 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cpuProfile := fs.Bool("cpu", true, "profile the CPU engine too (its kernels' rates per token tier with copies in flight, the copy rate meanwhile, the hand-off)")
 	cpuThreads := fs.Int("cpu-threads", 0, "threads of the CPU engine (default: all cores but two)")
 	cpuOnly := fs.Bool("cpu-only", false, "measure the CPU engine alone and replace the CPU section of the profile --from names, keeping the rest (after a change of --cpu-threads or of the host)")
-	from := fs.String("from", "", "with --cpu-only or --calibrate: the profile JSON whose CPU section is re-measured")
+	from := fs.String("from", "", "with --cpu-only, --decode-only or --calibrate: the profile JSON whose section is re-measured")
+	decode := fs.Bool("decode", true, "profile the decode kernel of compressed streaming too (its rate in GB/s of output and its cost per decode)")
+	decodeOnly := fs.Bool("decode-only", false, "measure the decode kernel alone and replace the decode section of the profile --from names, keeping the rest")
 	calibrate := fs.String("calibrate", "", "a VRAM budget whose plan gives the CPU decode shares (e.g. 8GiB): load --model within it with the profile --from names, run the standard workload, and set the CPU's decode rate and the copy rate while it computes to what the executor measured")
 	rounds := fs.Int("rounds", 2, "with --calibrate: calibrations, each planning with the figures of the one before")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *calibrate != "" {
-		if *from == "" || *dir == "" || *cpuOnly {
-			return usagef("--calibrate needs --model and --from (and not --cpu-only)")
+		if *from == "" || *dir == "" || *cpuOnly || *decodeOnly {
+			return usagef("--calibrate needs --model and --from (and neither --cpu-only nor --decode-only)")
 		}
 		if *rounds < 1 {
 			return usagef("--rounds must be ≥ 1")
@@ -65,10 +67,13 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		return writeProfile(p, *out, stdout, stderr)
 	}
-	if *cpuOnly != (*from != "") {
-		return usagef("--cpu-only and --from go together")
+	if *cpuOnly && *decodeOnly {
+		return usagef("--cpu-only and --decode-only each re-measure one section: run them one after the other")
 	}
-	if *dir == "" && !*cpuOnly {
+	if (*cpuOnly || *decodeOnly) != (*from != "") {
+		return usagef("--cpu-only or --decode-only, and --from, go together")
+	}
+	if *dir == "" && !*cpuOnly && !*decodeOnly {
 		return usagef("--model is required")
 	}
 	if *runs < 1 {
@@ -85,6 +90,17 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stderr, "vlanode profile: the CPU engine, alone and with copies in flight (the rest from %s)…\n", *from)
 		if err := measureCPU(p, *cpuThreads, stderr); err != nil {
 			return fmt.Errorf("the CPU engine: %w", err)
+		}
+		return writeProfile(p, *out, stdout, stderr)
+	}
+	if *decodeOnly {
+		p, _, err := loadProfile(*from)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "vlanode profile: the decode kernel of compressed streaming (the rest from %s)…\n", *from)
+		if err := measureDecode(p, stderr); err != nil {
+			return fmt.Errorf("the decode kernel: %w", err)
 		}
 		return writeProfile(p, *out, stdout, stderr)
 	}
@@ -107,6 +123,12 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stderr, "vlanode profile: the CPU engine, alone and with copies in flight…")
 		if err := measureCPU(p, *cpuThreads, stderr); err != nil {
 			return fmt.Errorf("the CPU engine: %w", err)
+		}
+	}
+	if *decode {
+		fmt.Fprintln(stderr, "vlanode profile: the decode kernel of compressed streaming…")
+		if err := measureDecode(p, stderr); err != nil {
+			return fmt.Errorf("the decode kernel: %w", err)
 		}
 	}
 	return writeProfile(p, *out, stdout, stderr)

@@ -159,7 +159,7 @@ func planText(s textSpec) (*residency.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return qwen3.PlanGeneration(arch, s.promptLen, s.newTokens, s.chunk, prof, s.budget, s.layers.options())
+	return qwen3.PlanGeneration(arch, s.promptLen, s.newTokens, s.chunk, prof, s.budget, s.layers.textOptions())
 }
 
 // loadBudgetedText plans the generation within the budget, opens the

@@ -19,8 +19,11 @@ type stageTimeline struct {
 	SpanMs    float64 `json:"span_ms"`
 	CopyMs    float64 `json:"copy_busy_ms"`
 	ComputeMs float64 `json:"compute_busy_ms"`
-	Copies    int     `json:"copies"`
-	Computes  int     `json:"computes"`
+	// DecodeMs is the decode stream's busy time (compressed units).
+	DecodeMs float64 `json:"decode_busy_ms"`
+	Copies   int     `json:"copies"`
+	Computes int     `json:"computes"`
+	Decodes  int     `json:"decodes"`
 	// CPUMs is the CPU engine's compute in the stage, CPUWaitMs its tasks'
 	// waits for their input, CPUTasks their number.
 	CPUMs     float64 `json:"cpu_busy_ms,omitempty"`
@@ -53,6 +56,10 @@ func summarizeTimeline(turns []layering.Turn) map[string]stageTimeline {
 			sp.lo = min(sp.lo, t.CopyAtMs)
 			s.CopyMs += t.CopyMs
 			s.Copies++
+		}
+		if t.Compressed {
+			s.DecodeMs += t.DecodeMs
+			s.Decodes++
 		}
 		s.ComputeMs += t.ExeMs
 		s.Computes++
@@ -108,8 +115,12 @@ func printTimeline(w io.Writer, budget string, stages map[string]stageTimeline, 
 	sort.Slice(names, func(i, j int) bool { return order[names[i]] < order[names[j]] })
 	for _, st := range names {
 		s := stages[st]
-		fmt.Fprintf(w, "vlanode bench: timeline %s %s: %.1f ms from first op to last; copies %.1f ms busy (%d, %.0f%%), computes %.1f ms busy (%d, %.0f%%)\n",
-			budget, st, s.SpanMs, s.CopyMs, s.Copies, 100*s.CopyMs/max(s.SpanMs, 1e-9), s.ComputeMs, s.Computes, 100*s.ComputeMs/max(s.SpanMs, 1e-9))
+		dec := ""
+		if s.Decodes > 0 {
+			dec = fmt.Sprintf(", decodes %.1f ms busy (%d, %.0f%%)", s.DecodeMs, s.Decodes, 100*s.DecodeMs/max(s.SpanMs, 1e-9))
+		}
+		fmt.Fprintf(w, "vlanode bench: timeline %s %s: %.1f ms from first op to last; copies %.1f ms busy (%d, %.0f%%), computes %.1f ms busy (%d, %.0f%%)%s\n",
+			budget, st, s.SpanMs, s.CopyMs, s.Copies, 100*s.CopyMs/max(s.SpanMs, 1e-9), s.ComputeMs, s.Computes, 100*s.ComputeMs/max(s.SpanMs, 1e-9), dec)
 		if s.CPUTasks > 0 {
 			fmt.Fprintf(w, "vlanode bench: timeline %s %s: the CPU computed %.1f ms in %d tasks (%.3f ms each) and waited %.1f ms for their inputs\n",
 				budget, st, s.CPUMs, s.CPUTasks, s.CPUMs/float64(s.CPUTasks), s.CPUWaitMs)

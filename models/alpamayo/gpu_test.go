@@ -7,8 +7,10 @@ import (
 	"math"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -17,6 +19,7 @@ import (
 	"vlanode/cuda"
 	"vlanode/cuda/cudatest"
 	"vlanode/layering"
+	"vlanode/models"
 	"vlanode/models/alpamayo"
 	"vlanode/models/qwen3vl"
 	"vlanode/residency"
@@ -329,6 +332,85 @@ func TestCUDALayeredMatchesResident(t *testing.T) {
 		require.Equal(t, want.ReasoningIDs, got.ReasoningIDs, tc.name)
 		require.Equal(t, want.Normalized, got.Normalized, tc.name)
 		require.Equal(t, want.XYZ, got.XYZ, tc.name)
+	}
+}
+
+// TestCUDALayeredCompressed streams the tiny model's units compressed
+// through cuda.DFBDevice (bf16z bytes in pinned memory, copied into
+// staging buffers, decoded by the warp kernel on the decode stream into
+// the slots and homes; every bf16 tensor coded, as the tiny tensors would
+// not pay) and checks that reasoning, actions and trajectory are
+// bit-identical to raw streaming and to the resident model, pipelined and
+// sequential, at the minimum budget and a mid one.
+func TestCUDALayeredCompressed(t *testing.T) {
+	cb := cudatest.Open(t)
+	var gpu backend.Backend = cb
+	dir := tinyCheckpoint(t)
+	req := request(5)
+	req.MaxReasoningTokens = 6
+
+	all, min := tinyPlan(t, dir, 0), tinyPlan(t, dir, -1)
+	mid := tinyPlan(t, dir, (min.MinBudgetBytes+all.MinBudgetBytes+totalBytes(all))/2)
+	infer := func(plan *residency.Plan, mode layering.Mode, compress bool) *alpamayo.Result {
+		dev := cb.NewDFBDevice()
+		var mu sync.Mutex
+		blobs := map[*byte][]byte{}
+		alloc := func(n int64) ([]byte, error) {
+			b, err := cuda.HostAlloc(n)
+			if err == nil {
+				mu.Lock()
+				blobs[unsafe.SliceData(b)] = b
+				mu.Unlock()
+			}
+			return b, err
+		}
+		lay := &alpamayo.Layering{Plan: plan, Mode: mode, Device: dev, View: dev.WeightAt, Profile: true, HostAlloc: alloc}
+		if compress {
+			lay.Plan = compressedPlan(plan)
+			lay.Compress = &models.CompressOptions{MinSaving: -1, MaxRatio: 100, Alloc: alloc, Release: func(b []byte) error {
+				mu.Lock()
+				delete(blobs, unsafe.SliceData(b))
+				mu.Unlock()
+				return cuda.HostFree(b)
+			}}
+		}
+		m, err := alpamayo.Load(gpu, dir, alpamayo.LoadOptions{Layering: lay})
+		require.NoError(t, err)
+		defer func() {
+			m.Close()
+			require.NoError(t, dev.Close())
+			for _, b := range blobs {
+				require.NoError(t, cuda.HostFree(b))
+			}
+		}()
+		res, err := m.Infer(context.Background(), req)
+		require.NoError(t, err)
+		decoded := 0
+		for _, tr := range res.Layers.Turns {
+			if tr.Compressed {
+				decoded++
+			}
+		}
+		require.Equal(t, compress, decoded > 0, "decoded turns: %d", decoded)
+		return res
+	}
+	want := infer(all, layering.Preload, false)
+	for _, tc := range []struct {
+		name string
+		plan *residency.Plan
+		mode layering.Mode
+	}{
+		{"all streamed, pipelined", min, layering.Pipelined},
+		{"all streamed, sequential", min, layering.Sequential},
+		{"mid budget, pipelined", mid, layering.Pipelined},
+	} {
+		raw, z := infer(tc.plan, tc.mode, false), infer(tc.plan, tc.mode, true)
+		for _, got := range []*alpamayo.Result{raw, z} {
+			require.Equal(t, want.ReasoningIDs, got.ReasoningIDs, tc.name)
+			require.Equal(t, want.Normalized, got.Normalized, tc.name)
+			require.Equal(t, want.XYZ, got.XYZ, tc.name)
+			require.Equal(t, want.Rot, got.Rot, tc.name)
+		}
 	}
 }
 

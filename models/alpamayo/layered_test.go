@@ -2,6 +2,7 @@ package alpamayo_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 
@@ -12,9 +13,11 @@ import (
 	"vlanode/configs"
 	"vlanode/cpu"
 	"vlanode/layering"
+	"vlanode/models"
 	"vlanode/models/alpamayo"
 	"vlanode/placement"
 	"vlanode/residency"
+	"vlanode/weights/bf16z"
 )
 
 // archAt is the planner's architecture of the checkpoint in dir, as
@@ -178,7 +181,9 @@ func TestLayeredRejectsMismatchedPlan(t *testing.T) {
 // backend as the CPU engine): every streamed MLP of the decode and the
 // diffusion split between the engines (Dynamic) or computed on the CPU
 // whole (Static). Greedy reasoning ids equal the resident model's, and
-// each plan gives the same bits run after run. The actions are not
+// each plan gives the same bits run after run; compressed (whole units and
+// the GPU's shares of the splits coded, the raw blobs kept for the CPU),
+// each plan gives the raw plan's bits. The actions are not
 // compared with the resident model's: a split MLP sums in two parts, which
 // changes float32 rounding (qwen3's TestMLPSplitMatchesWhole checks each
 // split layer against the whole one on the same input), and this random
@@ -213,13 +218,25 @@ func TestLayeredCPUShards(t *testing.T) {
 	units := alpamayo.PlanUnits(arch, w)
 	minPlan, err := residency.NewPlan(arch, units, w, prof, 0, residency.Options{})
 	require.NoError(t, err)
-	for _, kind := range []residency.Kind{residency.Dynamic, residency.Static} {
-		t.Run(string(kind), func(t *testing.T) {
+	cpuShardRuns := map[residency.Kind]*alpamayo.Result{} // the raw plans' results
+	for _, tc := range []struct {
+		kind     residency.Kind
+		compress bool
+	}{{residency.Dynamic, false}, {residency.Static, false}, {residency.Dynamic, true}, {residency.Static, true}} {
+		kind := tc.kind
+		t.Run(fmt.Sprintf("%s compressed %v", kind, tc.compress), func(t *testing.T) {
 			plan, err := residency.NewPlan(arch, units, w, prof, minPlan.MinBudgetBytes, residency.Options{Kind: kind})
 			require.NoError(t, err)
 			dec, _ := plan.Stage(placement.StageDecode)
 			require.Equal(t, kind, dec.Kind)
 			lay := hostLayering(be, plan, layering.Pipelined)
+			if tc.compress {
+				// Whole units compressed where the GPU computes them alone,
+				// the GPU's shares of the splits compressed, the raw blobs
+				// kept for the CPU: the same bits as the raw plan.
+				lay.Plan = compressedPlan(plan)
+				lay.Compress = &models.CompressOptions{MinSaving: -1, MaxRatio: 100}
+			}
 			lay.CPU = engine
 			m, err := alpamayo.Load(be, dir, alpamayo.LoadOptions{Layering: lay})
 			require.NoError(t, err)
@@ -235,6 +252,21 @@ func TestLayeredCPUShards(t *testing.T) {
 				}
 				require.NotNil(t, got.Layers)
 				assert.NotEmpty(t, got.Layers.CPUTasks, "the CPU computed shares")
+				if tc.compress {
+					decoded := 0
+					for _, tr := range got.Layers.Turns {
+						if tr.Compressed {
+							decoded++
+						}
+					}
+					assert.Positive(t, decoded, "turns decoded compressed forms")
+					if raw := cpuShardRuns[kind]; raw != nil {
+						assert.Equal(t, raw.Normalized, got.Normalized, "compressed shares give the raw plan's bits")
+						assert.Equal(t, raw.XYZ, got.XYZ)
+					}
+				} else {
+					cpuShardRuns[kind] = got
+				}
 				if first == nil {
 					first = got
 					continue
@@ -278,4 +310,110 @@ func TestTinyFlowAmplifiesRounding(t *testing.T) {
 	}
 	t.Logf("largest action difference %.3g", diff)
 	assert.Greater(t, diff, 1e-2, "a rounding-sized change of the input moves the actions by more than rounding")
+}
+
+// compressedPlan marks every unit the plan copies (streamed, or homed in
+// some stages) as compressed, and the GPU's share of every split too, as
+// the planner does for units whose coding pays (the tiny model's tensors
+// are too small to pay: the test codes them anyway,
+// models.CompressOptions.MinSaving).
+func compressedPlan(p *residency.Plan) *residency.Plan {
+	q := *p
+	q.Units = append([]residency.UnitPlan(nil), p.Units...)
+	for i, u := range q.Units {
+		if u.Weights != placement.Streamed {
+			continue
+		}
+		q.Units[i].Compressed, q.Compressed = true, true
+		for _, pl := range u.Place {
+			if pl.CPUSplit > 0 {
+				if q.Units[i].CompressedShares == nil {
+					q.Units[i].CompressedShares = map[int]int64{}
+				}
+				q.Units[i].CompressedShares[pl.CPUSplit] = 1 // its size is the planner's business
+			}
+		}
+	}
+	return &q
+}
+
+// TestLayeredCompressed runs the tiny model with its streamed units
+// compressed (bf16z in host memory, copied into staging buffers and
+// decoded on the CPU into the slots and homes, layering.Host standing in
+// for the GPU and its kernel), sequential and pipelined, at the minimum
+// and a mid budget, and checks that reasoning, actions and trajectory are
+// bit-identical to the resident model's; then that a corrupted unit fails
+// the inference with an error naming it.
+func TestLayeredCompressed(t *testing.T) {
+	dir := tinyCheckpoint(t)
+	be, err := cpu.New()
+	require.NoError(t, err)
+	defer be.Close()
+	ref, err := alpamayo.Load(be, dir, alpamayo.LoadOptions{})
+	require.NoError(t, err)
+	defer ref.Close()
+	req := request(5)
+	req.MaxReasoningTokens = 6 // sampled (not greedy): any difference in logits shows
+	want, err := ref.Infer(context.Background(), req)
+	require.NoError(t, err)
+
+	min := tinyPlan(t, dir, -1)
+	mid := tinyPlan(t, dir, min.MinBudgetBytes+totalBytes(min)/4)
+	load := func(t *testing.T, plan *residency.Plan, mode layering.Mode) *alpamayo.Model {
+		lay := hostLayering(be, compressedPlan(plan), mode)
+		lay.Compress = &models.CompressOptions{MinSaving: -1, MaxRatio: 100}
+		m, err := alpamayo.Load(be, dir, alpamayo.LoadOptions{Layering: lay})
+		require.NoError(t, err)
+		rep := m.Compression()
+		require.NotNil(t, rep)
+		require.NotEmpty(t, rep.Units)
+		for _, u := range rep.Units {
+			if !u.Coded {
+				assert.Equal(t, "the model reads its host bytes", u.Why, "%s", u.ID) // the position table's unit
+			}
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name string
+		plan *residency.Plan
+		mode layering.Mode
+	}{
+		{"all streamed, sequential", min, layering.Sequential},
+		{"all streamed, pipelined", min, layering.Pipelined},
+		{"mid budget, pipelined", mid, layering.Pipelined},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := load(t, tc.plan, tc.mode)
+			defer m.Close()
+			for range 2 {
+				got, err := m.Infer(context.Background(), req)
+				require.NoError(t, err)
+				assert.Equal(t, want.ReasoningIDs, got.ReasoningIDs)
+				assert.Equal(t, want.Normalized, got.Normalized)
+				assert.Equal(t, want.XYZ, got.XYZ)
+				assert.Equal(t, want.Rot, got.Rot)
+				decoded := 0
+				for _, tr := range got.Layers.Turns {
+					if tr.Compressed {
+						decoded++
+					}
+				}
+				assert.Positive(t, decoded, "turns decoded compressed units")
+			}
+		})
+	}
+	t.Run("corrupt", func(t *testing.T) {
+		m := load(t, min, layering.Pipelined)
+		defer m.Close()
+		z := m.VLM.Text.LayerUnits[1].MLP.Z
+		require.NotNil(t, z)
+		j := z.Jobs[len(z.Jobs)/2]
+		z.Data[j.Src+j.Bytes/2] ^= 0x04 // a byte in the middle of a tile's payload
+		_, err := m.Infer(context.Background(), req)
+		require.Error(t, err)
+		assert.ErrorIs(t, err, bf16z.ErrCorrupt)
+		assert.Contains(t, err.Error(), m.VLM.Text.LayerUnits[1].MLP.Name)
+		t.Log(err)
+	})
 }

@@ -16,6 +16,7 @@ import (
 	"vlanode/models/layered"
 	"vlanode/models/qwen3vl"
 	"vlanode/placement"
+	"vlanode/residency"
 	"vlanode/safetensors"
 	"vlanode/tokenizer"
 )
@@ -108,6 +109,33 @@ func Load(be backend.Backend, dir string, opt LoadOptions) (*Model, error) {
 		}
 	}
 	return m, nil
+}
+
+// Plan is the plan the layered model runs (LoadOptions.Layering's, or the
+// one made again with the exact compressed sizes); nil without Layering.
+func (m *Model) Plan() *residency.Plan {
+	if m.layered == nil {
+		return nil
+	}
+	return m.layered.Plan()
+}
+
+// Compression is what compressing the streamed units did at load (nil when
+// none was compressed).
+func (m *Model) Compression() *models.CompressReport {
+	if m.layered == nil {
+		return nil
+	}
+	return m.layered.Compression()
+}
+
+// PlanNote says why the plan with the exact compressed sizes was not used,
+// if it was not.
+func (m *Model) PlanNote() string {
+	if m.layered == nil {
+		return ""
+	}
+	return m.layered.PlanNote()
 }
 
 // readConfigs reads the configs of the Alpamayo-R1 checkpoint in dir: its

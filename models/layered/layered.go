@@ -10,6 +10,7 @@ package layered
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"vlanode/backend"
 	"vlanode/layering"
@@ -50,6 +51,18 @@ type Config struct {
 	// (models.Loader.Replaceable): the blobs of resident units are
 	// allocated by HostAlloc too and kept in host memory.
 	Replaceable bool
+	// Compress codes what the plan streams compressed (UnitPlan.Compressed
+	// and CompressedShares) with models.Compress before the executor pins
+	// anything; its Alloc and Release must handle HostAlloc's memory. Nil
+	// streams every unit raw, whatever the plan says; so does Replaceable
+	// (a later plan re-places the raw blobs).
+	Compress *models.CompressOptions
+	// Replan, when set with Compress, plans again with the units' exact
+	// compressed sizes (the first plan estimated them); the new plan is
+	// used when it places every unit as the loaded model has them
+	// (resident, streamed or host; compressed or raw; shares coded at the
+	// same cuts), else the first is kept and Executor.PlanNote says so.
+	Replan func(stored map[placement.ID]int64, shareRatios map[placement.ID]float64) (*residency.Plan, error)
 }
 
 // unplanned is the weights of a unit the plan does not place: an unknown
@@ -109,6 +122,12 @@ type Executor struct {
 	// inference then needs no executor run, and each unit's compute runs
 	// in place (Direct), which lets the model replay captured graphs.
 	resident, profile bool
+	// plan is the plan the executor runs (Plan), compression what
+	// compressing the streamed units did, planNote why a re-plan with the
+	// exact compressed sizes was not used.
+	plan        *residency.Plan
+	compression *models.CompressReport
+	planNote    string
 }
 
 // Replace places units (loaded with c.Replaceable by a loader that
@@ -193,7 +212,11 @@ func New(c *Config, be backend.Backend, units []*models.Unit) (*Executor, error)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	exec, err := layering.New(c.Device, layering.Config{Mode: c.Mode, Profile: c.Profile, SlotBytes: roundUp(c.Plan.SlotBytes)}, all)
+	staging, err := lay.compress(c, units)
+	if err != nil {
+		return nil, err
+	}
+	exec, err := layering.New(c.Device, layering.Config{Mode: c.Mode, Profile: c.Profile, SlotBytes: roundUp(lay.plan.SlotBytes), StagingBytes: staging}, all)
 	if err != nil {
 		return nil, fmt.Errorf("layered: %w", err)
 	}
@@ -203,6 +226,113 @@ func New(c *Config, be backend.Backend, units []*models.Unit) (*Executor, error)
 	}
 	return lay, nil
 }
+
+// compress codes the units the plan streams compressed (Config.Compress)
+// and gives their executor units the compressed form; with Replan it
+// plans again with the exact sizes. It returns the staging buffers' size
+// for the executor: the plan's, when it holds every compressed unit, else
+// 0 (sized by the units).
+func (lay *Executor) compress(l *Config, units []*models.Unit) (int64, error) {
+	lay.plan = l.Plan
+	if l.Compress == nil || !l.Plan.Compressed || l.Replaceable {
+		return 0, nil
+	}
+	places, _ := placementOf(l.Plan)
+	var codings []models.Coding
+	for _, u := range units {
+		p, ok := places[u.ID]
+		if !ok || !u.Streamed() || (!p.Compressed && len(p.CompressedShares) == 0) {
+			continue
+		}
+		c := models.Coding{Unit: u, Whole: p.Compressed, KeepRaw: cpuShared(p)}
+		for cut := range p.CompressedShares {
+			c.Shares = append(c.Shares, cut)
+		}
+		slices.Sort(c.Shares)
+		codings = append(codings, c)
+	}
+	rep, err := models.Compress(codings, *l.Compress)
+	lay.compression = rep
+	if err != nil {
+		return 0, fmt.Errorf("layered: %w", err)
+	}
+	var largest int64
+	for _, c := range codings {
+		u, lu := c.Unit, lay.units[c.Unit]
+		lu.Z, lu.ZShares = u.Z, u.ZShares
+		if u.Z != nil {
+			largest = max(largest, u.Z.Size())
+		}
+		for _, z := range u.ZShares {
+			largest = max(largest, z.Size())
+		}
+	}
+	if l.Replan != nil {
+		exact, err := l.Replan(rep.Stored(), rep.ShareRatios())
+		switch {
+		case err != nil:
+			lay.planNote = fmt.Sprintf("the plan with the exact compressed sizes failed (%v): the estimate's plan runs", err)
+		case !samePlacement(exact, units):
+			lay.planNote = "the plan with the exact compressed sizes places units otherwise: the estimate's plan runs"
+		default:
+			lay.plan = exact
+			p, _ := placementOf(exact)
+			for u := range lay.units {
+				lay.place[u] = p[u.ID].Place
+			}
+		}
+	}
+	if s := roundUp(lay.plan.StagingBytes); s >= roundUp(largest) {
+		return s, nil
+	}
+	return 0, nil
+}
+
+// samePlacement says whether plan places every loaded unit where it is:
+// resident, streamed or host; compressed or raw; its GPU shares
+// compressed at the cuts coded; and its raw blob kept where the CPU reads
+// it.
+func samePlacement(plan *residency.Plan, units []*models.Unit) bool {
+	places, _ := placementOf(plan)
+	for _, u := range units {
+		p, ok := places[u.ID]
+		if !ok || p.Weights != u.Weights || p.Compressed != (u.Z != nil) || len(p.CompressedShares) != len(u.ZShares) {
+			return false
+		}
+		for cut := range p.CompressedShares {
+			if u.ZShares[cut] == nil {
+				return false
+			}
+		}
+		if cpuShared(p) && u.Blob.Data == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// cpuShared says whether the plan has the CPU compute a share of the unit
+// (or all of it) in some stage: it reads the raw blob.
+func cpuShared(p residency.UnitPlan) bool {
+	for _, pl := range p.Place {
+		if pl.Engine == placement.CPU || pl.CPUSplit > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Plan is the plan the executor runs: Config.Plan, or the plan made again
+// with the exact compressed sizes (Config.Replan).
+func (l *Executor) Plan() *residency.Plan { return l.plan }
+
+// Compression is what compressing the streamed units did (nil when
+// nothing was compressed).
+func (l *Executor) Compression() *models.CompressReport { return l.compression }
+
+// PlanNote says why the plan with the exact compressed sizes was not used,
+// if it was not.
+func (l *Executor) PlanNote() string { return l.planNote }
 
 // roundUp rounds n up to whole weights.Align.
 func roundUp(n int64) int64 { return (n + weights.Align - 1) / weights.Align * weights.Align }
