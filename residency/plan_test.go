@@ -398,6 +398,7 @@ func TestStageEntry(t *testing.T) {
 	a := alpamayo10B(t)
 	base, err := residency.DefaultProfile()
 	require.NoError(t, err)
+	base.StageEntryMs = nil
 	cal, err := residency.DefaultProfile()
 	require.NoError(t, err)
 	cal.StageEntryMs = map[placement.Stage]float64{placement.StagePrefill: 5, placement.StageDiffusion: 16}

@@ -38,8 +38,8 @@ type Profile struct {
 	// StageEntryMs, when set, is each stage's cost beyond the simulation
 	// when it copies anything (the host's work as the stage starts, the
 	// copy engine's slower first copies into a new arena), ms, measured in
-	// the executor (vlanode profile --calibrate) and added to the stage's
-	// prediction.
+	// the executor on the standard workload (vlanode profile --calibrate)
+	// and added to the stage's prediction in plans of that workload.
 	StageEntryMs map[placement.Stage]float64 `json:"stage_entry_ms,omitempty"`
 	// Decode is the GPU's decode kernel for compressed streaming (bf16z);
 	// nil when it was not measured: plans then take FallbackDecode.

@@ -345,7 +345,7 @@ func TestPlanQwen3Text(t *testing.T) {
 		assert.Equal(t, placement.TextWorkloadName, out.Workload.Name)
 		return out.Stages
 	}
-	assert.Equal(t, []stage{{"prefill", 512, 512, 1, "dynamic"}, {"decode", 1, 1, 15, "dynamic"}}, stages("--budget", "4GiB"), "the default prompt")
+	assert.Equal(t, []stage{{"prefill", 512, 512, 1, "gpu-only"}, {"decode", 1, 1, 15, "dynamic"}}, stages("--budget", "4GiB"), "the default prompt")
 	assert.Equal(t, []stage{{"prefill", 4096, 4096, 1, "gpu-only"}, {"decode", 1, 1, 15, "dynamic"}}, stages("--budget", "4GiB", "--prompt-len", "4096"))
 	assert.Equal(t, []stage{{"prefill", 1024, 1024, 4, "gpu-only"}, {"decode", 1, 1, 31, "gpu-only"}},
 		stages("--budget", "4GiB", "--prompt-len", "4096", "--prefill-chunk", "1024", "--new-tokens", "32", "--exact"))
