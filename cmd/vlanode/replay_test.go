@@ -141,13 +141,7 @@ func TestRecordAndReplayCommands(t *testing.T) {
 }
 
 func TestReplaySourceErrors(t *testing.T) {
-	video := filepath.Join(t.TempDir(), "drive.mp4")
-	require.NoError(t, os.WriteFile(video, []byte("not really"), 0o644))
-	code, _, stderr := runCLI("replay", "--node", "n", video)
-	assert.Equal(t, 1, code)
-	assert.Contains(t, stderr, "video files are not supported yet")
-
-	code, _, stderr = runCLI("replay", "--node", "n", filepath.Join(t.TempDir(), "missing"))
+	code, _, stderr := runCLI("replay", "--node", "n", filepath.Join(t.TempDir(), "missing"))
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "no such file or directory")
 
@@ -158,6 +152,12 @@ func TestReplaySourceErrors(t *testing.T) {
 	code, _, stderr = runCLI("replay", t.TempDir())
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "--node is required")
+
+	notes := filepath.Join(t.TempDir(), "notes.txt")
+	require.NoError(t, os.WriteFile(notes, nil, 0o644))
+	code, _, stderr = runCLI("replay", "--node", "n", notes)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, notes+": not a clip folder, jetstream:STREAM or video file")
 
 	code, _, stderr = runCLI("replay", "--node", "n", "jetstream:")
 	assert.Equal(t, 2, code)
