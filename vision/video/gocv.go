@@ -65,6 +65,8 @@ func Open(path string) (*Reader, error) {
 		err = fmt.Errorf("video: %s: the header gives no usable frame rate (%g fps)", path, in.FPS)
 	case in.Frames <= 0:
 		err = fmt.Errorf("video: %s: the header does not say how many frames the file holds (a raw stream? remux it into .mp4 or .mkv, e.g. ffmpeg -i IN -c copy OUT.mkv)", path)
+	case in.Frames > maxFrames:
+		err = fmt.Errorf("video: %s: the header claims %d frames, more than the %d a file may hold here (a corrupt header?)", path, in.Frames, maxFrames)
 	}
 	if err != nil {
 		r.Close()

@@ -28,6 +28,11 @@ func IsVideo(path string) bool {
 	return false
 }
 
+// maxFrames bounds the frame count a header may claim (155 hours at
+// 30 fps): replay plans every frame before it decodes any, and a corrupt
+// header must not make it allocate without limit.
+const maxFrames = 1 << 24
+
 // codecs are the fourcc codes Create writes each extension with.
 var codecs = map[string]string{".avi": "MJPG", ".mkv": "MJPG", ".mp4": "mp4v"}
 

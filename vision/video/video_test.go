@@ -3,6 +3,8 @@
 package video
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"image"
@@ -68,9 +70,8 @@ func writeVideo(t *testing.T, path string, n, w, h int, fps float64) []*image.RG
 }
 
 // Codec tolerances, as the mean absolute error per RGB value (0-255) of a
-// decoded frame against the frame written: MJPG is a JPEG a frame at
-// OpenCV's quality 95 with 4:2:0 chroma, mp4v an MPEG-4 Part 2 stream at
-// FFmpeg's default bit rate. Measured on the test frames (OpenCV 4.6,
+// decoded frame against the frame written: MJPG is a JPEG a frame, mp4v an
+// MPEG-4 Part 2 stream, both at the encoders' default quality. Measured on the test frames (OpenCV 4.6,
 // FFmpeg 5.1): MJPG 1.27-1.39, mp4v 2.23-2.72 (the first frame, an
 // I-frame, the best).
 var tolerance = map[string]float64{".avi": 2, ".mkv": 2, ".mp4": 4}
@@ -179,6 +180,18 @@ func TestBadFiles(t *testing.T) {
 	n, err = readAll(corrupt)
 	assert.ErrorContains(t, err, corrupt+": could not decode frame ")
 	assert.Less(t, n, 20)
+
+	// A header claiming 2³⁰ frames (the AVI stream header's dwLength, 32
+	// bytes into strh) is refused before anything is planned for them.
+	huge := filepath.Join(dir, "huge.avi")
+	claim := append([]byte(nil), data...)
+	strh := bytes.Index(claim, []byte("strh"))
+	require.Positive(t, strh)
+	require.Equal(t, uint32(20), binary.LittleEndian.Uint32(claim[strh+8+32:]))
+	binary.LittleEndian.PutUint32(claim[strh+8+32:], 1<<30)
+	require.NoError(t, os.WriteFile(huge, claim, 0o644))
+	_, err = Probe(huge)
+	assert.EqualError(t, err, "video: "+huge+": the header claims 1073741824 frames, more than the 16777216 a file may hold here (a corrupt header?)")
 
 	n, err = readAll(good)
 	assert.NoError(t, err)
