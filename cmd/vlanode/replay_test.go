@@ -167,6 +167,15 @@ func TestReplaySourceErrors(t *testing.T) {
 	assert.Equal(t, 2, code, "flags may follow SOURCE")
 	assert.Contains(t, stderr, "--speed must be positive")
 
+	code, _, stderr = runCLI("replay", "-h")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, stderr, "<camera>/<stamp_ns>.mp4|avi|mkv|…,\n                   a video whose first frame was captured at stamp_ns")
+	assert.Contains(t, stderr, "a video file     drive.mp4: the one camera of a one-camera model")
+
+	code, _, stderr = runCLI("clip", "--out", t.TempDir(), "--video", "--video-format", "webm")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "--video-format must be avi, mkv or mp4")
+
 	code, _, stderr = runCLI("record", "--node", "n")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "--node and --stream are required")
