@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -111,10 +112,11 @@ func TestReplayVideoClip(t *testing.T) {
 	assert.Contains(t, stdout, "errors: 0")
 
 	kept.mu.Lock()
-	defer kept.mu.Unlock()
-	require.Len(t, kept.frames, 5*2*2, "5 requests of 2 cameras × 2 frames")
+	frames := slices.Clone(kept.frames)
+	kept.mu.Unlock()
+	require.Len(t, frames, 5*2*2, "5 requests of 2 cameras × 2 frames")
 	seen := map[string]int{}
-	for _, f := range kept.frames {
+	for _, f := range frames {
 		k := int((f.StampNs - starts[f.Camera]) / 100_000_000)
 		require.Equal(t, starts[f.Camera]+int64(k)*100_000_000, f.StampNs, "%s frame stamped %d", f.Camera, f.StampNs)
 		require.Equal(t, uint64(k), f.Seq)
@@ -138,6 +140,26 @@ func TestReplayVideoClip(t *testing.T) {
 	for _, cam := range []string{"front", "rear"} {
 		assert.Equal(t, []int{1, 2, 2, 2, 2, 1}, []int{seen[cam+"0"], seen[cam+"1"], seen[cam+"2"], seen[cam+"3"], seen[cam+"4"], seen[cam+"5"]}, cam)
 	}
+
+	// Offline evaluation of a folder of two video clips, one of them with a
+	// truncated video (cut at its last frame's chunk, so that the index
+	// after it goes too): the good one plays all its requests, the other
+	// fails by name at the frame that does not decode.
+	root := t.TempDir()
+	for _, c := range []string{"clip-a", "clip-b"} {
+		require.NoError(t, os.CopyFS(filepath.Join(root, c), os.DirFS(dir)))
+	}
+	cut := filepath.Join(root, "clip-b", "front", "1000000000.avi")
+	data, err := os.ReadFile(cut)
+	require.NoError(t, err)
+	last := bytes.LastIndex(data[:bytes.LastIndex(data, []byte("idx1"))], []byte("00dc"))
+	require.Positive(t, last)
+	require.NoError(t, os.WriteFile(cut, data[:last], 0o644))
+	code, stdout, stderr = runCLI("replay", "--nats-url", url, "--node", "video", "--concurrency", "2", "--no-progress", root)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stdout, "replaying 2 clips into node video, 2 at a time")
+	assert.Contains(t, stdout, "clips: 2, failed: 1")
+	assert.Contains(t, stderr, "clip "+filepath.Join(root, "clip-b")+" failed: replay: camera front: video: "+cut+": could not decode frame 6 of the 6 its header announces")
 
 	// A video that cannot be read stops replay before the node is asked,
 	// naming the file.
@@ -182,6 +204,17 @@ func TestClipVideoReplaysIntoTiny(t *testing.T) {
 	entries, err := os.ReadDir(filepath.Join(dir, "front_wide_120fov"))
 	require.NoError(t, err)
 	assert.Len(t, entries, 1, "the video alone, no JPEG files")
+
+	// --count with --video: each clip of videos.
+	many := filepath.Join(t.TempDir(), "many")
+	code, stdout, stderr = runCLI("clip", "--out", many, "--count", "2", "--video", "--video-format", "mp4", "--seconds", "0.3", "--width", "64", "--height", "48")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "wrote 2 clips of 0.3 s, 4 cameras (24 frames, 64x48 mp4v .mp4 video, one a camera)")
+	for _, c := range []string{"clip-000", "clip-001"} {
+		info, err := video.Probe(filepath.Join(many, c, "front_tele_30fov", "1700000000000000000.mp4"))
+		require.NoError(t, err)
+		assert.Equal(t, 3, info.Frames)
+	}
 
 	url, _, stop := serving(t, alpamayoSpec(), "--model", tinyAlpamayo(t), "--device", "cpu", "--name", "tiny")
 	start := time.Now()
