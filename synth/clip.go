@@ -35,6 +35,23 @@ func DefaultClip(cameras []string) ClipOptions {
 // marks move with the ego's speed and bend with its curvature; each camera
 // looks in its own direction.
 func WriteClip(ctx context.Context, dir string, o ClipOptions) (frames int, err error) {
+	return WriteClipFrames(ctx, dir, o, func(camera string, stamp int64, img *image.RGBA) error {
+		if err := os.MkdirAll(filepath.Join(dir, camera), 0o755); err != nil {
+			return fmt.Errorf("synth: clip: %w", err)
+		}
+		return writeJPEG(filepath.Join(dir, camera, fmt.Sprintf("%d.jpg", stamp)), img, o.Quality)
+	})
+}
+
+// FrameFunc receives a clip's frames: camera by camera in the order of
+// ClipOptions.Cameras, each camera's oldest first, with its capture time
+// in ns.
+type FrameFunc func(camera string, stamp int64, img *image.RGBA) error
+
+// WriteClipFrames writes ego.csv into dir, as WriteClip does, and hands
+// each rendered frame to write instead of writing a JPEG file (vlanode clip
+// --video encodes them as video). It returns the number of frames written.
+func WriteClipFrames(ctx context.Context, dir string, o ClipOptions, write FrameFunc) (frames int, err error) {
 	if o.Seconds <= 0 || o.Rate <= 0 || o.Width < 16 || o.Height < 16 || len(o.Cameras) == 0 {
 		return 0, fmt.Errorf("synth: clip: bad options %+v", o)
 	}
@@ -45,17 +62,12 @@ func WriteClip(ctx context.Context, dir string, o ClipOptions) (frames int, err 
 		return 0, err
 	}
 	for ci, cam := range o.Cameras {
-		if err := os.MkdirAll(filepath.Join(dir, cam), 0o755); err != nil {
-			return 0, fmt.Errorf("synth: clip: %w", err)
-		}
 		for i := 0; i < n; i++ {
 			if err := ctx.Err(); err != nil {
 				return frames, err
 			}
 			t := float64(i) * period
-			img := renderRoad(o, ci, t)
-			stamp := t0 + int64(math.Round(t*1e9))
-			if err := writeJPEG(filepath.Join(dir, cam, fmt.Sprintf("%d.jpg", stamp)), img, o.Quality); err != nil {
+			if err := write(cam, t0+int64(math.Round(t*1e9)), renderRoad(o, ci, t)); err != nil {
 				return frames, err
 			}
 			frames++

@@ -76,5 +76,6 @@
 // libjpeg62-turbo-dev, which libopencv-dev pulls in), not OpenCV: only its
 // tests use OpenCV (gocv), to compare with it. With the build tag nogocv
 // those tests are left out and libjpeg is linked statically, so that the
-// binary runs where no libjpeg is installed (the GPU machine).
+// binary runs where no libjpeg is installed (the GPU machine). Video files
+// are read and written by the sub-package vision/video, through OpenCV.
 package vision

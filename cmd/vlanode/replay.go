@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -17,14 +16,11 @@ import (
 	"vlanode/msgs"
 	"vlanode/node"
 	"vlanode/node/replay"
+	"vlanode/vision/video"
 )
 
 // streamPrefix marks a replay SOURCE that is a JetStream stream.
 const streamPrefix = "jetstream:"
-
-// videoExts are the file types replay will read once the vision package
-// provides a video decoder.
-var videoExts = map[string]bool{".mp4": true, ".mkv": true, ".avi": true, ".mov": true, ".webm": true, ".h264": true, ".h265": true, ".ts": true}
 
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("replay", stderr)
@@ -35,7 +31,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	explicit := fs.Bool("explicit", false, "send each request with its frames instead of use_latest")
 	fast := fs.Bool("fast", false, "as fast as the node answers, instead of in real time")
 	speed := fs.Float64("speed", 1, "real-time factor (2: twice as fast as recorded)")
-	every := fs.Int("every", 1, "image folders: one request every N frame periods of the model")
+	every := fs.Int("every", 1, "clip folders and video files: one request every N frame periods of the model")
 	deadline := fs.Int("deadline-ms", 0, "deadline_ms of each request (0: none)")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for each answer")
 	prompt := fs.String("prompt", "", "prompt for every request")
@@ -50,7 +46,21 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	concurrency := fs.Int("concurrency", 0, "offline evaluation: play this many clips at once, each request carrying its frames and each clip's next request sent once the previous is answered (0: one clip in real time, unless several clips are given)")
 	out := fs.String("out", "", "offline evaluation: write every plan (and every failed request) as JSON lines to this file")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: vlanode replay --node NAME [flags] SOURCE...\n\nSOURCE: a clip folder (<camera>/<stamp_ns>.jpg|png, ego.csv; see docs/node.md), a folder of clip folders, or jetstream:STREAM (made by vlanode record; jetstream:PREFIX* for every stream whose name starts with PREFIX).\nSeveral clips, --concurrency or --out: offline evaluation (docs/node.md).\n\nflags:")
+		fmt.Fprintln(stderr, `usage: vlanode replay --node NAME [flags] SOURCE...
+
+SOURCE is one of (docs/node.md):
+  a clip folder    <camera>/<stamp_ns>.jpg|png, one file a frame, or <camera>/<stamp_ns>.mp4|avi|mkv|…,
+                   a video whose first frame was captured at stamp_ns (frame i at stamp_ns + i/fps);
+                   and ego.csv (stamp_ns,x,y,z,r00…r22) for the ego poses (vlanode clip [--video] writes one)
+  a folder of clip folders
+  a video file     drive.mp4: the one camera of a one-camera model, with the ego.csv beside it
+                   (a model of several cameras needs a clip folder of one video a camera)
+  jetstream:STREAM a stream made by vlanode record; jetstream:PREFIX* for every stream whose name
+                   starts with PREFIX
+Video frames are decoded with OpenCV and sent as JPEG (quality 95).
+Several clips, --concurrency or --out: offline evaluation (docs/node.md).
+
+flags:`)
 		fs.PrintDefaults()
 	}
 	sources, err := parseWithSources(fs, args)
@@ -183,7 +193,8 @@ func parseWithSources(fs *flag.FlagSet, args []string) ([]string, error) {
 	return rest, nil
 }
 
-// checkSource refuses what replay cannot read, with a reason.
+// checkSource refuses what replay cannot read, with a reason, before the
+// node is asked for its model; a video file's header is read.
 func checkSource(source string) error {
 	if name, ok := strings.CutPrefix(source, streamPrefix); ok {
 		if name == "" {
@@ -198,8 +209,14 @@ func checkSource(source string) error {
 	if st.IsDir() {
 		return nil
 	}
-	if videoExts[strings.ToLower(filepath.Ext(source))] {
-		return fmt.Errorf("%s: video files are not supported yet: decoding video needs the vision package's reader, which this binary does not have; extract the frames into a clip folder (docs/node.md) or replay a stream recorded with vlanode record", source)
+	if video.IsVideo(source) {
+		if _, err := video.Probe(source); err != nil {
+			if errors.Is(err, video.ErrNoOpenCV) {
+				err = fmt.Errorf("%w; or extract its frames into a clip folder of images (docs/node.md)", err)
+			}
+			return err
+		}
+		return nil
 	}
 	return fmt.Errorf("%s: not a clip folder, jetstream:STREAM or video file", source)
 }

@@ -18,6 +18,7 @@ import (
 	"vlanode/msgs"
 	"vlanode/node"
 	"vlanode/node/replay"
+	"vlanode/vision/video"
 )
 
 // offlineTimeout is how long offline evaluation waits for each answer by
@@ -49,6 +50,12 @@ func expandSources(ctx context.Context, nc *nats.Conn, sources []string, info no
 	var js jetstream.JetStream
 	for _, source := range sources {
 		stream, ok := strings.CutPrefix(source, streamPrefix)
+		if !ok && isVideoFile(source) {
+			clips = append(clips, replay.Clip{Name: source, Open: func(context.Context) (replay.Source, error) {
+				return replay.OpenVideo(source, replay.FolderConfig{Info: info, Every: every})
+			}})
+			continue
+		}
 		if !ok {
 			dirs, err := replay.ClipFolders(source, info.Cameras)
 			if err != nil {
@@ -81,6 +88,13 @@ func expandSources(ctx context.Context, nc *nats.Conn, sources []string, info no
 		}
 	}
 	return clips, nil
+}
+
+// isVideoFile says whether source is a video file (checkSource has read
+// its header) rather than a folder.
+func isVideoFile(source string) bool {
+	st, err := os.Stat(source)
+	return err == nil && !st.IsDir() && video.IsVideo(source)
 }
 
 // streamsWithPrefix lists the JetStream streams whose names start with

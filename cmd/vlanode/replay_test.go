@@ -141,13 +141,7 @@ func TestRecordAndReplayCommands(t *testing.T) {
 }
 
 func TestReplaySourceErrors(t *testing.T) {
-	video := filepath.Join(t.TempDir(), "drive.mp4")
-	require.NoError(t, os.WriteFile(video, []byte("not really"), 0o644))
-	code, _, stderr := runCLI("replay", "--node", "n", video)
-	assert.Equal(t, 1, code)
-	assert.Contains(t, stderr, "video files are not supported yet")
-
-	code, _, stderr = runCLI("replay", "--node", "n", filepath.Join(t.TempDir(), "missing"))
+	code, _, stderr := runCLI("replay", "--node", "n", filepath.Join(t.TempDir(), "missing"))
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "no such file or directory")
 
@@ -159,6 +153,12 @@ func TestReplaySourceErrors(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "--node is required")
 
+	notes := filepath.Join(t.TempDir(), "notes.txt")
+	require.NoError(t, os.WriteFile(notes, nil, 0o644))
+	code, _, stderr = runCLI("replay", "--node", "n", notes)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, notes+": not a clip folder, jetstream:STREAM or video file")
+
 	code, _, stderr = runCLI("replay", "--node", "n", "jetstream:")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "needs a stream name")
@@ -166,6 +166,15 @@ func TestReplaySourceErrors(t *testing.T) {
 	code, _, stderr = runCLI("replay", t.TempDir(), "--node", "n", "--speed", "0")
 	assert.Equal(t, 2, code, "flags may follow SOURCE")
 	assert.Contains(t, stderr, "--speed must be positive")
+
+	code, _, stderr = runCLI("replay", "-h")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, stderr, "<camera>/<stamp_ns>.mp4|avi|mkv|…,\n                   a video whose first frame was captured at stamp_ns")
+	assert.Contains(t, stderr, "a video file     drive.mp4: the one camera of a one-camera model")
+
+	code, _, stderr = runCLI("clip", "--out", t.TempDir(), "--video", "--video-format", "webm")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "--video-format must be avi, mkv or mp4")
 
 	code, _, stderr = runCLI("record", "--node", "n")
 	assert.Equal(t, 2, code)

@@ -20,6 +20,7 @@ import (
 
 	"vlanode/msgs"
 	"vlanode/node"
+	"vlanode/vision/video"
 )
 
 // EgoFile is the name of a clip folder's ego pose file.
@@ -35,13 +36,29 @@ type WorldPose struct {
 	Rot     [9]float64 // row-major, vehicle to world
 }
 
-// frameFile is one image of a clip folder.
+// videoJPEGQuality is the JPEG quality a video's decoded frames are
+// published at: frames travel as JPEG, as a camera's would, and at 95 the
+// loss is below the video codec's own (vision/video's tests).
+const videoJPEGQuality = 95
+
+// frameFile is one frame of a clip folder: an image file, or a frame of a
+// video file.
 type frameFile struct {
 	camera string
 	stamp  int64
 	path   string
 	enc    msgs.Encoding
 	seq    uint64
+	video  *videoFile // nil for an image file
+	index  int        // the frame's index in video
+}
+
+// videoFile is a video of a clip folder, decoded in order as its frames
+// are played.
+type videoFile struct {
+	path string
+	info video.Info
+	r    *video.Reader // open from its first frame played to its last
 }
 
 // FolderConfig says how to make requests from a folder.
@@ -58,6 +75,7 @@ type Folder struct {
 	ticks  []int64      // request times
 	events []eventIndex // frames and ticks merged in time order
 	next   int
+	videos []*videoFile // every video of the clip, for Close
 	// Skipped counts ticks without enough ego history (they make no request).
 	Skipped int
 }
@@ -68,15 +86,10 @@ type eventIndex struct {
 	at          int64
 }
 
-// OpenFolder reads a clip folder's layout (not its images).
+// OpenFolder reads a clip folder's layout and its videos' headers (not its
+// images or frames).
 func OpenFolder(dir string, cfg FolderConfig) (*Folder, error) {
-	if cfg.Every == 0 {
-		cfg.Every = 1
-	}
-	if cfg.Every < 0 {
-		return nil, fmt.Errorf("replay: every %d, want ≥ 1", cfg.Every)
-	}
-	f := &Folder{cfg: cfg}
+	var frames []frameFile
 	for _, cam := range cfg.Info.Cameras {
 		files, err := cameraFiles(dir, cam)
 		if err != nil {
@@ -85,10 +98,51 @@ func OpenFolder(dir string, cfg FolderConfig) (*Folder, error) {
 		if len(files) < cfg.Info.FramesPerCamera {
 			return nil, fmt.Errorf("replay: %s: %d frames of camera %s, the model needs %d", dir, len(files), cam, cfg.Info.FramesPerCamera)
 		}
-		for i := range files {
-			files[i].seq = uint64(i)
+		frames = append(frames, files...)
+	}
+	return newFolder(dir, cfg, frames)
+}
+
+// OpenVideo reads one video file as the clip of a model that takes one
+// camera: its frames are that camera's, stamped from the number the file
+// is named by (<stamp_ns>.mp4, as in a clip folder) or else from 0, and the
+// ego poses are ego.csv's beside it. A model of more cameras is refused:
+// their videos go in a clip folder.
+func OpenVideo(path string, cfg FolderConfig) (*Folder, error) {
+	if cams := cfg.Info.Cameras; len(cams) != 1 {
+		return nil, fmt.Errorf("replay: %s: a video file holds one camera, and model %s takes %d (%s): put each camera's video in a clip folder as <camera>/<start_ns>%s beside ego.csv (docs/node.md)",
+			path, cfg.Info.Model, len(cams), strings.Join(cams, ", "), filepath.Ext(path))
+	}
+	cam := cfg.Info.Cameras[0]
+	name := filepath.Base(path)
+	start, err := strconv.ParseInt(strings.TrimSuffix(name, filepath.Ext(name)), 10, 64)
+	if err != nil {
+		start = 0
+	}
+	files, err := videoFrames(path, cam, start)
+	if err != nil {
+		return nil, err
+	}
+	if len(files) < cfg.Info.FramesPerCamera {
+		return nil, fmt.Errorf("replay: %s: %d frames, the model needs %d", path, len(files), cfg.Info.FramesPerCamera)
+	}
+	return newFolder(filepath.Dir(path), cfg, files)
+}
+
+// newFolder orders the frames of the model's cameras, reads dir's ego.csv
+// and plans the requests.
+func newFolder(dir string, cfg FolderConfig, frames []frameFile) (*Folder, error) {
+	if cfg.Every == 0 {
+		cfg.Every = 1
+	}
+	if cfg.Every < 0 {
+		return nil, fmt.Errorf("replay: every %d, want ≥ 1", cfg.Every)
+	}
+	f := &Folder{cfg: cfg, frames: frames}
+	for _, fr := range frames {
+		if fr.video != nil && fr.index == 0 {
+			f.videos = append(f.videos, fr.video)
 		}
-		f.frames = append(f.frames, files...)
 	}
 	order := map[string]int{}
 	for i, c := range cfg.Info.Cameras {
@@ -113,11 +167,14 @@ func OpenFolder(dir string, cfg FolderConfig) (*Folder, error) {
 	return f, nil
 }
 
-// cameraFiles lists <dir>/<camera>/<stamp_ns>.(jpg|jpeg|png).
+// cameraFiles lists <dir>/<camera>/<stamp_ns>.(jpg|jpeg|png), and the
+// frames of each video there, <dir>/<camera>/<stamp_ns>.mp4 (or another
+// video extension), named by its first frame's capture time. The frames
+// are in time order and numbered.
 func cameraFiles(dir, cam string) ([]frameFile, error) {
 	entries, err := os.ReadDir(filepath.Join(dir, cam))
 	if err != nil {
-		return nil, fmt.Errorf("replay: camera %s: %w (want a folder %s/ with one <stamp_ns>.jpg or .png file a frame)", cam, err, cam)
+		return nil, fmt.Errorf("replay: camera %s: %w (want a folder %s/ with one <stamp_ns>.jpg or .png file a frame, or <stamp_ns>.mp4 videos)", cam, err, cam)
 	}
 	var out []frameFile
 	for _, e := range entries {
@@ -127,27 +184,65 @@ func cameraFiles(dir, cam string) ([]frameFile, error) {
 		name := e.Name()
 		ext := strings.ToLower(filepath.Ext(name))
 		var enc msgs.Encoding
-		switch ext {
-		case ".jpg", ".jpeg":
+		switch {
+		case ext == ".jpg" || ext == ".jpeg":
 			enc = msgs.EncodingJPEG
-		case ".png":
+		case ext == ".png":
 			enc = msgs.EncodingPNG
+		case video.IsVideo(name):
 		default:
 			continue
 		}
 		stamp, err := strconv.ParseInt(strings.TrimSuffix(name, filepath.Ext(name)), 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("replay: %s/%s: a frame file is named <stamp_ns>%s", cam, name, ext)
+			what := "frame file is named <stamp_ns>"
+			if enc == "" {
+				what = "video file is named by its first frame's capture time, <stamp_ns>"
+			}
+			return nil, fmt.Errorf("replay: %s/%s: a %s%s", cam, name, what, ext)
 		}
-		out = append(out, frameFile{camera: cam, stamp: stamp, path: filepath.Join(dir, cam, name), enc: enc})
+		path := filepath.Join(dir, cam, name)
+		if enc == "" {
+			frames, err := videoFrames(path, cam, stamp)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, frames...)
+			continue
+		}
+		out = append(out, frameFile{camera: cam, stamp: stamp, path: path, enc: enc})
 	}
 	slices.SortFunc(out, func(a, b frameFile) int { return cmp.Compare(a.stamp, b.stamp) })
-	for i := 1; i < len(out); i++ {
-		if out[i].stamp == out[i-1].stamp {
-			return nil, fmt.Errorf("replay: camera %s has two frames stamped %d", cam, out[i].stamp)
+	for i := range out {
+		out[i].seq = uint64(i)
+		if i > 0 && out[i].stamp == out[i-1].stamp {
+			return nil, fmt.Errorf("replay: camera %s has two frames stamped %d (%s and %s)", cam, out[i].stamp, out[i-1].name(), out[i].name())
 		}
 	}
 	return out, nil
+}
+
+// videoFrames returns the frames of the video at path, the first stamped
+// start and frame i start + i / FPS (the video's header).
+func videoFrames(path, cam string, start int64) ([]frameFile, error) {
+	info, err := video.Probe(path)
+	if err != nil {
+		return nil, fmt.Errorf("replay: camera %s: %w", cam, err)
+	}
+	v := &videoFile{path: path, info: info}
+	out := make([]frameFile, info.Frames)
+	for i := range out {
+		out[i] = frameFile{camera: cam, stamp: start + int64(info.FrameTime(i)), path: path, enc: msgs.EncodingJPEG, seq: uint64(i), video: v, index: i}
+	}
+	return out, nil
+}
+
+// name says which file a frame comes from, for messages.
+func (ff frameFile) name() string {
+	if ff.video != nil {
+		return fmt.Sprintf("frame %d of %s", ff.index+1, ff.path)
+	}
+	return ff.path
 }
 
 // readEgo reads ego.csv.
@@ -226,8 +321,17 @@ func (f *Folder) merge() {
 // Len returns the number of events: frames and request ticks.
 func (f *Folder) Len() int { return len(f.events) }
 
-// Close does nothing: files are read one at a time.
-func (f *Folder) Close() error { return nil }
+// Close closes the videos still open (image files are read one at a
+// time).
+func (f *Folder) Close() error {
+	for _, v := range f.videos {
+		if v.r != nil {
+			v.r.Close()
+			v.r = nil
+		}
+	}
+	return nil
+}
 
 // Next returns the next frame (read from its file) or request.
 func (f *Folder) Next(ctx context.Context) (Event, error) {
@@ -254,8 +358,12 @@ func (f *Folder) Next(ctx context.Context) (Event, error) {
 	return Event{}, io.EOF
 }
 
-// readFrame reads one image file into a Frame.
+// readFrame reads one image file, or decodes one frame of a video, into a
+// Frame.
 func (f *Folder) readFrame(ff frameFile) (*msgs.Frame, error) {
+	if ff.video != nil {
+		return readVideoFrame(ff)
+	}
 	data, err := os.ReadFile(ff.path)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
@@ -266,6 +374,40 @@ func (f *Folder) readFrame(ff frameFile) (*msgs.Frame, error) {
 	}
 	return &msgs.Frame{V: msgs.Version, Camera: ff.camera, StampNs: ff.stamp, Seq: ff.seq, Encoding: ff.enc,
 		Width: cfg.Width, Height: cfg.Height, Data: data}, nil
+}
+
+// readVideoFrame decodes the next frame of ff's video, which must be ff
+// (a video's frames are played in order), and encodes it as JPEG. The
+// video is opened at its first frame and closed after its last.
+func readVideoFrame(ff frameFile) (*msgs.Frame, error) {
+	v := ff.video
+	if v.r == nil {
+		r, err := video.Open(v.path)
+		if err != nil {
+			return nil, fmt.Errorf("replay: camera %s: %w", ff.camera, err)
+		}
+		v.r = r
+	}
+	fr, err := v.r.Next()
+	if errors.Is(err, io.EOF) {
+		err = fmt.Errorf("%s: ended before frame %d", v.path, ff.index+1)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("replay: camera %s: %w", ff.camera, err)
+	}
+	if fr.Index != ff.index {
+		return nil, fmt.Errorf("replay: %s: decoded frame %d in the place of frame %d", v.path, fr.Index+1, ff.index+1)
+	}
+	data, err := v.r.JPEG(videoJPEGQuality)
+	if err != nil {
+		return nil, fmt.Errorf("replay: camera %s: %w", ff.camera, err)
+	}
+	if fr.Index == v.info.Frames-1 {
+		v.r.Close()
+		v.r = nil
+	}
+	return &msgs.Frame{V: msgs.Version, Camera: ff.camera, StampNs: ff.stamp, Seq: ff.seq, Encoding: msgs.EncodingJPEG,
+		Width: v.info.Width, Height: v.info.Height, Data: data}, nil
 }
 
 // egoHistory returns the model's ego poses for a request at t, in the ego

@@ -4,11 +4,12 @@
 //
 // # Sources
 //
-// An image folder (OpenFolder), laid out as
+// A clip folder (OpenFolder), laid out as
 //
 //	CLIP/
 //	  <camera>/<stamp_ns>.jpg   one file a frame, named by its capture time in ns
 //	  <camera>/<stamp_ns>.png   (.jpeg, .png too; width and height come from the file)
+//	  <camera>/<stamp_ns>.mp4   or a video (.avi, .mkv, … too), named by its first frame's capture time
 //	  ego.csv                   optional: the ego vehicle's poses, in any fixed world frame
 //
 // where ego.csv has the header
@@ -25,7 +26,11 @@
 // A JetStream stream made by vlanode record (OpenStream): its frames and
 // its requests (with their ego history) in recorded order and timing.
 //
-// Video files are not read yet: they need the vision package's decoder.
+// A video's frame i is stamped stamp_ns + i / FPS (the file's header; see
+// vision/video), decoded as it is played and published as a JPEG of
+// quality 95. A single video file (OpenVideo) is the clip of a model that
+// takes one camera, with the ego.csv beside it. A build without OpenCV (tag
+// nogocv) refuses videos, naming the reason.
 //
 // # Many clips
 //
