@@ -134,6 +134,11 @@ func (n *Node) sendPlan(j *job, p *msgs.Plan) {
 		n.send(j.to, e)
 		return
 	}
+	// Counted before it goes out, as errors are: a client that has its
+	// plan finds it in the metrics.
+	n.m.plans.Inc("")
+	n.m.modelStages(p.TimingMs)
+	n.m.vramPeak.SetMax(float64(p.VRAMPeakBytes))
 	if j.stored != nil {
 		n.storeAnswer(j, data)
 	} else if err := j.to.plan(p, data); err != nil {
@@ -143,11 +148,8 @@ func (n *Node) sendPlan(j *job, p *msgs.Plan) {
 		n.log.Error("publishing a plan failed", "request", j.req.ID, "err", err)
 	}
 	end := n.now()
-	n.m.plans.Inc("")
 	n.m.stage("reply", end.Sub(start))
 	n.m.stage("total", end.Sub(j.received))
-	n.m.modelStages(p.TimingMs)
-	n.m.vramPeak.SetMax(float64(p.VRAMPeakBytes))
 }
 
 // sendError answers a request that never became a job.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -71,7 +72,7 @@ func TestServeBudgetControlAndSIGHUP(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "budget")
 	require.NoError(t, os.WriteFile(file, []byte("# the node's share of the GPU\n8GiB\n"), 0o644))
 	var eng *rebudgetEngine
-	url, _, stop := serving(t, rebudgetSpec(&eng), "--name", "cli", "--budget-file", file, "--control-token", "tok")
+	url, _, logs, stop := servingLogged(t, rebudgetSpec(&eng), "--name", "cli", "--budget-file", file, "--control-token", "tok")
 	assert.Equal(t, uint64(8<<30), eng.current())
 
 	code, stdout, stderr := runCLI("budget", "--nats-url", url, "--node", "cli", "--set", "4GiB", "--control-token", "tok")
@@ -99,8 +100,10 @@ func TestServeBudgetControlAndSIGHUP(t *testing.T) {
 	waitUntil(t, func() bool { return eng.current() == 2<<30 }, "SIGHUP applied the file")
 	require.NoError(t, os.WriteFile(file, []byte("plenty\n"), 0o644))
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	// The next file only once the node has read this one (a busy machine
+	// may take its time).
+	waitUntil(t, func() bool { return strings.Contains(logs.String(), "SIGHUP: the budget stays") }, "SIGHUP read the bad file")
 	require.NoError(t, os.WriteFile(file, []byte("unlimited\n"), 0o644))
-	time.Sleep(200 * time.Millisecond) // the bad file was read by now
 	assert.Equal(t, uint64(2<<30), eng.current(), "a file that does not parse changes nothing")
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
 	waitUntil(t, func() bool { return eng.current() == 0 }, "SIGHUP applied unlimited")

@@ -73,6 +73,13 @@ func (s *syncBuffer) String() string {
 // error.
 func serving(t *testing.T, spec engineSpec, args ...string) (string, *syncBuffer, func() error) {
 	t.Helper()
+	url, stdout, _, stop := servingLogged(t, spec, args...)
+	return url, stdout, stop
+}
+
+// servingLogged is serving that also returns serve's stderr, its log.
+func servingLogged(t *testing.T, spec engineSpec, args ...string) (string, *syncBuffer, *syncBuffer, func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr syncBuffer
 	done := make(chan error, 1)
@@ -115,7 +122,7 @@ func serving(t *testing.T, spec engineSpec, args ...string) (string, *syncBuffer
 		return stopErr
 	}
 	t.Cleanup(func() { stop() })
-	return url, &stdout, stop
+	return url, &stdout, &stderr, stop
 }
 
 func TestServeNoEngine(t *testing.T) {
