@@ -49,6 +49,16 @@ type Fake struct {
 	decFree       float64 // when the decode engine is next free
 	staging       map[Slot]bool
 	status        DecodeStatus // the decodes' failures since the last DecodeStatus
+	// decoded are the decodes on a stream of their own not yet charged to
+	// the compute engine, by where they wrote (the compute that reads it
+	// pays them: Decode).
+	decoded map[fakeAt][2]float64
+}
+
+// fakeAt is a place in a slot: where a decode writes, a compute reads.
+type fakeAt struct {
+	slot Slot
+	off  int64
 }
 
 // OpKind is what an Op did.
@@ -205,7 +215,11 @@ func (f *Fake) AllocStaging(bytes int64) (Slot, error) {
 
 // Decode times the decode of z from staging src into slot dst at off on
 // stream s, on the decode engine, after the decodes before it; a unit
-// named in Corrupt reports its first job failed.
+// named in Corrupt reports its first job failed. The decode kernel shares
+// the GPU with the computes (residency's simulate3): on a stream other
+// than the compute stream, the part of it during which the compute engine
+// was busy (the compute before the one that reads dst at off ran past the
+// decode's start) is added to that reading compute.
 func (f *Fake) Decode(dst Slot, off int64, src Slot, z *bf16z.Unit, base int, s Stream) error {
 	st, err := f.stream(s)
 	if err != nil {
@@ -227,6 +241,12 @@ func (f *Fake) Decode(dst Slot, off int64, src Slot, z *bf16z.Unit, base int, s 
 	}
 	start := max(st.tail, f.decFree)
 	st.tail, f.decFree = start+d, start+d
+	if s != f.ComputeStream() {
+		if f.decoded == nil {
+			f.decoded = map[fakeAt][2]float64{}
+		}
+		f.decoded[fakeAt{dst, off}] = [2]float64{start, start + d}
+	}
 	f.Timeline = append(f.Timeline, Op{Kind: OpDecode, Stream: st.name, Unit: z.Name, Slot: dst, Offset: off, Bytes: z.RawSize, Src: src, Start: start, End: start + d})
 	if f.Corrupt[z.Name] {
 		if f.status.Failed == 0 || base < f.status.FirstJob {
@@ -355,6 +375,11 @@ func (f *Fake) Launch(s Stream, c Compute) error {
 	d := 0.0
 	if f.Exe != nil {
 		d = f.Exe(c.Unit)
+	}
+	if dec, ok := f.decoded[fakeAt{c.Slot, c.Offset}]; ok && c.Slot != NoSlot {
+		// The decode of its weights, where the compute engine was busy.
+		d += min(max(f.exe-dec[0], 0), dec[1]-dec[0])
+		delete(f.decoded, fakeAt{c.Slot, c.Offset})
 	}
 	start := max(st.tail, f.exe)
 	st.tail, f.exe = start+d, start+d

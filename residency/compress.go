@@ -71,7 +71,8 @@ func zTiles(shape []int) int64 {
 // compress sets what compressed streaming makes of each item: its stored
 // size (exact from opts.Stored, else estimated), its copy time at that
 // size and its decode time; an item whose stored size is not below
-// ZMaxRatio of its bytes, or that lives on the host, stays raw.
+// ZMaxRatio of its bytes, that lives on the host or that a stage of
+// opts.RawStages computes, stays raw.
 func compress(items []item, p *Profile, opts Options) {
 	if !opts.Compress {
 		return
@@ -82,7 +83,7 @@ func compress(items []item, p *Profile, opts Options) {
 	}
 	for i := range items {
 		it := &items[i]
-		if it.HostOnly || it.Bytes == 0 {
+		if it.HostOnly || it.Bytes == 0 || rawIn(it.Unit, opts.RawStages) {
 			continue
 		}
 		stored, ok := opts.Stored[it.ID]
@@ -122,4 +123,14 @@ func (it *item) storedBytes(z bool) int64 {
 		return it.stored
 	}
 	return it.Bytes
+}
+
+// rawIn says whether one of stages computes u (its units stream raw).
+func rawIn(u placement.Unit, stages []placement.Stage) bool {
+	for _, s := range stages {
+		if w, ok := u.WorkIn(s); ok && w.Passes > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -162,7 +162,10 @@ func (u UnitPlan) Entered(s placement.Stage, stages []placement.Stage) bool {
 // streaming is kept when it predicts less than the plan without (the
 // staging buffers take room that residents would have had), else the raw
 // one is, saying why in Plan.CompressNote; a budget below the minimum
-// with staging buffers is planned raw.
+// with staging buffers is planned raw. Where the compressed plan predicts
+// more than the raw one in some stages (compute-bound: the decodes take
+// the compute engine's time) and less in others, a third plan streams the
+// units of the losing stages raw (Options.RawStages) and competes too.
 func NewPlan(arch *Arch, units []placement.Unit, w placement.Workload, p *Profile, budget int64, opts Options) (*Plan, error) {
 	if !opts.Compress {
 		return newPlan(arch, units, w, p, budget, opts)
@@ -183,6 +186,18 @@ func NewPlan(arch *Arch, units []placement.Unit, w placement.Workload, p *Profil
 		raw.CompressNote = "nothing to compress: every unit is resident"
 	case !z.Compressed:
 		raw.CompressNote = "streamed raw: no unit that copies codes to less than " + fmt.Sprint(ZMaxRatio) + " of its bytes"
+	}
+	if raw.CompressNote == "" {
+		// Stages where compression loses (compute-bound: the decodes take
+		// the compute engine's time) stream raw in a third plan.
+		if sel, err := selective(arch, units, w, p, budget, opts, raw, z); err != nil {
+			return nil, err
+		} else if sel != nil && sel.TotalMs < z.TotalMs {
+			z = sel
+		}
+	}
+	switch {
+	case raw.CompressNote != "":
 	case z.TotalMs < raw.TotalMs:
 		// The smallest budget that plans is the raw plan's: below the
 		// compressed plan's minimum, the budget is planned raw.
@@ -193,6 +208,42 @@ func NewPlan(arch *Arch, units []placement.Unit, w placement.Workload, p *Profil
 	}
 	raw.Options = opts
 	return raw, nil
+}
+
+// selective plans again with the stages where the compressed plan z
+// predicts more than the raw one streaming raw (Options.RawStages); nil
+// when there is no such stage, when no stage gains, when the budget does
+// not hold it or when it compresses nothing.
+func selective(arch *Arch, units []placement.Unit, w placement.Workload, p *Profile, budget int64, opts Options, raw, z *Plan) (*Plan, error) {
+	lose := slices.Clone(opts.RawStages)
+	gain := false
+	for _, s := range placement.Stages() {
+		zs, ok := z.PredictedMs[s]
+		if !ok || slices.Contains(lose, s) {
+			continue
+		}
+		if zs > raw.PredictedMs[s] {
+			lose = append(lose, s)
+		} else {
+			gain = true
+		}
+	}
+	if !gain || len(lose) == len(opts.RawStages) {
+		return nil, nil
+	}
+	o := opts
+	o.RawStages = lose
+	sel, err := newPlan(arch, units, w, p, budget, o)
+	var be *BudgetError
+	switch {
+	case errors.As(err, &be):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case !sel.Compressed:
+		return nil, nil
+	}
+	return sel, nil
 }
 
 // newPlan is NewPlan for the options as they are.

@@ -51,6 +51,11 @@ type Options struct {
 	// shares of units the CPU shares (after encoding them); other units'
 	// shares take their unit's ratio.
 	ShareRatio map[placement.ID]float64
+	// RawStages are stages whose units stream raw with Compress: a unit
+	// any of them computes is not compressed (NewPlan sets them to the
+	// stages where compression predicted a loss, compute-bound ones whose
+	// decodes take the compute engine's time).
+	RawStages []placement.Stage `json:",omitempty"`
 }
 
 // Validate checks the options.

@@ -282,8 +282,7 @@ func TestCUDALayeredMatchesResident(t *testing.T) {
 	req := request(5)
 	req.MaxReasoningTokens = 6
 
-	all, min := tinyPlan(t, dir, 0), tinyPlan(t, dir, -1)
-	mid := tinyPlan(t, dir, (min.MinBudgetBytes+all.MinBudgetBytes+totalBytes(all))/2)
+	all, min, mid := tinyPlan(t, dir, 0), tinyPlan(t, dir, -1), midPlan(t, dir)
 	infer := func(plan *residency.Plan, mode layering.Mode, profile bool) *alpamayo.Result {
 		dev := cb.NewDFBDevice()
 		var blobs [][]byte
@@ -349,8 +348,7 @@ func TestCUDALayeredCompressed(t *testing.T) {
 	req := request(5)
 	req.MaxReasoningTokens = 6
 
-	all, min := tinyPlan(t, dir, 0), tinyPlan(t, dir, -1)
-	mid := tinyPlan(t, dir, (min.MinBudgetBytes+all.MinBudgetBytes+totalBytes(all))/2)
+	all, min, mid := tinyPlan(t, dir, 0), tinyPlan(t, dir, -1), midPlan(t, dir)
 	infer := func(plan *residency.Plan, mode layering.Mode, compress bool) *alpamayo.Result {
 		dev := cb.NewDFBDevice()
 		var mu sync.Mutex
@@ -367,6 +365,7 @@ func TestCUDALayeredCompressed(t *testing.T) {
 		lay := &alpamayo.Layering{Plan: plan, Mode: mode, Device: dev, View: dev.WeightAt, Profile: true, HostAlloc: alloc}
 		if compress {
 			lay.Plan = compressedPlan(plan)
+			require.True(t, lay.Plan.Compressed, "the plan streams nothing to compress")
 			lay.Compress = &models.CompressOptions{MinSaving: -1, MaxRatio: 100, Alloc: alloc, Release: func(b []byte) error {
 				mu.Lock()
 				delete(blobs, unsafe.SliceData(b))

@@ -55,6 +55,38 @@ func tinyPlan(t *testing.T, dir string, budget int64) *residency.Plan {
 	return plan
 }
 
+// streamedUnits counts the units plan streams.
+func streamedUnits(p *residency.Plan) int {
+	n := 0
+	for _, u := range p.Units {
+		if u.Weights == placement.Streamed {
+			n++
+		}
+	}
+	return n
+}
+
+// midPlan plans the tiny checkpoint at a mid budget: the first, in steps
+// of a sixteenth of the weights above the minimum, at which some units are
+// resident and some streamed (slots and homes take whole 2 MiB pages,
+// much for this model's units, so a fixed fraction may already hold them
+// all: halfway between the minimum and everything resident streams
+// nothing, and its compressed variant has nothing to compress). The CPU
+// and the GPU tests share it.
+func midPlan(t *testing.T, dir string) *residency.Plan {
+	t.Helper()
+	all, min := tinyPlan(t, dir, 0), tinyPlan(t, dir, -1)
+	require.Zero(t, streamedUnits(all))
+	for k := int64(1); k < 16; k++ {
+		p := tinyPlan(t, dir, min.MinBudgetBytes+k*totalBytes(all)/16)
+		if n := streamedUnits(p); n > 0 && n < streamedUnits(min) {
+			return p
+		}
+	}
+	require.FailNow(t, "no budget between the minimum and everything resident streams some units and keeps others")
+	return nil
+}
+
 // hostLayering runs the plan on the CPU through layering.Host: real slots,
 // real copies, weights aliased into the slots.
 func hostLayering(be backend.Backend, plan *residency.Plan, mode layering.Mode) *alpamayo.Layering {
@@ -82,28 +114,7 @@ func TestLayeredMatchesResident(t *testing.T) {
 
 	all := tinyPlan(t, dir, 0)
 	min := tinyPlan(t, dir, -1)
-	streamed := func(p *residency.Plan) int {
-		n := 0
-		for _, u := range p.Units {
-			if u.Weights == placement.Streamed {
-				n++
-			}
-		}
-		return n
-	}
-	// A mid budget: the first, in steps of a sixteenth of the weights
-	// above the minimum, at which some units are resident and some not
-	// (slots and homes take whole 2 MiB pages, much for this model's
-	// units, so a fixed fraction may already hold them all).
-	var mid *residency.Plan
-	for k := int64(1); k < 16 && mid == nil; k++ {
-		p := tinyPlan(t, dir, min.MinBudgetBytes+k*totalBytes(all)/16)
-		if n := streamed(p); n > 0 && n < streamed(min) {
-			mid = p
-		}
-	}
-	require.NotNil(t, mid, "a budget between the minimum and everything resident")
-	require.Zero(t, streamed(all))
+	mid := midPlan(t, dir)
 	for _, tc := range []struct {
 		name string
 		plan *residency.Plan
@@ -358,9 +369,10 @@ func TestLayeredCompressed(t *testing.T) {
 	require.NoError(t, err)
 
 	min := tinyPlan(t, dir, -1)
-	mid := tinyPlan(t, dir, min.MinBudgetBytes+totalBytes(min)/4)
+	mid := midPlan(t, dir)
 	load := func(t *testing.T, plan *residency.Plan, mode layering.Mode) *alpamayo.Model {
 		lay := hostLayering(be, compressedPlan(plan), mode)
+		require.True(t, lay.Plan.Compressed, "the plan streams nothing to compress")
 		lay.Compress = &models.CompressOptions{MinSaving: -1, MaxRatio: 100}
 		m, err := alpamayo.Load(be, dir, alpamayo.LoadOptions{Layering: lay})
 		require.NoError(t, err)
