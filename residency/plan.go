@@ -410,7 +410,7 @@ func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 		}
 		sp.Tier = placement.Tier(sp.Rows)
 		if sp.StreamedBytes+sp.EnterBytes+sp.CPUBytes > 0 {
-			sp.EntryMs = pl.prof.StageEntryMs[s]
+			sp.EntryMs = pl.entries[s]
 			sp.PredictedMs += sp.EntryMs
 		}
 		sp.Bytes[PurposeSlots] = dfbSlots * pages(p.SlotBytes)

@@ -131,6 +131,10 @@ type planner struct {
 	opts   Options
 	budget int64
 	seqs   int                                   // sequences run together (Workload.Seqs)
+	// entries are the profile's calibrated stage entry costs where they
+	// apply: the standard workload they were measured on (a text
+	// workload's stages start without its host work).
+	entries map[placement.Stage]float64
 	stages []placement.Stage                     // the stages that run, in order
 	fixed  map[placement.Stage]map[Purpose]int64 // fixed costs per stage
 	all    stageSet                              // every stage that runs
@@ -683,6 +687,9 @@ func (pl *planner) simulateStage(homes []stageSet, s placement.Stage, f float64)
 // newPlanner prepares items for planning.
 func newPlanner(arch *Arch, items []item, w placement.Workload, p *Profile, budget int64, opts Options) *planner {
 	pl := &planner{items: items, prof: p, opts: opts, budget: budget, seqs: w.Seqs(), fixed: map[placement.Stage]map[Purpose]int64{}}
+	if w.Name != placement.TextWorkloadName {
+		pl.entries = p.StageEntryMs
+	}
 	for _, it := range items {
 		if it.zok {
 			pl.staging = max(pl.staging, it.stored)
