@@ -138,10 +138,18 @@ func (s *Scratch) SetRope(be backend.Backend, cos, sin []float32) error {
 }
 
 // Free releases the activations (and the hand-off to the CPU, if a split
-// MLP made one).
+// MLP made one). With a hand-off it first waits for the backend: the CPU
+// engine may still be computing the shares this scratch handed it (the
+// queueing goroutine runs ahead of the device, and of the engine), and
+// Sync returns once the Receives queued before it have their Posts
+// (backend.HostExchange rule 6). Closing the exchange earlier failed the
+// engine's waiting tasks ("exchange closed", a prefill pass of a text
+// model on the H200) and released the device from Receives never posted;
+// freeing the CPU's tensors earlier freed what a task still used.
 func (s *Scratch) Free(be backend.Backend) {
 	if s.ex != nil {
-		_ = s.ex.Close() // after the device has passed its last use; an unposted Receive is released
+		_ = be.Sync()
+		_ = s.ex.Close()
 		s.ex = nil
 	}
 	for _, t := range s.cpu {
