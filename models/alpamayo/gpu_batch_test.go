@@ -56,10 +56,16 @@ func actionDiff(want, got []float32) (diff, scale float64) {
 // cudaActionTolerance bounds, as a fraction of the actions' magnitude, how
 // far a sample run in a wider expert pass may be from its lone run on the
 // GPU: the pass's products go over K·64 rows (cuBLAS) instead of 64
-// (vla_gemm_rows), which sums in another order; the random tiny model's
-// ten Euler steps amplify that rounding. The tests log the measured
-// difference.
-const cudaActionTolerance = 0.05
+// (vla_gemm_rows), which sums in another order, and the random tiny
+// model's ten Euler steps amplify that rounding far beyond it (scaling its
+// pixels by 1+10⁻⁷ moves its actions by 0.61: TestTinyFlowAmplifiesRounding).
+// On the H200 (2026-12-01, bench/results/batching.md) sample 0 of 6 was
+// 0.603 from the lone sample, of a largest action of 3.11 (19%), resident
+// and streamed alike; the first guess here, 5%, failed. The step itself is
+// checked where rounding cannot grow: TestCUDASampleBatch (one Euler step
+// of K samples against each alone, within the CUDA tolerance) passed there.
+// The tests log the measured difference.
+const cudaActionTolerance = 0.25
 
 // TestCUDASamples: K trajectory samples on the GPU share the reasoning of
 // one sample (bit for bit: the same prefill and decode), and sample 0 is
