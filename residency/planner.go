@@ -130,14 +130,14 @@ type planner struct {
 	prof   *Profile
 	opts   Options
 	budget int64
-	seqs   int                                   // sequences run together (Workload.Seqs)
+	seqs   int // sequences run together (Workload.Seqs)
 	// entries are the profile's calibrated stage entry costs where they
 	// apply: the standard workload they were measured on (a text
 	// workload's stages start without its host work).
 	entries map[placement.Stage]float64
-	stages []placement.Stage                     // the stages that run, in order
-	fixed  map[placement.Stage]map[Purpose]int64 // fixed costs per stage
-	all    stageSet                              // every stage that runs
+	stages  []placement.Stage                     // the stages that run, in order
+	fixed   map[placement.Stage]map[Purpose]int64 // fixed costs per stage
+	all     stageSet                              // every stage that runs
 	// staging is one staging buffer (the largest unit that can stream
 	// compressed), reserved in every stage; 0 without compression.
 	staging int64
