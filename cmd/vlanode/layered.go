@@ -255,7 +255,8 @@ func loadPlanned(s budgetSpec, plan *residency.Plan, mode layering.Mode, log io.
 	if note := b.model.PlanNote(); note != "" {
 		fmt.Fprintf(log, "vlanode: %s\n", note)
 	}
-	if note := b.plan.CompressNote; note != "" && s.layers.compress {
+	// A plan that streams nothing has nothing to say about compression.
+	if note := b.plan.CompressNote; note != "" && s.layers.compress && streamedUnits(b.plan) > 0 {
 		fmt.Fprintf(log, "vlanode: compression: %s\n", note)
 	}
 	if rep := b.model.Compression(); rep != nil {
