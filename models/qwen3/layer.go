@@ -315,13 +315,7 @@ func (l *Layer) mlpSplit(be backend.Backend, x backend.Tensor, s *Scratch, sp *m
 		if err == nil {
 			y, err = cbe.Download(cpu[2])
 		}
-		in := ex.In()[:n]
-		if err == nil {
-			copy(in, y)
-		} else {
-			clear(in) // a result goes back anyway: the device waits for it
-		}
-		return errors.Join(err, ex.Post(t))
+		return handBack(ex, t, ex.In()[:n], y, err)
 	})
 	if err != nil {
 		return err
@@ -350,6 +344,18 @@ func (l *Layer) mlpSplit(be backend.Backend, x backend.Tensor, s *Scratch, sp *m
 		}
 	}
 	return sp.Join(func() error { return ex.Receive(x, t, true) })
+}
+
+// handBack ends a CPU share's task: it writes the share's result v (when
+// err is nil) into in, the exchange's In, and posts ticket t. A result
+// goes back even when the share failed (zeros): the device waits for it.
+func handBack(ex backend.Exchange, t backend.Ticket, in, v []float32, err error) error {
+	if err == nil {
+		copy(in, v)
+	} else {
+		clear(in)
+	}
+	return errors.Join(err, ex.Post(t))
 }
 
 // rowsView is the first t·cols elements of a [t, ≥cols] scratch tensor,

@@ -518,13 +518,7 @@ func (m *Model) headSplit(i int, b *HeadBlock, h, dst backend.Tensor, sp *models
 		if err == nil {
 			v, err = cbe.Download(y)
 		}
-		in := ex.In()[:cut]
-		if err == nil {
-			copy(in, v)
-		} else {
-			clear(in) // a result goes back anyway: the device waits for it
-		}
-		return errors.Join(err, ex.Post(t))
+		return handBack(ex, t, ex.In()[:cut], v, err)
 	})
 	if err != nil {
 		return err
