@@ -89,16 +89,7 @@ func DecodeControlRequest(b []byte) (*ControlRequest, error) {
 // the message has the key "error", a ControlReply otherwise. Exactly one
 // of the three results is non-nil.
 func DecodeControlReply(b []byte) (*ControlReply, *Error, error) {
-	m, err := parse(b, controlReplyUnion)
-	if err != nil {
-		return nil, nil, err
-	}
-	if _, ok := m["error"]; ok {
-		e, err := extract(m, errorFrom)
-		return nil, e, err
-	}
-	r, err := extract(m, controlReplyFrom)
-	return r, nil, err
+	return decodeReply(b, controlReplyUnion, controlReplyFrom)
 }
 
 var (

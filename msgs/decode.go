@@ -40,7 +40,17 @@ func DecodeStatus(b []byte) (*Status, error) {
 // message has the key "error", a Plan otherwise. Exactly one of the three
 // results is non-nil.
 func DecodeReply(b []byte) (*Plan, *Error, error) {
-	m, err := parse(b, replyShape)
+	return decodeReply(b, replyShape, planFrom)
+}
+
+// decodeReply parses b as the union s asks and extracts an Error when it
+// has the key "error", a T with from otherwise. Exactly one of the three
+// results is non-nil.
+func decodeReply[T any, PT interface {
+	*T
+	validator
+}](b []byte, s *shape, from func(object) T) (PT, *Error, error) {
+	m, err := parse(b, s)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -48,8 +58,8 @@ func DecodeReply(b []byte) (*Plan, *Error, error) {
 		e, err := extract(m, errorFrom)
 		return nil, e, err
 	}
-	p, err := extract(m, planFrom)
-	return p, nil, err
+	r, err := extract[T, PT](m, from)
+	return r, nil, err
 }
 
 // RequestID returns the "id" of a message if it can be read as a string,

@@ -847,38 +847,49 @@ func measureH2D(size int64) (float64, error) {
 		if err != nil {
 			return 0, err
 		}
-		a, err := dev.NewEvent("a")
+		ms, err := medianOnStream(dev, copyS, 10, func() error { return dev.CopyAsync(slot, blob, copyS) })
 		if err != nil {
 			return 0, err
 		}
-		b, err := dev.NewEvent("b")
-		if err != nil {
-			return 0, err
-		}
-		var ms []float64
-		for i := range 12 {
-			for _, step := range []func() error{
-				func() error { return dev.Record(a, copyS) },
-				func() error { return dev.CopyAsync(slot, blob, copyS) },
-				func() error { return dev.Record(b, copyS) },
-				dev.Synchronize,
-			} {
-				if err := step(); err != nil {
-					return 0, err
-				}
-			}
-			t, err := dev.Elapsed(a, b)
-			if err != nil {
-				return 0, err
-			}
-			if i >= 2 {
-				ms = append(ms, t)
-			}
-		}
-		sort.Float64s(ms)
-		return float64(size) / (ms[len(ms)/2] / 1e3) / 1e9, nil
+		return float64(size) / (ms / 1e3) / 1e9, nil
 	}()
 	return gbps, errors.Join(err, cuda.HostFree(buf))
+}
+
+// medianOnStream times op, queued on stream s of dev between two events,
+// runs times after two warm-ups (each run synchronized), and returns the
+// median in ms.
+func medianOnStream(dev *cuda.DFBDevice, s layering.Stream, runs int, op func() error) (float64, error) {
+	a, err := dev.NewEvent("a")
+	if err != nil {
+		return 0, err
+	}
+	b, err := dev.NewEvent("b")
+	if err != nil {
+		return 0, err
+	}
+	var ms []float64
+	for i := range runs + 2 {
+		for _, step := range []func() error{
+			func() error { return dev.Record(a, s) },
+			op,
+			func() error { return dev.Record(b, s) },
+			dev.Synchronize,
+		} {
+			if err := step(); err != nil {
+				return 0, err
+			}
+		}
+		t, err := dev.Elapsed(a, b)
+		if err != nil {
+			return 0, err
+		}
+		if i >= 2 {
+			ms = append(ms, t)
+		}
+	}
+	sort.Float64s(ms)
+	return ms[len(ms)/2], nil
 }
 
 // runAccelerate runs the Accelerate baseline script at the budgets (not

@@ -8,7 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
-	"sort"
 	"time"
 
 	"vlanode/cuda"
@@ -125,33 +124,9 @@ func timeDecode(be *cuda.Backend, z *bf16z.Unit) (float64, error) {
 		if err := dev.CopyAsync(staging, blob, s); err != nil {
 			return 0, err
 		}
-		a, err := dev.NewEvent("a")
+		ms, err := medianOnStream(dev, s, decodeRuns, func() error { return dev.Decode(slot, 0, staging, z, 0, s) })
 		if err != nil {
 			return 0, err
-		}
-		b, err := dev.NewEvent("b")
-		if err != nil {
-			return 0, err
-		}
-		var times []float64
-		for i := range decodeRuns + 2 {
-			for _, step := range []func() error{
-				func() error { return dev.Record(a, s) },
-				func() error { return dev.Decode(slot, 0, staging, z, 0, s) },
-				func() error { return dev.Record(b, s) },
-				dev.Synchronize,
-			} {
-				if err := step(); err != nil {
-					return 0, err
-				}
-			}
-			t, err := dev.Elapsed(a, b)
-			if err != nil {
-				return 0, err
-			}
-			if i >= 2 {
-				times = append(times, t)
-			}
 		}
 		st, err := dev.DecodeStatus(s)
 		if err != nil {
@@ -160,8 +135,7 @@ func timeDecode(be *cuda.Backend, z *bf16z.Unit) (float64, error) {
 		if st.Failed > 0 {
 			return 0, fmt.Errorf("%d jobs failed (%s), the first %s: %w", st.Failed, st.Why, z.JobName(st.FirstJob), bf16z.ErrCorrupt)
 		}
-		sort.Float64s(times)
-		return times[len(times)/2], nil
+		return ms, nil
 	}()
 	return ms, errors.Join(err, dev.Close())
 }
