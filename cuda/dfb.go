@@ -153,8 +153,14 @@ func (d *DFBDevice) AllocSlot(bytes int64) (layering.Slot, error) {
 	if bytes <= 0 {
 		return layering.NoSlot, fmt.Errorf("cuda: dfb: slot of %d bytes", bytes)
 	}
-	err := d.run("dfb slot", func(g *gpu) error {
-		blk, err := g.mem.alloc(layering.SlotPurpose, bytes)
+	return d.allocSlot("dfb slot", layering.SlotPurpose, bytes)
+}
+
+// allocSlot allocates bytes from the budget under purpose as the next
+// slot (a DFB slot, an arena of homes, a staging buffer).
+func (d *DFBDevice) allocSlot(op, purpose string, bytes int64) (layering.Slot, error) {
+	err := d.run(op, func(g *gpu) error {
+		blk, err := g.mem.alloc(purpose, bytes)
 		if err != nil {
 			return err
 		}

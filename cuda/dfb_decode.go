@@ -33,18 +33,7 @@ func (d *DFBDevice) AllocStaging(bytes int64) (layering.Slot, error) {
 		}
 		d.z = z
 	}
-	err := d.run("dfb staging", func(g *gpu) error {
-		blk, err := g.mem.alloc(layering.StagingPurpose, bytes)
-		if err != nil {
-			return err
-		}
-		d.slots = append(d.slots, blk)
-		return nil
-	})
-	if err != nil {
-		return layering.NoSlot, err
-	}
-	return layering.Slot(len(d.slots) - 1), nil
+	return d.allocSlot("dfb staging", layering.StagingPurpose, bytes)
 }
 
 // Decode queues the decode of z, whose Data the copy engine put at the
