@@ -169,8 +169,16 @@ func (m *Model) inferTogether(ctx context.Context, reqs []*Request) ([]*Result, 
 		}
 	}
 	defer unshare()
+	m.hostWork = g.host // sampling runs beside the other members' code
+	defer func() { m.hostWork = nil }()
 	for _, st := range stages {
-		if st.name == "decode" {
+		switch st.name {
+		case "prefill":
+			// The vision passes are done (synchronized): their shared
+			// scratch goes before the prompts' caches are allocated, as
+			// the plan's prefill stage counts none of it.
+			m.VLM.Vision.ShareScratch(false)
+		case "decode":
 			unshare()
 		}
 		t0 := time.Now()

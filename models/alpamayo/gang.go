@@ -96,6 +96,17 @@ func (g *gang) flush() {
 	}
 }
 
+// host runs fn, host-only work of the calling member (it holds the
+// baton), with the baton released so that the other members run their own
+// code meanwhile: a member's sampling of its next token (a sort of the
+// vocabulary's probabilities) then overlaps the others' instead of adding
+// to them while the device waits. fn must not use the backend.
+func (g *gang) host(fn func()) {
+	g.baton.Unlock()
+	defer g.baton.Lock()
+	fn()
+}
+
 // leave takes the calling member out of the gang, running the unit the
 // others wait at when they all do, and hands the baton on.
 func (g *gang) leave() {

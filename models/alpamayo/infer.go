@@ -556,9 +556,12 @@ func (m *Model) reason(ctx context.Context, sess *qwen3vl.Session, logits []floa
 	next := -1 // greedy after the first token: picked by the decode step itself
 	for len(gen) < maxNew {
 		if logits != nil {
-			maskLogits(logits, dec.maskLo, dec.maskHi)
 			var err error
-			if next, err = m.pick(logits, smp); err != nil {
+			m.onHost(func() {
+				maskLogits(logits, dec.maskLo, dec.maskHi)
+				next, err = m.pick(logits, smp)
+			})
+			if err != nil {
 				return nil, 0, err
 			}
 		} else if next < 0 {
@@ -651,6 +654,16 @@ func (m *Model) reasonFed(ctx context.Context, gr *qwen3vl.Greedy, logits []floa
 			return gen, nil
 		}
 	}
+}
+
+// onHost runs fn, work on the host alone (no backend), beside a batch's
+// other members when one runs (Model.hostWork).
+func (m *Model) onHost(fn func()) {
+	if m.hostWork != nil {
+		m.hostWork(fn)
+		return
+	}
+	fn()
 }
 
 func (m *Model) pick(logits []float32, smp *sample.Sampler) (int, error) {

@@ -41,6 +41,10 @@ type Model struct {
 	be      backend.Backend
 	ck      *safetensors.Checkpoint
 	layered *layered.Executor // nil: every unit resident, run in place
+	// hostWork, while a batch runs, runs a member's host-only work (its
+	// sampling) beside the other members' code (gang.host); nil runs it
+	// in place.
+	hostWork func(fn func())
 }
 
 // LoadOptions tune Load.
