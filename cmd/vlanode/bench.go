@@ -51,6 +51,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	runs := fs.Int("runs", 2, "measured inferences per budget and mode (the median is reported)")
 	timeline := fs.Bool("timeline", false, "after the measured runs, one more inference with every copy and compute timed: per-stage busy and idle time of both streams, the copy stream's longest gaps, and (with --out) every turn in timeline-BUDGET-MODE.json")
 	warmup := fs.Int("warmup", 1, "inferences before the measured ones (kernel compilation, cuBLAS)")
+	replacedWarmup := fs.Int("replaced-warmup", -1, "Qwen3 text models: generations before the measured ones after a re-placement (every plan and prompt length but the first of a budget, which runs --warmup on the fresh load); -1: as --warmup")
 	vlm := fs.String("vlm", "", "the VLM's config folder, overriding the checkpoint's vlm_name_or_path")
 	acc := fs.String("accelerate", "", "path of accelerate_baseline.py: run Accelerate's offloading at the same budgets afterwards and report the ratio")
 	python := fs.String("python", "python3", "the Python that runs --accelerate")
@@ -69,8 +70,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	if err := mf.check(); err != nil {
 		return err
 	}
-	if *runs < 1 || *warmup < 0 {
-		return usagef("--runs must be ≥ 1 and --warmup ≥ 0")
+	if *runs < 1 || *warmup < 0 || *replacedWarmup < -1 {
+		return usagef("--runs must be ≥ 1, --warmup ≥ 0 and --replaced-warmup ≥ -1")
 	}
 	if *samples < 1 || *samples > msgs.MaxTrajSamples {
 		return usagef("--samples must be 1 to %d", msgs.MaxTrajSamples)
@@ -95,7 +96,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			return err
 		}
 		return runBenchText(ctx, benchTextSpec{mf: mf, lf: lf, budgets: budgets, kinds: kinds, prompts: prompts,
-			newTokens: tf.newTokens, chunk: tf.chunk, warmup: *warmup, runs: *runs, out: *out, asJSON: *asJSON}, stdout, stderr)
+			newTokens: tf.newTokens, chunk: tf.chunk, warmup: *warmup, replacedWarmup: *replacedWarmup, runs: *runs, out: *out, asJSON: *asJSON}, stdout, stderr)
 	}
 	modes := strings.Split(*modeList, ",")
 	for _, m := range modes {

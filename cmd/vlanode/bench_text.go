@@ -31,6 +31,7 @@ type benchTextSpec struct {
 	prompts          []int
 	newTokens, chunk int
 	warmup, runs     int
+	replacedWarmup   int // warm-up generations after a re-placement; -1: warmup
 	out              string
 	asJSON           bool
 	nv               *gpu.NVML // this process's GPU memory, when NVML answers
@@ -141,14 +142,18 @@ func runBenchText(ctx context.Context, sp benchTextSpec, stdout, stderr io.Write
 					promptLen: prompt, newTokens: sp.newTokens, chunk: sp.chunk, replaceable: true}
 				t0 := time.Now()
 				var err error
+				warmup := sp.warmup
 				if bm == nil {
 					bm, err = loadBudgetedText(s, stderr)
 				} else {
 					err = bm.replan(s, stderr)
+					if sp.replacedWarmup >= 0 {
+						warmup = sp.replacedWarmup
+					}
 				}
 				r := textRun{Budget: b, Prompt: prompt, PlanKind: kind, LoadSeconds: time.Since(t0).Seconds()}
 				if err == nil {
-					err = benchTextOne(ctx, bm, s, syntheticPrompt(prompt, arch.Text.VocabSize), sp.warmup, sp.runs, sp.nv, &r)
+					err = benchTextOne(ctx, bm, s, syntheticPrompt(prompt, arch.Text.VocabSize), warmup, sp.runs, sp.nv, &r)
 				}
 				if err != nil {
 					fmt.Fprintf(stderr, "vlanode bench: budget %s, prompt %d, plan %s: %v\n", budgetText(b), prompt, kind, err)

@@ -59,6 +59,29 @@ func sampleStage(plan *residency.Plan, s placement.Stage, turns []layering.Turn,
 	return out, nil
 }
 
+// untimed takes the CPU's compute from plain, the inference before the
+// profiled one, when the plan gives the CPU shares in the decode stage
+// alone (the CPU engine times its tasks in every run, profiled or not):
+// on the H200 the decode's CPU tasks ran at 86 GB/s in the profiled run,
+// which times every turn, and at 92-93 GB/s in unprofiled ones (budgets
+// run 32), the runs the planner predicts.
+func (s *coexecSample) untimed(plan *residency.Plan, plain *alpamayo.Result) {
+	if plain.Layers == nil || len(plain.Layers.CPUTasks) == 0 {
+		return
+	}
+	var bytes int64
+	for _, sp := range plan.Stages {
+		if sp.Stage != placement.StageDecode && sp.CPUBytes > 0 {
+			return // tasks of other tiers: the profiled run's turns tell them apart
+		}
+		if sp.Stage == placement.StageDecode {
+			bytes = sp.CPUBytes * int64(plain.CachedTokens-plain.PromptTokens)
+		}
+	}
+	s.CPUMs, _ = plain.Layers.CPUMs()
+	s.Tasks, s.CPUBytes = len(plain.Layers.CPUTasks), bytes
+}
+
 // apply sets the CPU section's rate for the sample's tier (the tier
 // whose rows are nearest: the one the planner reads for it), scaling its
 // compute roof with it, and the copy rate while the CPU computes to what
@@ -166,7 +189,11 @@ func calibrateCPU(ctx context.Context, p *residency.Profile, spec budgetSpec, ro
 			if res.Layers == nil {
 				return coexecSample{}, errors.New("the inference ran no layered plan")
 			}
-			return sampleStage(bm.plan, placement.StageDecode, res.Layers.Turns, res.CachedTokens-res.PromptTokens)
+			sample, err := sampleStage(bm.plan, placement.StageDecode, res.Layers.Turns, res.CachedTokens-res.PromptTokens)
+			if err == nil {
+				sample.untimed(bm.plan, plain)
+			}
+			return sample, err
 		}()
 		if err != nil {
 			return err

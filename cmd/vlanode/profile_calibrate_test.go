@@ -51,6 +51,35 @@ func TestCalibrateSample(t *testing.T) {
 	assert.ErrorContains(t, err, "less than their cost per call")
 }
 
+// TestCalibrateUntimed takes the CPU's compute from the unprofiled
+// inference when the decode alone has CPU shares, and keeps the profiled
+// run's when another stage has some (or the inference ran none).
+func TestCalibrateUntimed(t *testing.T) {
+	vlm := func(i int) placement.ID { return placement.ID{Module: placement.VLM, Index: i} }
+	plain := &alpamayo.Result{PromptTokens: 100, CachedTokens: 103, Layers: &layering.Profile{CPUTasks: []layering.CPUTask{
+		{Unit: vlm(0), Ms: 20, WaitMs: 4}, {Unit: vlm(0), Ms: 21}, {Unit: vlm(0), Ms: 19},
+	}}}
+	profiled := coexecSample{Stage: placement.StageDecode, Rows: 1, Tasks: 2, CPUMs: 60, CPUBytes: 6e9, CopyMs: 90, CopyBytes: 9e9}
+	decodeOnly := &residency.Plan{Stages: []residency.StagePlan{
+		{Stage: placement.StagePrefill, Rows: 3042, Passes: 1, StreamedBytes: 5e9},
+		{Stage: placement.StageDecode, Rows: 1, Passes: 21, StreamedBytes: 4e9, CPUBytes: 3e9},
+	}}
+	s := profiled
+	s.untimed(decodeOnly, plain)
+	assert.Equal(t, coexecSample{Stage: placement.StageDecode, Rows: 1, Tasks: 3, CPUMs: 60, CPUBytes: 9e9, CopyMs: 90, CopyBytes: 9e9}, s,
+		"three passes' tasks and bytes; the copies still from the profiled run")
+
+	both := &residency.Plan{Stages: []residency.StagePlan{
+		{Stage: placement.StagePrefill, Rows: 3042, Passes: 1, StreamedBytes: 5e9, CPUBytes: 1e9},
+		{Stage: placement.StageDecode, Rows: 1, Passes: 21, StreamedBytes: 4e9, CPUBytes: 3e9},
+	}}
+	s = profiled
+	s.untimed(both, plain)
+	assert.Equal(t, profiled, s, "the prefill's tasks would be counted at the decode's tier")
+	s.untimed(decodeOnly, &alpamayo.Result{})
+	assert.Equal(t, profiled, s, "no tasks in the unprofiled run")
+}
+
 // TestCalibrateEntries adds measured-minus-predicted to the entry costs
 // of the stages the GPU computes alone that copy something, and leaves
 // the co-executed stage and the one that copies nothing alone.
