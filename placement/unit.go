@@ -78,6 +78,22 @@ func (u Unit) MatrixBytes() int64 {
 	return n
 }
 
+// HandoffWidth is the values a row of activations has where a split of
+// the unit crosses between the engines: the input width of its first
+// matrix divided by rows (gate's and up's, or an LM head block's, hidden
+// size); 0 when the unit does not split.
+func (u Unit) HandoffWidth() int {
+	if u.SplitDim <= 0 {
+		return 0
+	}
+	for _, t := range u.Tensors {
+		if t.Matrix && t.Split == SplitRows && len(t.Shape) == 2 {
+			return t.Shape[1]
+		}
+	}
+	return 0
+}
+
 // MatrixFLOPs is 2·rows·out·in summed over the unit's matrices.
 func (u Unit) MatrixFLOPs(rows int) float64 {
 	return MatrixFLOPs(u.Tensors, rows)

@@ -660,7 +660,7 @@ func (pl *planner) simulateStage(homes []stageSet, s placement.Stage, f float64)
 			pick.cpu[i] = c
 			share := float64(c) / float64(it.SplitDim)
 			st.cpu = pl.prof.CPU.Ms(int64(share*float64(it.MatrixBytes())), share*it.MatrixFLOPs(w.Rows), w.Rows)
-			st.hop = pl.prof.CPU.HandoffMs
+			st.hop = pl.prof.CPU.Hop(w.Rows, it.HandoffWidth())
 			st.exe = w.ExeMs * (1 - share)
 			if c < it.SplitDim {
 				st.streamed, st.dma = true, copyMs*(1-share)

@@ -113,6 +113,27 @@ type CPUProfile struct {
 	// HandoffMs is one hand-off of a row of activations between the GPU's
 	// stream and the CPU (each way), ms.
 	HandoffMs float64 `json:"handoff_ms"`
+	// HandoffRowMs is what each further row of HandoffValues values adds
+	// to a hand-off, each way, ms: the rows' way through the exchange and
+	// the CPU task's work on them (into its backend, the norm, back out),
+	// which grow with the rows, not with the share's columns. Zero (not
+	// measured): HandoffMs a row, which overstates it (Hop).
+	HandoffRowMs float64 `json:"handoff_row_ms,omitempty"`
+}
+
+// HandoffValues is the row width HandoffMs and HandoffRowMs are measured
+// at (a 4096-wide hidden state).
+const HandoffValues = 4096
+
+// Hop is one hand-off, each way, of rows rows of width values: HandoffMs,
+// and HandoffRowMs (or, unmeasured, HandoffMs) for each further row in
+// proportion to its width.
+func (c *CPUProfile) Hop(rows, width int) float64 {
+	per := c.HandoffRowMs
+	if per == 0 {
+		per = c.HandoffMs
+	}
+	return c.HandoffMs + per*float64(max(rows-1, 0))*float64(width)/HandoffValues
 }
 
 // CPURate is the CPU's rate for products of Rows rows.
@@ -166,6 +187,9 @@ func (c *CPUProfile) validate(bad func(string, ...any)) {
 	}
 	if !(c.HandoffMs >= 0) || math.IsInf(c.HandoffMs, 0) {
 		bad("cpu.handoff_ms must not be negative, got %g", c.HandoffMs)
+	}
+	if !(c.HandoffRowMs >= 0) || math.IsInf(c.HandoffRowMs, 0) {
+		bad("cpu.handoff_row_ms must not be negative, got %g", c.HandoffRowMs)
 	}
 }
 

@@ -168,6 +168,12 @@ func measureCPU(p *residency.Profile, threads int, log io.Writer) error {
 		"which differ by half the bytes and FLOPs (alone, the whole share: %s); h2d_busy_gbps: those copies meanwhile; handoff_ms: half the median round trip of a "+
 		"4096-value exchange (Send, engine Wait and Post, Receive with add, Sync) over 200",
 		time.Now().UTC().Format("2006-01-02"), engine.KernelThreads(), engine.KernelPath(1), joinComma(aloneText))
+	if old := p.CPU; old != nil && old.HandoffRowMs > 0 {
+		// Not measured here: what each further row of a hand-off costs in
+		// the executor stays as the profile had it.
+		c.HandoffRowMs = old.HandoffRowMs
+		c.Source += fmt.Sprintf("; handoff_row_ms %g kept from the profile before", old.HandoffRowMs)
+	}
 	p.CPU = c
 	return nil
 }
