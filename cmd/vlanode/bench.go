@@ -542,6 +542,11 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool
 	}
 	if r.CPUBusyMs > 0 {
 		r.CPUGBps = float64(r.CPUBytes) / (r.CPUBusyMs * 1e6)
+		if prof, _, err := loadProfile(s.layers.profile); err == nil && prof.CPU != nil {
+			if note := cpuRateNote(r.CPUGBps, prof.CPU); note != "" {
+				fmt.Fprintf(log, "vlanode bench: %s: %s\n", budgetText(s.budget), note)
+			}
+		}
 	}
 	r.ResultSHA256 = resultDigest(res)
 	r.MeasuredMs = medianTiming(times)
@@ -552,6 +557,26 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool
 		r.stageMs[k] = v
 	}
 	return r, res, nil
+}
+
+// cpuRateNote says when the CPU engine read the decode's shares more than
+// 10% off the rate the profile plans its one-row tier with (empty when
+// within): the plan's prediction assumes the profile's. On the H200 the
+// same plan's CPU tasks read 42-93 GB/s from call to call and within one
+// (bench/results/budgets.md run 34).
+func cpuRateNote(measured float64, c *residency.CPUProfile) string {
+	planned := 0.0
+	for _, r := range c.Rates {
+		if r.Rows == 1 {
+			planned = r.GBps
+		}
+	}
+	if planned <= 0 || math.Abs(measured/planned-1) <= 0.1 {
+		return ""
+	}
+	return fmt.Sprintf("the CPU engine read its decode shares at %.1f GB/s, the profile plans with %.1f GB/s (%+.0f%%): "+
+		"the prediction assumes the profile's rate (vlanode profile --calibrate measures this host's now)",
+		measured, planned, (measured/planned-1)*100)
 }
 
 // streamedPerPass is, per stage, the weight bytes of one pass that are

@@ -224,3 +224,15 @@ func TestSweepTally(t *testing.T) {
 	assert.Contains(t, b.String(), "no choice")
 	assert.Contains(t, b.String(), "within 2%")
 }
+
+// TestCPURateNote names a CPU rate more than 10% off the profile's
+// one-row tier, and stays quiet within it or without that tier.
+func TestCPURateNote(t *testing.T) {
+	c := &residency.CPUProfile{Rates: []residency.CPURate{{Rows: 1, GBps: 86.5}, {Rows: 64, GBps: 45}}}
+	assert.Empty(t, cpuRateNote(90, c))
+	assert.Empty(t, cpuRateNote(80, c))
+	note := cpuRateNote(55.2, c)
+	assert.Contains(t, note, "55.2 GB/s, the profile plans with 86.5 GB/s (-36%)")
+	assert.Contains(t, cpuRateNote(100, c), "(+16%)")
+	assert.Empty(t, cpuRateNote(10, &residency.CPUProfile{Rates: []residency.CPURate{{Rows: 64, GBps: 45}}}))
+}
