@@ -294,33 +294,20 @@ func (l *Layer) mlpSplit(be backend.Backend, x backend.Tensor, s *Scratch, sp *m
 	if sp.Whole {
 		cut = c.IntermediateSize
 	}
-	t, err := ex.Send(x)
-	if err != nil {
-		return err
-	}
 	cbe := sp.Backend
-	err = sp.Offload(func(computing func()) error {
-		err := ex.Wait(context.Background(), t)
-		computing()
-		if err == nil {
-			err = cbe.Upload(cpu[0], ex.Out()[:n])
+	t, err := offload(ex, x, sp, n, func(in []float32) ([]float32, error) {
+		if err := cbe.Upload(cpu[0], in[:n]); err != nil {
+			return nil, err
 		}
-		if err == nil {
-			err = cbe.RMSNorm(cpu[1], cpu[0], sp.Host[mlpPostNorm], eps)
+		if err := cbe.RMSNorm(cpu[1], cpu[0], sp.Host[mlpPostNorm], eps); err != nil {
+			return nil, err
 		}
-		if err == nil {
-			err = share.MLPShare(cpu[2], cpu[1], sp.Host[mlpGate], sp.Host[mlpUp], sp.Host[mlpDown], 0, cut)
+		if err := share.MLPShare(cpu[2], cpu[1], sp.Host[mlpGate], sp.Host[mlpUp], sp.Host[mlpDown], 0, cut); err != nil {
+			return nil, err
 		}
-		var y []float32
-		if err == nil {
-			y, err = cbe.Download(cpu[2])
-		}
-		return handBack(ex, t, ex.In()[:n], y, err)
+		return cbe.Download(cpu[2])
 	})
 	if err != nil {
-		return err
-	}
-	if err := sp.Ready(); err != nil {
 		return err
 	}
 	if !sp.Whole {
@@ -344,6 +331,31 @@ func (l *Layer) mlpSplit(be backend.Backend, x backend.Tensor, s *Scratch, sp *m
 		}
 	}
 	return sp.Join(func() error { return ex.Receive(x, t, true) })
+}
+
+// offload hands x to the CPU engine through ex and queues the share's
+// task there: once x has arrived, compute turns the exchange's Out into
+// the share's result, which goes back as the first n values of its In
+// (handBack); offload returns once the engine has taken the task
+// (Split.Ready), with the ticket the GPU receives the result by.
+func offload(ex backend.Exchange, x backend.Tensor, sp *models.Split, n int, compute func(in []float32) ([]float32, error)) (backend.Ticket, error) {
+	t, err := ex.Send(x)
+	if err != nil {
+		return t, err
+	}
+	err = sp.Offload(func(computing func()) error {
+		err := ex.Wait(context.Background(), t)
+		computing()
+		var y []float32
+		if err == nil {
+			y, err = compute(ex.Out())
+		}
+		return handBack(ex, t, ex.In()[:n], y, err)
+	})
+	if err != nil {
+		return t, err
+	}
+	return t, sp.Ready()
 }
 
 // handBack ends a CPU share's task: it writes the share's result v (when

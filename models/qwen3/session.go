@@ -496,34 +496,21 @@ func (m *Model) headSplit(i int, b *HeadBlock, h, dst backend.Tensor, sp *models
 		cut = b.Rows
 	}
 	hidden := m.Config.HiddenSize
-	t, err := ex.Send(h)
-	if err != nil {
-		return err
-	}
 	cbe := sp.Backend
-	err = sp.Offload(func(computing func()) error {
-		err := ex.Wait(context.Background(), t)
-		computing()
-		var y backend.Tensor
-		if err == nil {
-			err = cbe.Upload(cx, ex.Out()[:hidden])
+	t, err := offload(ex, h, sp, cut, func(in []float32) ([]float32, error) {
+		if err := cbe.Upload(cx, in[:hidden]); err != nil {
+			return nil, err
 		}
-		if err == nil {
-			y, err = columns(cbe, cy, 0, cut)
+		y, err := columns(cbe, cy, 0, cut)
+		if err != nil {
+			return nil, err
 		}
-		if err == nil {
-			err = mm.MatMulShare(y, cx, sp.Host[0], 0, cut)
+		if err := mm.MatMulShare(y, cx, sp.Host[0], 0, cut); err != nil {
+			return nil, err
 		}
-		var v []float32
-		if err == nil {
-			v, err = cbe.Download(y)
-		}
-		return handBack(ex, t, ex.In()[:cut], v, err)
+		return cbe.Download(y)
 	})
 	if err != nil {
-		return err
-	}
-	if err := sp.Ready(); err != nil {
 		return err
 	}
 	if !sp.Whole {
