@@ -406,6 +406,25 @@ func (f *Fake) Elapsed(from, to Event) (float64, error) {
 	return b.at - a.at, nil
 }
 
+// lastWrite is the latest of the timeline's writes that match keeps which
+// finished by r's start, and those that ran while r ran (overwriting
+// what r reads).
+func (f *Fake) lastWrite(r Op, match func(w *Op) bool) (last *Op, during []*Op) {
+	for i := range f.Timeline {
+		w := &f.Timeline[i]
+		if !match(w) {
+			continue
+		}
+		switch {
+		case w.Start < r.End && w.End > r.Start && w.End != w.Start:
+			during = append(during, w)
+		case w.End <= r.Start && (last == nil || w.End >= last.End):
+			last = w
+		}
+	}
+	return last, during
+}
+
 // Verify checks the DFB invariants on the timeline: every compute that
 // reads a slot finds there, at its offset and from its start to its end,
 // the blob of its own unit (blobs are named as their units), fully
@@ -419,31 +438,29 @@ func (f *Fake) Verify() error {
 	var errs []error
 	overlaps := func(w *Op, lo, hi int64) bool { return w.Offset < hi && lo < w.Offset+max(w.Bytes, 1) }
 	writes := func(w *Op) bool { return w.Kind == OpCopy || w.Kind == OpDecode }
-	for _, d := range f.Timeline {
-		if d.Kind != OpDecode {
-			continue
-		}
-		var last *Op // the latest copy into the staging buffer finished by the decode's start
-		for i := range f.Timeline {
-			w := &f.Timeline[i]
-			if w.Kind != OpCopy || w.Slot != d.Src {
-				continue
-			}
-			switch {
-			case w.Start < d.End && w.End > d.Start && w.End != w.Start:
-				errs = append(errs, fmt.Errorf("staging %d: copy of %s [%g, %g] overwrites it while %s decodes [%g, %g]",
-					d.Src, w.Unit, w.Start, w.End, d.Unit, d.Start, d.End))
-			case w.End <= d.Start && (last == nil || w.End >= last.End):
-				last = w
-			}
-		}
-		if last == nil || last.Unit != d.Unit {
+	// held checks that last, the latest write before r, was of r's unit,
+	// or reports format with args and what the place held.
+	held := func(r Op, last *Op, format string, args ...any) {
+		if last == nil || last.Unit != r.Unit {
 			have := "nothing"
 			if last != nil {
 				have = last.Unit
 			}
-			errs = append(errs, fmt.Errorf("staging %d: %s decodes at %g while it holds %s", d.Src, d.Unit, d.Start, have))
+			errs = append(errs, fmt.Errorf(format, append(args, have)...))
 		}
+	}
+	for _, d := range f.Timeline {
+		if d.Kind != OpDecode {
+			continue
+		}
+		at := fmt.Sprintf("staging %d", d.Src)
+		// the latest copy into the staging buffer finished by the decode's start
+		last, bad := f.lastWrite(d, func(w *Op) bool { return w.Kind == OpCopy && w.Slot == d.Src })
+		for _, w := range bad {
+			errs = append(errs, fmt.Errorf("%s: copy of %s [%g, %g] overwrites it while %s decodes [%g, %g]",
+				at, w.Unit, w.Start, w.End, d.Unit, d.Start, d.End))
+		}
+		held(d, last, "%s: %s decodes at %g while it holds %s", at, d.Unit, d.Start)
 	}
 	for _, c := range f.Timeline {
 		if c.Kind != OpCompute || c.Slot == NoSlot {
@@ -460,27 +477,14 @@ func (f *Fake) Verify() error {
 		if own != nil {
 			hi = c.Offset + max(own.Bytes, 1)
 		}
-		var last *Op // the latest write into those bytes finished by c's start
-		for i := range f.Timeline {
-			w := &f.Timeline[i]
-			if !writes(w) || w.Slot != c.Slot || !overlaps(w, lo, hi) {
-				continue
-			}
-			switch {
-			case w.Start < c.End && w.End > c.Start && !(w.End == w.Start):
-				errs = append(errs, fmt.Errorf("slot %d: %s of %s [%g, %g] overwrites it while %s computes [%g, %g]",
-					c.Slot, w.Kind, w.Unit, w.Start, w.End, c.Unit, c.Start, c.End))
-			case w.End <= c.Start && (last == nil || w.End >= last.End):
-				last = w
-			}
+		at := fmt.Sprintf("slot %d", c.Slot)
+		// the latest write into those bytes finished by c's start
+		last, bad := f.lastWrite(c, func(w *Op) bool { return writes(w) && w.Slot == c.Slot && overlaps(w, lo, hi) })
+		for _, w := range bad {
+			errs = append(errs, fmt.Errorf("%s: %s of %s [%g, %g] overwrites it while %s computes [%g, %g]",
+				at, w.Kind, w.Unit, w.Start, w.End, c.Unit, c.Start, c.End))
 		}
-		if last == nil || last.Unit != c.Unit {
-			have := "nothing"
-			if last != nil {
-				have = last.Unit
-			}
-			errs = append(errs, fmt.Errorf("slot %d: %s computes at %g while the slot holds %s", c.Slot, c.Unit, c.Start, have))
-		}
+		held(c, last, "%s: %s computes at %g while the slot holds %s", at, c.Unit, c.Start)
 	}
 	return errors.Join(errs...)
 }
