@@ -59,18 +59,11 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := nf.resolve(false); err != nil {
 		return err
 	}
-	dctx, cancel := context.WithTimeout(ctx, *discoverWait)
-	defer cancel()
-	nc, err := connectWaiting(dctx, nf, "vlanode load")
+	nc, peer, err := connectDiscover(ctx, nf, *name, *discoverWait, "vlanode load")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	peer, err := node.Discover(dctx, nc, *name)
-	if err != nil {
-		return err
-	}
-	cancel()
 	frames, err := loadFrames(peer.Info, *width, *height)
 	if err != nil {
 		return err

@@ -84,18 +84,11 @@ flags:`)
 			return err
 		}
 	}
-	dctx, cancel := context.WithTimeout(ctx, *discoverWait)
-	defer cancel()
-	nc, err := connectWaiting(dctx, nf, "vlanode replay")
+	nc, peer, err := connectDiscover(ctx, nf, *name, *discoverWait, "vlanode replay")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	peer, err := node.Discover(dctx, nc, *name)
-	if err != nil {
-		return err
-	}
-	cancel()
 	clips, err := expandSources(ctx, nc, sources, peer.Info, *every)
 	if err != nil {
 		return err
@@ -237,6 +230,23 @@ func printReplayPlan(w io.Writer, p *msgs.Plan, rtt time.Duration) {
 	fmt.Fprintf(w, "\rplan %s from %s: in %.1f s to x=%.1f m, y=%.1f m | reasoning %q\n", p.ID, p.Node, horizon, end[0], end[1], reasoning)
 	fmt.Fprintf(w, "  ms: preprocess %.0f, vision %.0f, prefill %.0f, decode %.0f, diffusion %.0f, total %.0f (round trip %.0f)\n",
 		t.Preprocess, t.Vision, t.Prefill, t.Decode, t.Diffusion, t.Total, float64(rtt)/float64(time.Millisecond))
+}
+
+// connectDiscover connects as connectWaiting does and waits for node name
+// to describe itself, both within wait; the caller closes the connection.
+func connectDiscover(ctx context.Context, nf natsFlags, name string, wait time.Duration, client string) (*nats.Conn, *node.Peer, error) {
+	dctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	nc, err := connectWaiting(dctx, nf, client)
+	if err != nil {
+		return nil, nil, err
+	}
+	peer, err := node.Discover(dctx, nc, name)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, peer, nil
 }
 
 // connectWaiting connects to the NATS server, waiting for it until ctx ends
