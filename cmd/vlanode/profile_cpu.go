@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"vlanode/backend"
 	"vlanode/cuda"
 	"vlanode/layering"
 	"vlanode/residency"
@@ -34,87 +32,23 @@ var cpuTiers = []int{1, 4, 16, 64, 512}
 // the two give the tier's bandwidth (their difference) and its cost per
 // call (what is left).
 func measureCPU(p *residency.Profile, threads int, log io.Writer) error {
-	engine, closeEngine, err := newCPUEngine(threads)
+	// Five layers' weights (1.5 GB), taken in turn: more than the host's
+	// last-level cache, as a decode reads a different layer each call.
+	sb, err := newShareBench(threads, 5, true)
 	if err != nil {
 		return err
 	}
-	defer closeEngine()
-	const h, n = 4096, 12288
-	rng := rand.New(rand.NewPCG(3, 4))
-	var blobs [][]byte
-	defer func() {
-		for _, b := range blobs {
-			cuda.HostFree(b)
-		}
-	}()
-	weight := func(rows, cols int) (backend.Tensor, error) {
-		b, err := cuda.HostAlloc(int64(rows * cols * 2))
-		if err != nil {
-			return nil, err
-		}
-		blobs = append(blobs, b)
-		for i := 0; i < len(b); i += 2 {
-			v := tensor.F32ToBF16(float32(rng.NormFloat64() * 0.02))
-			b[i], b[i+1] = byte(v), byte(v>>8)
-		}
-		return engine.Weight("weights", tensor.BF16, []int{rows, cols}, b)
-	}
-	// Five layers' weights (1.5 GB), taken in turn: more than the host's
-	// last-level cache, as a decode reads a different layer each call.
-	const layers = 5
-	var gates, ups, downs []backend.Tensor
-	for range layers {
-		g, err := weight(n, h)
-		if err != nil {
-			return err
-		}
-		u, err := weight(n, h)
-		if err != nil {
-			return err
-		}
-		d, err := weight(h, n)
-		if err != nil {
-			return err
-		}
-		gates, ups, downs = append(gates, g), append(ups, u), append(downs, d)
-	}
+	defer sb.close()
+	engine := sb.engine
+	const h, n = shareHidden, shareInter
 	bytes := int64(3 * n * h * 2)
 	// time1 is the median time of the share [0, hi) over rows rows.
-	time1 := func(rows, hi int) (ms float64, err error) {
-		x, err := engine.Alloc("x", tensor.F32, rows, h)
-		if err != nil {
-			return 0, err
-		}
-		defer engine.Free(x)
-		y, err := engine.Alloc("y", tensor.F32, rows, h)
-		if err != nil {
-			return 0, err
-		}
-		defer engine.Free(y)
-		xs := make([]float32, rows*h)
-		for i := range xs {
-			xs[i] = float32(rng.NormFloat64())
-		}
-		if err := engine.Upload(x, xs); err != nil {
-			return 0, err
-		}
+	time1 := func(rows, hi int) (float64, error) {
 		reps := 15
 		if rows >= 512 {
 			reps = 5
 		}
-		var t []float64
-		for i := range reps + 2 {
-			l := i % layers
-			start := time.Now()
-			if err := engine.MLPShare(y, x, gates[l], ups[l], downs[l], 0, hi); err != nil {
-				return 0, err
-			}
-			if i >= 2 {
-				t = append(t, float64(time.Since(start))/1e6)
-			}
-		}
-		sort.Float64s(t)
-		return t[len(t)/2], nil
+		return sb.time(rows, hi, reps)
 	}
 	sweep := func(hi int) (map[int]float64, error) {
 		out := map[int]float64{}
