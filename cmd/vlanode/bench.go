@@ -59,6 +59,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	compareRaw := fs.Bool("compare-raw", false, "run each budget and mode twice in this call, compressed (--compress) and raw, and report the speedup of compression")
 	out := fs.String("out", "", "folder for bench.json (and Accelerate's results); default: none written")
 	asJSON := fs.Bool("json", false, "print the report (bench.json's content) instead of the tables")
+	probe := fs.Bool("host-probe", false, "before each load and after its runs, measure the CPU engine's one-row read rate from pinned host memory, alone and with copies in flight (about a second each; CUDA only), and print each inference's CPU rate")
 	kindList := fs.String("plan-kinds", "", "comma-separated plans to run at each budget (and prompt length), each from its own load: auto (the planner's pick per stage), gpu-only, static, dynamic (forced for every stage that streams), or all (the four); with two or more, a sweep table compares the planner's pick per stage with the measured best of the three forced plans; default: --plan-kind's, or auto")
 	var tf textFlags
 	promptList := fs.String("prompt-lens", fmt.Sprint(defaultPromptLen), "Qwen3 text models: comma-separated prompt lengths (K = 1024 tokens: 512,2K,4K,8K), each a synthetic prompt (as generate --prompt-len)")
@@ -152,7 +153,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 					r, res, err := benchOne(ctx, budgetSpec{
 						dir: mf.dir, vlm: *vlm, device: mf.device, threads: mf.threads, budget: b, samples: *samples,
 						layers: layerFlags{mode: mode, profile: lf.profile, planOpts: opts},
-					}, *warmup, *runs, *timeline, nv, stderr)
+					}, *warmup, *runs, *timeline, *probe && mf.device != "cpu" && cuda.Available() == nil, nv, stderr)
 					r.PlanKind = kind
 					if err != nil {
 						// Report it and go on: the other budgets still tell.
@@ -317,10 +318,17 @@ type benchRun struct {
 	// CPUWaitMs the time its tasks waited for their input from the GPU,
 	// CPUBytes what it read of the weights there (the plan's CPU bytes per
 	// pass over the passes run), CPUGBps their rate over the compute time.
-	CPUBusyMs      float64          `json:"cpu_busy_ms"`
-	CPUWaitMs      float64          `json:"cpu_wait_ms"`
-	CPUBytes       int64            `json:"cpu_bytes"`
-	CPUGBps        float64          `json:"cpu_gbps"`
+	CPUBusyMs float64 `json:"cpu_busy_ms"`
+	CPUWaitMs float64 `json:"cpu_wait_ms"`
+	CPUBytes  int64   `json:"cpu_bytes"`
+	CPUGBps   float64 `json:"cpu_gbps"`
+	// CPURuns is each measured inference's CPU compute and read rate, in
+	// order (the figures above are the last one's).
+	CPURuns []cpuRun `json:"cpu_runs,omitempty"`
+	// ProbeBefore and ProbeAfter are the host probe (--host-probe) taken
+	// before the load and after the last inference.
+	ProbeBefore    *hostProbe       `json:"probe_before,omitempty"`
+	ProbeAfter     *hostProbe       `json:"probe_after,omitempty"`
 	DecodeSteps    int              `json:"decode_steps"`
 	EulerSteps     int              `json:"euler_steps"`
 	PeakAllocBytes int64            `json:"peak_alloc_bytes"` // the CUDA allocator's account
@@ -457,7 +465,16 @@ func standardRequest(m *alpamayo.Model, w placement.Workload) *alpamayo.Request 
 }
 
 // benchOne loads the model within one budget and mode and times it.
-func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool, nv *gpu.NVML, log io.Writer) (benchRun, *alpamayo.Result, error) {
+func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline, probe bool, nv *gpu.NVML, log io.Writer) (benchRun, *alpamayo.Result, error) {
+	var before *hostProbe
+	if probe {
+		if h, err := probeHost(s.layers.cpuThreads); err != nil {
+			fmt.Fprintf(log, "vlanode bench: %s: host probe before the load: %v\n", budgetText(s.budget), err)
+		} else {
+			before = &h
+			fmt.Fprintf(log, "vlanode bench: %s: host probe before the load: %s\n", budgetText(s.budget), h)
+		}
+	}
 	peak := startNVMLSampler(nv)
 	t0 := time.Now()
 	bm, err := loadBudgeted(s, log)
@@ -496,6 +513,16 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool
 		if i >= warmup {
 			times = append(times, res.Timing)
 		}
+		if c, ok := cpuRunOf(bm.plan, res); ok {
+			what := fmt.Sprintf("run %d", i+1-warmup)
+			if i < warmup {
+				what = fmt.Sprintf("warm-up %d", i+1)
+			} else {
+				r.CPURuns = append(r.CPURuns, c)
+			}
+			fmt.Fprintf(log, "vlanode bench: %s %s: %.1f ms, decode %.1f ms; CPU %.0f ms, %.1f GB/s\n",
+				budgetText(s.budget), what, float64(res.Timing.Total)/1e6, float64(res.Timing.Decode)/1e6, c.BusyMs, c.GBps)
+		}
 	}
 	if timeline {
 		bm.model.SetProfiling(true)
@@ -512,6 +539,15 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool
 		}
 	}
 	r.PeakNVMLBytes = peak()
+	r.ProbeBefore = before
+	if probe {
+		if h, err := probeHost(s.layers.cpuThreads); err != nil {
+			fmt.Fprintf(log, "vlanode bench: %s: host probe after the runs: %v\n", budgetText(s.budget), err)
+		} else {
+			r.ProbeAfter = &h
+			fmt.Fprintf(log, "vlanode bench: %s: host probe after the runs: %s\n", budgetText(s.budget), h)
+		}
+	}
 	if u, ok := bm.be.(*cuda.Backend); ok {
 		rp := u.Usage()
 		r.PeakAllocBytes = rp.Peak
@@ -533,13 +569,7 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool
 	if res.Layers != nil {
 		r.CPUBusyMs, r.CPUWaitMs = res.Layers.CPUMs()
 	}
-	for _, sp := range bm.plan.Stages {
-		passes := int64(sp.Passes)
-		if sp.Stage == placement.StageDecode {
-			passes = int64(res.CachedTokens - res.PromptTokens)
-		}
-		r.CPUBytes += sp.CPUBytes * passes
-	}
+	r.CPUBytes = cpuBytesOf(bm.plan, res)
 	if r.CPUBusyMs > 0 {
 		r.CPUGBps = float64(r.CPUBytes) / (r.CPUBusyMs * 1e6)
 		if prof, _, err := loadProfile(s.layers.profile); err == nil && prof.CPU != nil {
@@ -557,6 +587,40 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline bool
 		r.stageMs[k] = v
 	}
 	return r, res, nil
+}
+
+// cpuRun is one inference's CPU compute: its tasks' time, ms, and the
+// weights they read per second, 10⁹ bytes/s.
+type cpuRun struct {
+	BusyMs float64 `json:"busy_ms"`
+	GBps   float64 `json:"gbps"`
+}
+
+// cpuRunOf is res's CPU compute under plan; false when the CPU computed
+// nothing.
+func cpuRunOf(plan *residency.Plan, res *alpamayo.Result) (cpuRun, bool) {
+	if res.Layers == nil {
+		return cpuRun{}, false
+	}
+	busy, _ := res.Layers.CPUMs()
+	if busy <= 0 {
+		return cpuRun{}, false
+	}
+	return cpuRun{BusyMs: busy, GBps: float64(cpuBytesOf(plan, res)) / (busy * 1e6)}, true
+}
+
+// cpuBytesOf is the weights plan's CPU shares read in res: each stage's
+// per pass, times its passes (the decode's as many as res ran).
+func cpuBytesOf(plan *residency.Plan, res *alpamayo.Result) int64 {
+	var n int64
+	for _, sp := range plan.Stages {
+		passes := int64(sp.Passes)
+		if sp.Stage == placement.StageDecode {
+			passes = int64(res.CachedTokens - res.PromptTokens)
+		}
+		n += sp.CPUBytes * passes
+	}
+	return n
 }
 
 // cpuRateNote says when the CPU engine read the decode's shares more than

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"vlanode/layering"
+	"vlanode/models/alpamayo"
 	"vlanode/placement"
 	"vlanode/residency"
 )
@@ -235,4 +236,18 @@ func TestCPURateNote(t *testing.T) {
 	assert.Contains(t, note, "55.2 GB/s, the profile plans with 86.5 GB/s (-36%)")
 	assert.Contains(t, cpuRateNote(100, c), "(+16%)")
 	assert.Empty(t, cpuRateNote(10, &residency.CPUProfile{Rates: []residency.CPURate{{Rows: 64, GBps: 45}}}))
+}
+
+// TestCPUBytesOf: each stage's CPU bytes a pass times its passes, the
+// decode's as many as the inference ran (it may stop early).
+func TestCPUBytesOf(t *testing.T) {
+	plan := &residency.Plan{Stages: []residency.StagePlan{
+		{Stage: placement.StagePrefill, Passes: 1, CPUBytes: 5},
+		{Stage: placement.StageDecode, Passes: 21, CPUBytes: 10},
+		{Stage: placement.StageDiffusion, Passes: 10, CPUBytes: 0},
+	}}
+	res := &alpamayo.Result{PromptTokens: 100, CachedTokens: 110}
+	assert.Equal(t, int64(5+10*10), cpuBytesOf(plan, res))
+	_, ok := cpuRunOf(plan, res)
+	assert.False(t, ok, "no executor timing: no CPU run")
 }

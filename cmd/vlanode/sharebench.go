@@ -129,3 +129,60 @@ func (sb *shareBench) close() error {
 	return err
 }
 
+// hostProbe is a short measure of the CPU engine's read rate from pinned
+// host memory now: the one-row MLP share (the decode's tier) alone and
+// while pinned host-to-device copies run, as the executor's decode shares
+// run. On the H200's host (a KVM guest) the engine's rate in the executor
+// moved between 42 and 91 GB/s from one load to the next a minute apart
+// (bench/results/budgets.md run 34); the probe says what the host gives
+// at the moment it is taken.
+type hostProbe struct {
+	// AloneGBps and BusyGBps are the share's weights read per second,
+	// 10⁹ bytes/s, alone and with copies in flight; CopyGBps the copies'
+	// rate meanwhile.
+	AloneGBps float64 `json:"alone_gbps"`
+	BusyGBps  float64 `json:"busy_gbps"`
+	CopyGBps  float64 `json:"copy_gbps"`
+	// Seconds is what the probe took, allocation included.
+	Seconds float64 `json:"s"`
+}
+
+// probeLayers is the probe's layers (1.2 GB): four times the GPU host's
+// 300 MiB last-level cache.
+const probeLayers = 4
+
+// probeHost measures hostProbe with a CPU engine of threads kernel
+// threads: nine calls alone and nine with copies in flight (medians),
+// about a second with the allocation.
+func probeHost(threads int) (hostProbe, error) {
+	start := time.Now()
+	sb, err := newShareBench(threads, probeLayers, false)
+	if err != nil {
+		return hostProbe{}, err
+	}
+	defer sb.close()
+	bytes := float64(3 * shareInter * shareHidden * 2)
+	alone, err := sb.time(1, shareInter, 9)
+	if err != nil {
+		return hostProbe{}, fmt.Errorf("the CPU's MLP share: %w", err)
+	}
+	cp, err := startCopier(386 << 20)
+	if err != nil {
+		return hostProbe{}, fmt.Errorf("copies in flight: %w", err)
+	}
+	busy, err := sb.time(1, shareInter, 9)
+	copyGBps, cerr := cp.stop()
+	if err != nil {
+		return hostProbe{}, fmt.Errorf("the CPU's MLP share with copies in flight: %w", err)
+	}
+	if cerr != nil {
+		return hostProbe{}, fmt.Errorf("copies in flight: %w", cerr)
+	}
+	return hostProbe{AloneGBps: round1(bytes / alone / 1e6), BusyGBps: round1(bytes / busy / 1e6), CopyGBps: round1(copyGBps),
+		Seconds: time.Since(start).Seconds()}, nil
+}
+
+func (h hostProbe) String() string {
+	return fmt.Sprintf("the CPU engine's one-row MLP share read %.1f GB/s alone, %.1f GB/s with copies in flight (copies %.1f GB/s; probe %.1f s)",
+		h.AloneGBps, h.BusyGBps, h.CopyGBps, h.Seconds)
+}
