@@ -57,3 +57,46 @@ func TestHandoffRowsCost(t *testing.T) {
 	cheap, dear := predicted(1e-6), predicted(0.0111)
 	assert.Greater(t, dear[placement.StagePrefill], cheap[placement.StagePrefill]+100, "3,042 rows cross for every shared unit")
 }
+
+// TestHandoffScratchAccounted: a stage that shares units with the CPU
+// holds the exchange's device scratch, a float32 row of the hidden state
+// for each of its rows (cuda.Backend.NewExchange), in its activations and
+// within the budget; a forced CPU kind that cannot hold it is refused
+// rather than planned over the budget (a forced Dynamic 8K-token prefill
+// of Qwen3-8B at 6 GiB ran out of memory allocating it on the H200).
+func TestHandoffScratchAccounted(t *testing.T) {
+	a := alpamayo10B(t)
+	p := withCPU(t)
+	const budget = 4 << 30
+	gpu := plan(t, a, p, budget, residency.Options{Kind: residency.GPUOnly})
+	dyn := plan(t, a, p, budget, residency.Options{Kind: residency.Dynamic})
+	pre, ok := dyn.Stage(placement.StagePrefill)
+	require.True(t, ok)
+	require.Equal(t, residency.Dynamic, pre.Kind)
+	gpre, _ := gpu.Stage(placement.StagePrefill)
+	scratch := int64(pre.Rows) * int64(a.Text.HiddenSize) * 4
+	assert.Equal(t, (scratch+2<<20-1)/(2<<20)*(2<<20), pre.Bytes[residency.PurposeActivations]-gpre.Bytes[residency.PurposeActivations],
+		"the prefill's hand-off: %d rows of %d floats, in whole pages", pre.Rows, a.Text.HiddenSize)
+	for _, pl := range []*residency.Plan{gpu, dyn, plan(t, a, p, budget, residency.Options{})} {
+		for _, sp := range pl.Stages {
+			var used int64
+			for k, n := range sp.Bytes {
+				if k != residency.PurposeFree {
+					used += n
+				}
+			}
+			assert.LessOrEqual(t, used, int64(budget), "stage %s of the %s plan", sp.Stage, sp.Kind)
+			assert.GreaterOrEqual(t, sp.Bytes[residency.PurposeFree], int64(0), "stage %s", sp.Stage)
+		}
+	}
+	// At the GPU-only plan's minimum there is no room for the prefill's
+	// hand-off: the forced kind is refused, the planner's own pick runs.
+	w := placement.StandardWorkload()
+	_, err := residency.NewPlan(a, alpamayo.PlanUnits(a, w), w, p, gpu.MinBudgetBytes, residency.Options{Kind: residency.Dynamic})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "hand-offs to the CPU")
+	auto := plan(t, a, p, gpu.MinBudgetBytes, residency.Options{})
+	for _, sp := range auto.Stages {
+		assert.GreaterOrEqual(t, sp.Bytes[residency.PurposeFree], int64(0), "stage %s", sp.Stage)
+	}
+}

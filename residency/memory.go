@@ -104,6 +104,15 @@ func kvElementBytes(headDim int) int64 {
 // more as whole 2 MiB pages (cuda's accountedSize).
 const pageBytes = 2 << 20
 
+// accounted is what the device allocator counts for a block of n bytes:
+// whole pages from 1 MiB, 256-byte granules below (cuda's accountedSize).
+func accounted(n int64) int64 {
+	if n >= 1<<20 {
+		return pages(n)
+	}
+	return (n + 255) / 256 * 256
+}
+
 // pages rounds n up to whole pages.
 func pages(n int64) int64 { return (n + pageBytes - 1) / pageBytes * pageBytes }
 

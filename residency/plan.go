@@ -275,6 +275,24 @@ func newPlan(arch *Arch, units []placement.Unit, w placement.Workload, p *Profil
 	if err != nil {
 		return nil, err
 	}
+	if budget > 0 && pl.cpuAllowed() {
+		// A stage shares units with the CPU only where its room holds the
+		// hand-off's scratch besides its homes; a plan that sets that room
+		// aside in every stage first (fewer homes) may do better, and is
+		// the one a forced CPU kind asks for.
+		res := newPlanner(arch, items, w, p, budget, opts)
+		res.reserveHandoffs()
+		forced := opts.Kind == Static || opts.Kind == Dynamic
+		c2, min2, err := res.plan()
+		switch {
+		case err != nil && forced:
+			return nil, fmt.Errorf("residency: the %s plan with its hand-offs to the CPU: %w", opts.Kind, err)
+		case err == nil && forced:
+			pl, c, minimum = res, c2, min2
+		case err == nil && c2.total < c.total-1e-9:
+			pl, c = res, c2
+		}
+	}
 	plan := pl.assemble(c, minimum)
 	plan.Model, plan.Workload, plan.Options = arch.Name, w, opts
 	if w.Name == placement.StandardWorkloadName {
@@ -372,6 +390,9 @@ func (pl *planner) assemble(c *choice, minimum int64) *Plan {
 			Bytes: map[Purpose]int64{}}
 		for k, v := range pl.fixed[s] {
 			sp.Bytes[k] = v
+		}
+		if pick.kind != GPUOnly && !pl.handoffsReserved {
+			sp.Bytes[PurposeActivations] += pl.handoffBytes(c.homes, s)
 		}
 		arenas := map[placement.Stage]int64{} // the homes of s by the stage they entered with
 		for i, it := range pl.items {

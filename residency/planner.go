@@ -141,6 +141,20 @@ type planner struct {
 	// staging is one staging buffer (the largest unit that can stream
 	// compressed), reserved in every stage; 0 without compression.
 	staging int64
+	// handoffsReserved says the fixed costs of every stage hold the
+	// hand-off's scratch for any split (reserveHandoffs).
+	handoffsReserved bool
+}
+
+// reserveHandoffs sets aside in each stage's activations the hand-off
+// scratch of the widest split any unit of the stage could make, so that
+// every stage may share units with the CPU whatever its homes.
+func (pl *planner) reserveHandoffs() {
+	none := make([]stageSet, len(pl.items))
+	for _, s := range pl.stages {
+		pl.fixed[s][PurposeActivations] += pl.handoffBytes(none, s)
+	}
+	pl.handoffsReserved = true
 }
 
 // z says whether item i streams compressed where the GPU computes it
@@ -480,8 +494,10 @@ func (pl *planner) prev(s placement.Stage) placement.Stage {
 // CPU shares keeps its raw blob as well, which the CPU reads.
 func (pl *planner) evaluate(homes []stageSet, slot int64) *choice {
 	c := &choice{slot: slot, homes: homes, stages: map[placement.Stage]stagePick{}}
+	rooms := pl.rooms(slot)
 	for _, s := range pl.stages {
-		pick := pl.pickStage(homes, s)
+		room := pl.budget == 0 || pl.handoffsReserved || pl.handoffBytes(homes, s) <= pl.leftIn(homes, s, rooms[s])
+		pick := pl.pickStage(homes, s, room)
 		c.stages[s] = pick
 		c.total += pick.tl.end
 	}
@@ -496,10 +512,38 @@ func (pl *planner) cpuAllowed() bool {
 	return !pl.opts.Exact && pl.prof.CPU != nil && pl.opts.Kind != GPUOnly && pl.seqs == 1
 }
 
+// handoffBytes is the device memory the hand-off to the CPU takes in
+// stage s when it shares a unit with the CPU: the exchange's scratch, a
+// float32 row of the widest hand-off per row the stage passes
+// (cuda.Backend.NewExchange; 128 MiB for an 8,192-token prefill chunk of
+// Qwen3-8B); 0 when no unit of s can split.
+func (pl *planner) handoffBytes(homes []stageSet, s placement.Stage) int64 {
+	var n int64
+	for i, it := range pl.items {
+		if w, ok := it.WorkIn(s); ok && !it.HostOnly && !homes[i].has(s) && it.SplitDim > 0 && w.Rows > 0 {
+			n = max(n, accounted(int64(w.Rows)*int64(it.HandoffWidth())*f32Bytes))
+		}
+	}
+	return n
+}
+
+// leftIn is what stage s leaves of room (rooms' figure for s) once its
+// homes are in.
+func (pl *planner) leftIn(homes []stageSet, s placement.Stage, room int64) int64 {
+	for i, it := range pl.items {
+		if !it.HostOnly && homes[i].has(s) {
+			room -= (it.Bytes + 255) / 256 * 256
+		}
+	}
+	return room
+}
+
 // pickStage chooses stage s's kind: GPU-only, Static (every split unit on
 // the CPU) or Dynamic (each split unit shared so that the copy stream and
-// the CPU finish together, and shares around it), by simulating each.
-func (pl *planner) pickStage(homes []stageSet, s placement.Stage) stagePick {
+// the CPU finish together, and shares around it), by simulating each; the
+// CPU kinds only where handoff (the stage's room holds the hand-off's
+// scratch).
+func (pl *planner) pickStage(homes []stageSet, s placement.Stage, handoff bool) stagePick {
 	var enter int64
 	splittable := false
 	for i, it := range pl.items {
@@ -515,7 +559,7 @@ func (pl *planner) pickStage(homes []stageSet, s placement.Stage) stagePick {
 		}
 	}
 	shares := []float64{0}
-	if splittable && pl.cpuAllowed() {
+	if splittable && handoff && pl.cpuAllowed() {
 		star := pl.balance(homes, s)
 		switch pl.opts.Kind {
 		case Static:

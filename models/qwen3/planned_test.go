@@ -77,7 +77,9 @@ func TestPlannedGenerationMatchesResident(t *testing.T) {
 		{"dynamic", residency.Options{Kind: residency.Dynamic}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			plan, err := qwen3.PlanGeneration(arch, promptLen, newTokens, chunk, prof, free.MinBudgetBytes, tc.opts)
+			// A forced CPU kind needs the hand-off's scratch (a chunk's rows
+			// of hidden floats) besides the GPU-only minimum.
+			plan, err := qwen3.PlanGeneration(arch, promptLen, newTokens, chunk, prof, free.MinBudgetBytes+64<<10, tc.opts)
 			require.NoError(t, err)
 			dec, ok := plan.Stage(placement.StageDecode)
 			require.True(t, ok)
