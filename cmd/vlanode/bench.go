@@ -59,6 +59,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	compareRaw := fs.Bool("compare-raw", false, "run each budget and mode twice in this call, compressed (--compress) and raw, and report the speedup of compression")
 	out := fs.String("out", "", "folder for bench.json (and Accelerate's results); default: none written")
 	asJSON := fs.Bool("json", false, "print the report (bench.json's content) instead of the tables")
+	withMargins := fs.Bool("margins", false, "after each budget's runs, one more inference teacher-forced on the first budget's greedy reasoning tokens, its logits compared step by step with that budget's: the largest logit difference, the reference's top-1 margins, and every step whose top token differs, with its margins (docs/planning.md, Fidelity)")
 	probe := fs.Bool("host-probe", false, "before each load and after its runs, measure the CPU engine's one-row read rate from pinned host memory, alone and with copies in flight (about a second each; CUDA only), and print each inference's CPU rate")
 	kindList := fs.String("plan-kinds", "", "comma-separated plans to run at each budget (and prompt length), each from its own load: auto (the planner's pick per stage), gpu-only, static, dynamic (forced for every stage that streams), or all (the four); with two or more, a sweep table compares the planner's pick per stage with the measured best of the three forced plans; default: --plan-kind's, or auto")
 	var tf textFlags
@@ -139,6 +140,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		compress = []bool{true, false}
 	}
 	var first *alpamayo.Result
+	var margins *marginRef
+	if *withMargins {
+		margins = &marginRef{}
+	}
 	failed := 0
 	for _, b := range budgets {
 		for _, mode := range modes {
@@ -153,7 +158,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 					r, res, err := benchOne(ctx, budgetSpec{
 						dir: mf.dir, vlm: *vlm, device: mf.device, threads: mf.threads, budget: b, samples: *samples,
 						layers: layerFlags{mode: mode, profile: lf.profile, planOpts: opts},
-					}, *warmup, *runs, *timeline, *probe && mf.device != "cpu" && cuda.Available() == nil, nv, stderr)
+					}, *warmup, *runs, *timeline, *probe && mf.device != "cpu" && cuda.Available() == nil, margins, nv, stderr)
 					r.PlanKind = kind
 					if err != nil {
 						// Report it and go on: the other budgets still tell.
@@ -327,8 +332,11 @@ type benchRun struct {
 	CPURuns []cpuRun `json:"cpu_runs,omitempty"`
 	// ProbeBefore and ProbeAfter are the host probe (--host-probe) taken
 	// before the load and after the last inference.
-	ProbeBefore    *hostProbe       `json:"probe_before,omitempty"`
-	ProbeAfter     *hostProbe       `json:"probe_after,omitempty"`
+	ProbeBefore *hostProbe `json:"probe_before,omitempty"`
+	ProbeAfter  *hostProbe `json:"probe_after,omitempty"`
+	// Margins compares this budget's logits, teacher-forced on the first
+	// budget's reasoning tokens, with the first budget's (--margins).
+	Margins        *logitMargins    `json:"margins,omitempty"`
 	DecodeSteps    int              `json:"decode_steps"`
 	EulerSteps     int              `json:"euler_steps"`
 	PeakAllocBytes int64            `json:"peak_alloc_bytes"` // the CUDA allocator's account
@@ -465,7 +473,7 @@ func standardRequest(m *alpamayo.Model, w placement.Workload) *alpamayo.Request 
 }
 
 // benchOne loads the model within one budget and mode and times it.
-func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline, probe bool, nv *gpu.NVML, log io.Writer) (benchRun, *alpamayo.Result, error) {
+func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline, probe bool, margins *marginRef, nv *gpu.NVML, log io.Writer) (benchRun, *alpamayo.Result, error) {
 	var before *hostProbe
 	if probe {
 		if h, err := probeHost(s.layers.cpuThreads); err != nil {
@@ -537,6 +545,24 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline, pro
 			r.Timeline = summarizeTimeline(r.turns)
 			printTimeline(log, budgetText(s.budget), r.Timeline, r.turns)
 		}
+	}
+	if margins != nil {
+		fr := *req
+		fr.TeacherForced = margins.ids
+		if fr.TeacherForced == nil { // the first budget: its own tokens
+			fr.TeacherForced = res.ReasoningIDs
+		}
+		fres, err := bm.model.Infer(ctx, &fr)
+		if err != nil {
+			peak()
+			return r, nil, fmt.Errorf("teacher-forced inference: %w", err)
+		}
+		if margins.logits == nil {
+			margins.ids, margins.logits = fr.TeacherForced, fres.StepLogits
+		}
+		m := compareLogits(margins.logits, fres.StepLogits)
+		r.Margins = &m
+		fmt.Fprintf(log, "vlanode bench: %s: %s\n", budgetText(s.budget), m)
 	}
 	r.PeakNVMLBytes = peak()
 	r.ProbeBefore = before

@@ -36,8 +36,9 @@ mkdir -p "$out"; printf '{"acc_%s": {"latency_s": 1000.0, "peak_alloc_B": 123}}'
 `), 0o644))
 	out := filepath.Join(dir, "bench")
 	code, stdout, stderr := runCLI("bench", "--model", model, "--device", "cpu", "--budgets", fmt.Sprintf("none,%d", minBudget),
-		"--runs", "1", "--warmup", "0", "--accelerate", fake, "--python", "sh", "--out", out, "--timeline")
+		"--runs", "1", "--warmup", "0", "--accelerate", fake, "--python", "sh", "--out", out, "--timeline", "--margins")
 	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stderr, "every step's top token the reference's")
 	assert.Regexp(t, `timeline .*decode: [0-9.]+ ms from first op to last; copies [0-9.]+ ms busy`, stderr)
 	assert.Contains(t, stdout, "preload")
 	assert.Contains(t, stdout, "pipelined")
@@ -50,6 +51,7 @@ mkdir -p "$out"; printf '{"acc_%s": {"latency_s": 1000.0, "peak_alloc_B": 123}}'
 			Mode      string `json:"mode"`
 			Compress  bool   `json:"compress"`
 			Timeline  map[string]stageTimeline
+			Margins   *logitMargins `json:"margins"`
 		} `json:"runs"`
 		Accelerate map[string]struct {
 			LatencyS float64 `json:"latency_s"`
@@ -64,6 +66,12 @@ mkdir -p "$out"; printf '{"acc_%s": {"latency_s": 1000.0, "peak_alloc_B": 123}}'
 	assert.True(t, rep.Runs[1].Identical)
 	assert.Equal(t, rep.Runs[0].SHA, rep.Runs[1].SHA)
 	for _, r := range rep.Runs {
+		// Both plans compute on the one backend, bit for bit.
+		require.NotNil(t, r.Margins)
+		assert.Positive(t, r.Margins.Steps)
+		assert.Zero(t, r.Margins.MaxAbsDiff)
+		assert.Empty(t, r.Margins.Flips)
+		assert.Positive(t, r.Margins.MinMargin)
 		for _, st := range []string{"vision", "prefill", "decode", "diffusion"} {
 			assert.Positive(t, r.Timeline[st].Computes, "%s: timed computes", st)
 		}

@@ -230,3 +230,57 @@ func TestInferRejectsBadRequests(t *testing.T) {
 	_, err = m.Infer(context.Background(), noise)
 	assert.ErrorContains(t, err, "noise has 5 values")
 }
+
+// TestTeacherForced: fed the greedy run's own tokens, the teacher-forced
+// run is that run (the same ids and plan) with each step's logits, whose
+// argmax is the step's token; fed another token at step 1, the steps after
+// it see that token (the ids follow it) and its logits differ.
+func TestTeacherForced(t *testing.T) {
+	be, err := cpu.New()
+	require.NoError(t, err)
+	defer be.Close()
+	m, err := alpamayo.Load(be, tinyCheckpoint(t), alpamayo.LoadOptions{})
+	require.NoError(t, err)
+	defer m.Close()
+
+	req := request(5)
+	req.Greedy = true
+	req.MaxReasoningTokens = 8
+	want, err := m.Infer(context.Background(), req)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(want.ReasoningIDs), 3)
+	assert.Nil(t, want.StepLogits)
+
+	forced := *req
+	forced.TeacherForced = want.ReasoningIDs
+	got, err := m.Infer(context.Background(), &forced)
+	require.NoError(t, err)
+	assert.Equal(t, want.ReasoningIDs, got.ReasoningIDs)
+	assert.Equal(t, want.Normalized, got.Normalized, "the same plan, bit for bit")
+	require.Len(t, got.StepLogits, len(want.ReasoningIDs))
+	for i, row := range got.StepLogits {
+		best := 0
+		for j, v := range row {
+			if v > row[best] {
+				best = j
+			}
+		}
+		assert.Equal(t, int(want.ReasoningIDs[i]), best, "step %d's argmax", i)
+	}
+
+	other := slices.Clone(want.ReasoningIDs[:1])
+	other = append(other, (want.ReasoningIDs[1]+1)%int32(len(got.StepLogits[0])))
+	forced.TeacherForced = other
+	moved, err := m.Infer(context.Background(), &forced)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(moved.ReasoningIDs), 2)
+	assert.Equal(t, other, moved.ReasoningIDs[:2])
+	assert.Equal(t, got.StepLogits[1], moved.StepLogits[1], "step 1 saw the same inputs")
+	if len(moved.StepLogits) > 2 {
+		assert.NotEqual(t, got.StepLogits[2], moved.StepLogits[2], "step 2 saw the other token")
+	}
+
+	forced.Greedy = false
+	_, err = m.Infer(context.Background(), &forced)
+	require.ErrorContains(t, err, "needs greedy decoding")
+}

@@ -27,7 +27,8 @@ import (
 // run's, bit for bit.
 //
 // Run one at a time instead, each through Infer: questions and guided
-// requests (their passes differ), and every request when the model runs
+// requests (their passes differ), teacher-forced ones (each step returns
+// its logits), and every request when the model runs
 // without an executor (every unit resident: nothing to share) or its plan
 // computes shares of units on the CPU (one hand-off a unit turn).
 //
@@ -45,7 +46,7 @@ func (m *Model) InferBatch(ctx context.Context, reqs []*Request) ([]*Result, []e
 			errs[i] = err
 			continue
 		}
-		if m.batches() && r.Question == "" && m.guidance(r) == 0 {
+		if m.batches() && r.Question == "" && m.guidance(r) == 0 && r.TeacherForced == nil {
 			together = append(together, i)
 		}
 	}
@@ -294,7 +295,7 @@ func (m *Model) batchPrefill(ctx context.Context, s *sequence) error {
 // batchDecode is a sequence's reasoning decode in a batch: it leaves the
 // gang when its reasoning ends.
 func (m *Model) batchDecode(ctx context.Context, s *sequence) error {
-	gen, offset, err := m.reason(ctx, s.sess, s.logits, s.req, s.maxNew, m.reasoning())
+	gen, offset, err := m.reason(ctx, s.sess, s.logits, s.req, s.maxNew, m.reasoning(), nil)
 	if err != nil {
 		return err
 	}

@@ -68,6 +68,12 @@ type Request struct {
 	// NoiseTemperature scales the flow's initial noise (Alpamayo 1.5's
 	// sample(temperature=…)); 0 means 1.
 	NoiseTemperature float64
+	// TeacherForced, with Greedy, feeds these reasoning tokens in place of
+	// the picked ones (argmax after the last) and keeps every step's
+	// logits in Result.StepLogits: what a check compares between two
+	// plans at the same inputs (vlanode bench --margins), not a served
+	// option. The steps then return their logits to the host.
+	TeacherForced []int32
 	// GuidanceWeight turns on classifier-free guidance (Alpamayo 1.5's
 	// sample_trajectories_from_data_with_vlm_rollout_cfg_nav): with
 	// NavText, each Euler step mixes the expert's velocity over the cache
@@ -136,6 +142,9 @@ type Result struct {
 	// HomeError says why homes the plan gave units could not be
 	// allocated (they were streamed instead in their stage).
 	HomeError string
+	// StepLogits are the reasoning steps' logits (masked as the picks saw
+	// them), one row a step, with Request.TeacherForced; nil otherwise.
+	StepLogits [][]float32
 	// VRAMPeakBytes is the most device memory in use at once during the
 	// inference (weights, caches, activations and workspaces, as the
 	// backend counts them: backend.MemoryPeak); 0 on a backend without
@@ -278,7 +287,11 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 	if req.Question != "" {
 		dec = m.answering()
 	}
-	gen, offset, err := m.reason(ctx, sess, logits, req, maxNew, dec)
+	var keep *[][]float32
+	if req.TeacherForced != nil {
+		keep = &res.StepLogits
+	}
+	gen, offset, err := m.reason(ctx, sess, logits, req, maxNew, dec, keep)
 	if err != nil {
 		return nil, err
 	}
@@ -522,7 +535,11 @@ func (m *Model) answerText(gen []int32) (string, error) {
 // when none came. As the release's generate does, the last sampled token
 // is never fed back, except the fed end token, which the expert must see:
 // generation stops one step after it.
-func (m *Model) reason(ctx context.Context, sess *qwen3vl.Session, logits []float32, req *Request, maxNew int, dec decoding) ([]int32, int, error) {
+//
+// With keep (and req.TeacherForced) each step's logits are appended to
+// *keep, and the step feeds req.TeacherForced's token for it while there
+// is one.
+func (m *Model) reason(ctx context.Context, sess *qwen3vl.Session, logits []float32, req *Request, maxNew int, dec decoding, keep *[][]float32) ([]int32, int, error) {
 	var smp *sample.Sampler
 	if !req.Greedy {
 		temp, topP := req.Temperature, req.TopP
@@ -537,7 +554,8 @@ func (m *Model) reason(ctx context.Context, sess *qwen3vl.Session, logits []floa
 			return nil, 0, fmt.Errorf("alpamayo: %w: %w", models.ErrBadInput, err)
 		}
 	}
-	if smp == nil && logits != nil && maxNew > 0 {
+	forced := keep != nil
+	if smp == nil && logits != nil && maxNew > 0 && !forced {
 		gr, err := sess.StartGreedy(dec.maskLo, dec.maskHi)
 		if err != nil {
 			return nil, 0, fmt.Errorf("alpamayo: %w", err)
@@ -564,6 +582,12 @@ func (m *Model) reason(ctx context.Context, sess *qwen3vl.Session, logits []floa
 			if err != nil {
 				return nil, 0, err
 			}
+			if forced {
+				*keep = append(*keep, slices.Clone(logits))
+				if i := len(gen); i < len(req.TeacherForced) {
+					next = int(req.TeacherForced[i])
+				}
+			}
 		} else if next < 0 {
 			return nil, 0, errors.New("alpamayo: every logit is NaN")
 		}
@@ -575,7 +599,7 @@ func (m *Model) reason(ctx context.Context, sess *qwen3vl.Session, logits []floa
 			break // the last sampled token is not fed back
 		}
 		var err error
-		if smp == nil && next != dec.fedEnd {
+		if smp == nil && next != dec.fedEnd && !forced {
 			// The next greedy token is picked where the logits are (on
 			// the GPU: one index comes back, not the vocabulary's logits),
 			// with dec's mask as maskLogits applies it.
@@ -734,6 +758,14 @@ func (m *Model) check(req *Request) error {
 	}
 	if n := req.samples() * m.Expert.Waypoints() * diffusion.ActionDims; req.Noise != nil && len(req.Noise) != n {
 		return fmt.Errorf("alpamayo: %w: noise has %d values, want %d (%d samples)", models.ErrBadInput, len(req.Noise), n, req.samples())
+	}
+	if req.TeacherForced != nil && !req.Greedy {
+		return fmt.Errorf("alpamayo: %w: teacher-forced reasoning needs greedy decoding", models.ErrBadInput)
+	}
+	for i, id := range req.TeacherForced {
+		if id < 0 || int(id) >= m.VLM.Config.Text.VocabSize {
+			return fmt.Errorf("alpamayo: %w: teacher-forced token %d is %d, outside the vocabulary of %d", models.ErrBadInput, i, id, m.VLM.Config.Text.VocabSize)
+		}
 	}
 	if c := len(req.Cameras); c > 0 && len(req.Images.Grids)%c != 0 {
 		return fmt.Errorf("alpamayo: %w: %d images for %d cameras (want the same number of frames of each camera)", models.ErrBadInput, len(req.Images.Grids), c)
