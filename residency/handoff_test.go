@@ -94,7 +94,8 @@ func TestHandoffScratchAccounted(t *testing.T) {
 	w := placement.StandardWorkload()
 	_, err := residency.NewPlan(a, alpamayo.PlanUnits(a, w), w, p, gpu.MinBudgetBytes, residency.Options{Kind: residency.Dynamic})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "hand-offs to the CPU")
+	assert.ErrorIs(t, err, residency.ErrBudgetTooSmall)
+	assert.Contains(t, err.Error(), "the hand-off to the CPU that the dynamic plan needs")
 	auto := plan(t, a, p, gpu.MinBudgetBytes, residency.Options{})
 	for _, sp := range auto.Stages {
 		assert.GreaterOrEqual(t, sp.Bytes[residency.PurposeFree], int64(0), "stage %s", sp.Stage)

@@ -286,7 +286,7 @@ func newPlan(arch *Arch, units []placement.Unit, w placement.Workload, p *Profil
 		c2, min2, err := res.plan()
 		switch {
 		case err != nil && forced:
-			return nil, fmt.Errorf("residency: the %s plan with its hand-offs to the CPU: %w", opts.Kind, err)
+			return nil, fmt.Errorf("%w, with the hand-off to the CPU that the %s plan needs in every stage", err, opts.Kind)
 		case err == nil && forced:
 			pl, c, minimum = res, c2, min2
 		case err == nil && c2.total < c.total-1e-9:
