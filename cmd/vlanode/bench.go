@@ -93,6 +93,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		return err
 	}
 	if mt, err := configs.ReadModelType(mf.dir); err == nil && mt == "qwen3" {
+		if *withMargins || *probe {
+			return usagef("--margins and --host-probe measure the standard workload (an Alpamayo checkpoint); %s is a Qwen3 text model", mf.dir)
+		}
 		prompts, err := parsePromptLens(*promptList)
 		if err != nil {
 			return err
