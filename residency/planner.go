@@ -544,17 +544,10 @@ func (pl *planner) leftIn(homes []stageSet, s placement.Stage, room int64) int64
 // CPU kinds only where handoff (the stage's room holds the hand-off's
 // scratch).
 func (pl *planner) pickStage(homes []stageSet, s placement.Stage, handoff bool) stagePick {
-	var enter int64
 	splittable := false
 	for i, it := range pl.items {
 		w, ok := it.WorkIn(s)
-		if !ok || it.HostOnly {
-			continue
-		}
-		if homes[i].has(s) && !homes[i].has(pl.prev(s)) {
-			enter += it.Bytes
-		}
-		if !homes[i].has(s) && it.SplitDim > 0 && w.Rows > 0 {
+		if ok && !it.HostOnly && !homes[i].has(s) && it.SplitDim > 0 && w.Rows > 0 {
 			splittable = true
 		}
 	}
@@ -602,8 +595,20 @@ func (pl *planner) pickStage(homes []stageSet, s placement.Stage, handoff bool) 
 			}
 		}
 	}
-	best.enter = enter
+	best.enter = pl.enterBytes(homes, s)
 	return best
+}
+
+// enterBytes is what stage s copies into homes in its first pass: the
+// units at home in s and not in the stage before.
+func (pl *planner) enterBytes(homes []stageSet, s placement.Stage) int64 {
+	var enter int64
+	for i, it := range pl.items {
+		if _, ok := it.WorkIn(s); ok && !it.HostOnly && homes[i].has(s) && !homes[i].has(pl.prev(s)) {
+			enter += it.Bytes
+		}
+	}
+	return enter
 }
 
 // balance is the CPU share that makes the copy stream and the CPU equally

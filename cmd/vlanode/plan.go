@@ -32,6 +32,7 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print the plan as one JSON object")
 	batch := fs.Int("batch", 1, "requests run together (serve --max-batch): each has its own KV cache and activations; states the largest batch that fits the budget")
 	samples := fs.Int("samples", 1, "trajectory samples of each request (num_traj_samples; serve --samples)")
+	atRate := fs.Float64("at-cpu-rate", 0, "also predict the plan with the profile's one-row CPU rate at this many GB/s, its placement and CPU shares as planned: what the plan gives on a host whose CPU reads faster or slower (bench reports it at the rate its runs measured); the standard workload")
 	var opts planOpts
 	opts.register(fs)
 	if err := parse(fs, args); err != nil {
@@ -107,6 +108,19 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if err != nil {
 		return err
+	}
+	if *atRate != 0 {
+		if name == placement.TextWorkloadName {
+			return usagef("--at-cpu-rate re-predicts the standard workload's plans, not the text workload's")
+		}
+		q, err := prof.WithCPURate(1, *atRate)
+		if err != nil {
+			return usagef("--at-cpu-rate: %v", err)
+		}
+		if info.at, err = residency.Repredict(arch, alpamayo.PlanUnits(arch, plan.Workload), plan, q); err != nil {
+			return err
+		}
+		info.atRate = *atRate
 	}
 	if *asJSON {
 		return writePlanJSON(stdout, plan, info)

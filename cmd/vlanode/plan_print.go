@@ -22,6 +22,10 @@ type planInfo struct {
 	// the budget (residency.LargestBatch up to MaxBatchSearch), when a
 	// batch or samples were asked for; 0 otherwise.
 	largest int
+	// at is the plan predicted again with the one-row CPU rate atRate
+	// (GB/s; --at-cpu-rate); nil without.
+	at     *residency.Plan
+	atRate float64
 }
 
 // writePlanText prints the plan: the placement per module, each stage's
@@ -115,16 +119,41 @@ func writePlanText(w io.Writer, p *residency.Plan, in planInfo) {
 	fmt.Fprintln(w)
 	writeCompression(w, p)
 
-	fmt.Fprintf(w, "\n%-20s %10s %13s\n", "predicted ms", "this plan", "all resident")
+	at := func(ms float64) string { return "" }
+	fmt.Fprintf(w, "\n%-20s %10s %13s", "predicted ms", "this plan", "all resident")
+	if in.at != nil {
+		fmt.Fprintf(w, " %15s", fmt.Sprintf("CPU %.1f GB/s", in.atRate))
+		at = func(ms float64) string { return fmt.Sprintf(" %15.1f", ms) }
+	}
+	fmt.Fprintln(w)
 	for _, s := range placement.Stages() {
 		if ms, ok := p.PredictedMs[s]; ok {
-			fmt.Fprintf(w, "  %-18s %10.1f %13.1f\n", s, ms, p.PreloadMs[s])
+			fmt.Fprintf(w, "  %-18s %10.1f %13.1f%s\n", s, ms, p.PreloadMs[s], at(predictedOf(in.at, s)))
 		}
 	}
-	fmt.Fprintf(w, "  %-18s %10.1f %13.1f\n", "total", p.TotalMs, p.PreloadTotalMs)
+	fmt.Fprintf(w, "  %-18s %10.1f %13.1f%s\n", "total", p.TotalMs, p.PreloadTotalMs, at(totalOf(in.at)))
+	if in.at != nil {
+		fmt.Fprintf(w, "  (CPU %.1f GB/s: this plan's placement and CPU shares, the one-row CPU rate at %.1f GB/s, its compute roof scaled with it)\n", in.atRate, in.atRate)
+	}
 	if len(p.Roofline) > 0 {
 		fmt.Fprintf(w, "  (not in the profile, timed by its roofline: %s)\n", strings.Join(p.Roofline, ", "))
 	}
+}
+
+// predictedOf is stage s's prediction in p (0 for a nil plan).
+func predictedOf(p *residency.Plan, s placement.Stage) float64 {
+	if p == nil {
+		return 0
+	}
+	return p.PredictedMs[s]
+}
+
+// totalOf is p's predicted total (0 for a nil plan).
+func totalOf(p *residency.Plan) float64 {
+	if p == nil {
+		return 0
+	}
+	return p.TotalMs
 }
 
 // writeCompression prints what compressed streaming does per module: the
@@ -323,6 +352,11 @@ type planJSON struct {
 	// --batch or --samples (MaxBatchSearch standing for more).
 	LargestBatch int     `json:"largest_batch,omitempty"`
 	PlansPerS    float64 `json:"plans_per_s"`
+	// AtCPUGBps and PredictedAtCPUMs: with --at-cpu-rate, the plan
+	// predicted again at that one-row CPU rate, its placement and shares
+	// as planned (ms by stage and "total").
+	AtCPUGBps        float64            `json:"at_cpu_gbps,omitempty"`
+	PredictedAtCPUMs map[string]float64 `json:"predicted_at_cpu_ms,omitempty"`
 }
 
 // largestText is the largest batch for people: a count, or "≥ N" at the
@@ -363,6 +397,9 @@ func writePlanJSON(w io.Writer, p *residency.Plan, in planInfo) error {
 		Roofline: p.Roofline, Units: p.Units, LargestBatch: in.largest,
 		PlansPerS:   math.Round(float64(p.Workload.Seqs())*1e6/p.TotalMs) / 1e3,
 		PredictedMs: stageMap(p.PredictedMs, p.TotalMs), PreloadMs: stageMap(p.PreloadMs, p.PreloadTotalMs),
+	}
+	if in.at != nil {
+		out.AtCPUGBps, out.PredictedAtCPUMs = in.atRate, stageMap(in.at.PredictedMs, in.at.TotalMs)
 	}
 	for _, m := range p.Modules() {
 		out.Modules = append(out.Modules, moduleJSON{Module: m.Module, Units: m.Units, Resident: append([]placement.ID{}, m.Resident...),

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -363,4 +364,45 @@ func TestPlanQwen3Text(t *testing.T) {
 	code, _, stderr = runCmd("plan", "--model", dir, "--workload", "standard", "--prompt-len", "512")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "shape the text workload")
+}
+
+// TestPlanAtCPURate: --at-cpu-rate predicts the plan again at another
+// one-row CPU rate, its placement and shares as planned: at the profile's
+// own rate the same figures, slower where the decode shares units with a
+// slower CPU, the other stages alike; refused for the text workload and
+// at no rate.
+func TestPlanAtCPURate(t *testing.T) {
+	dir := configOnly(t, synth.AlpamayoR1_10B)
+	prof, err := residency.DefaultProfile()
+	require.NoError(t, err)
+	type atOut struct {
+		PredictedMs map[string]float64 `json:"predicted_ms"`
+		AtCPUGBps   float64            `json:"at_cpu_gbps"`
+		AtMs        map[string]float64 `json:"predicted_at_cpu_ms"`
+	}
+	at := func(rate float64) atOut {
+		code, stdout, stderr := runCmd("plan", "--json", "--model", dir, "--budget", "8GiB", "--at-cpu-rate", fmt.Sprint(rate))
+		require.Equal(t, 0, code, stderr)
+		var out atOut
+		require.NoError(t, json.Unmarshal([]byte(stdout), &out))
+		return out
+	}
+	same := at(prof.CPU.Rates[0].GBps)
+	for k, ms := range same.PredictedMs {
+		assert.InDelta(t, ms, same.AtMs[k], 1e-3, k)
+	}
+	slow := at(prof.CPU.Rates[0].GBps / 2)
+	assert.Equal(t, prof.CPU.Rates[0].GBps/2, slow.AtCPUGBps)
+	assert.Greater(t, slow.AtMs["decode"], slow.PredictedMs["decode"]+200)
+	assert.InDelta(t, slow.PredictedMs["prefill"], slow.AtMs["prefill"], 1e-3)
+
+	code, stdout, _ := runCmd("plan", "--model", dir, "--budget", "8GiB", "--at-cpu-rate", "60")
+	require.Equal(t, 0, code)
+	assert.Regexp(t, `predicted ms +this plan +all resident +CPU 60\.0 GB/s`, stdout)
+	code, _, stderr := runCmd("plan", "--model", dir, "--budget", "8GiB", "--at-cpu-rate", "-1")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "--at-cpu-rate")
+	code, _, stderr = runCmd("plan", "--model", configOnly(t, synth.Qwen3_8B), "--budget", "4GiB", "--at-cpu-rate", "60")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "not the text workload")
 }
