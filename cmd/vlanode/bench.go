@@ -337,6 +337,13 @@ type benchRun struct {
 	// before the load and after the last inference.
 	ProbeBefore *hostProbe `json:"probe_before,omitempty"`
 	ProbeAfter  *hostProbe `json:"probe_after,omitempty"`
+	// PredictedAtCPUMs is the plan's prediction again (residency.Repredict:
+	// its placement and CPU shares as loaded) with the profile's one-row
+	// CPU rate set to MeasuredCPUGBps, what the measured runs' CPU tasks
+	// read (their bytes over their compute time): the plan's figure for
+	// the host as it was during the runs (ms by stage and "total").
+	PredictedAtCPUMs map[string]float64 `json:"predicted_at_measured_cpu_ms,omitempty"`
+	MeasuredCPUGBps  float64            `json:"measured_cpu_gbps,omitempty"`
 	// Margins compares this budget's logits, teacher-forced on the first
 	// budget's reasoning tokens, with the first budget's (--margins).
 	Margins        *logitMargins    `json:"margins,omitempty"`
@@ -609,6 +616,15 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline, pro
 	}
 	r.ResultSHA256 = resultDigest(res)
 	r.MeasuredMs = medianTiming(times)
+	if rate := measuredCPURate(r.CPURuns); rate > 0 && r.Backend == "cuda" {
+		if at, err := repredictAt(s, bm.plan, rate); err != nil {
+			fmt.Fprintf(log, "vlanode bench: %s: the plan at the measured CPU rate: %v\n", budgetText(s.budget), err)
+		} else {
+			r.PredictedAtCPUMs, r.MeasuredCPUGBps = at, rate
+			fmt.Fprintf(log, "vlanode bench: %s: at the CPU rate the measured runs read (%.1f GB/s) the plan predicts %.1f ms (measured %.1f, %+.1f%%; at the profile's rate %.1f)\n",
+				budgetText(s.budget), rate, at["total"], r.MeasuredMs["total"], (r.MeasuredMs["total"]/at["total"]-1)*100, r.PredictedMs["total"])
+		}
+	}
 	r.DecodeSteps = res.CachedTokens - res.PromptTokens
 	r.EulerSteps = bm.model.Expert.Config.Steps
 	r.stageMs = map[string]float64{}
@@ -650,6 +666,47 @@ func cpuBytesOf(plan *residency.Plan, res *alpamayo.Result) int64 {
 		n += sp.CPUBytes * passes
 	}
 	return n
+}
+
+// measuredCPURate is what the runs' CPU tasks read per second over their
+// compute time together, 10⁹ bytes/s (0: none computed).
+func measuredCPURate(runs []cpuRun) float64 {
+	var bytes, ms float64
+	for _, c := range runs {
+		bytes += c.GBps * c.BusyMs * 1e6
+		ms += c.BusyMs
+	}
+	if ms <= 0 {
+		return 0
+	}
+	return bytes / (ms * 1e6)
+}
+
+// repredictAt is plan's prediction with the profile's one-row CPU rate
+// set to gbps, its placement and shares as loaded (residency.Repredict),
+// ms by stage and "total".
+func repredictAt(s budgetSpec, plan *residency.Plan, gbps float64) (map[string]float64, error) {
+	arch, err := loadArch(s.dir, s.vlm)
+	if err != nil {
+		return nil, err
+	}
+	prof, _, err := loadProfile(s.layers.profile)
+	if err != nil {
+		return nil, err
+	}
+	at, err := prof.WithCPURate(1, gbps)
+	if err != nil {
+		return nil, err
+	}
+	again, err := residency.Repredict(arch, alpamayo.PlanUnits(arch, plan.Workload), plan, at)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{"total": again.TotalMs}
+	for st, ms := range again.PredictedMs {
+		out[string(st)] = ms
+	}
+	return out, nil
 }
 
 // cpuRateNote says when the CPU engine read the decode's shares more than

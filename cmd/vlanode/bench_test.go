@@ -15,6 +15,7 @@ import (
 	"vlanode/models/alpamayo"
 	"vlanode/placement"
 	"vlanode/residency"
+	"vlanode/synth"
 )
 
 // TestBenchCPU runs `vlanode bench` on the tiny checkpoint on the CPU, at
@@ -261,4 +262,24 @@ func TestCPUBytesOf(t *testing.T) {
 	assert.Equal(t, int64(5+10*10), cpuBytesOf(plan, res))
 	_, ok := cpuRunOf(plan, res)
 	assert.False(t, ok, "no executor timing: no CPU run")
+}
+
+// TestRepredictAt: the runs' CPU rate is their bytes over their compute
+// time together; at the profile's own rate the loaded plan predicts what
+// it planned, at half of it a slower decode.
+func TestRepredictAt(t *testing.T) {
+	assert.InDelta(t, 87.5, measuredCPURate([]cpuRun{{BusyMs: 100, GBps: 50}, {BusyMs: 300, GBps: 100}}), 1e-9)
+	assert.Zero(t, measuredCPURate(nil))
+
+	spec := budgetSpec{dir: configOnly(t, synth.AlpamayoR1_10B), budget: 8 << 30, layers: layerFlags{mode: "auto", planOpts: planOpts{compress: true}}}
+	plan, _, err := planBudgeted(spec)
+	require.NoError(t, err)
+	prof, err := residency.DefaultProfile()
+	require.NoError(t, err)
+	same, err := repredictAt(spec, plan, prof.CPU.Rates[0].GBps)
+	require.NoError(t, err)
+	assert.InDelta(t, plan.TotalMs, same["total"], 1e-6)
+	slow, err := repredictAt(spec, plan, prof.CPU.Rates[0].GBps/2)
+	require.NoError(t, err)
+	assert.Greater(t, slow["decode"], plan.PredictedMs[placement.StageDecode]+200)
 }
