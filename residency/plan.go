@@ -260,14 +260,8 @@ func newPlan(arch *Arch, units []placement.Unit, w placement.Workload, p *Profil
 	if err := arch.checkUnits(units, w); err != nil {
 		return nil, err
 	}
-	units = slices.Clone(units)
-	p.Cost(units)
-	items := make([]item, len(units))
-	for i, u := range units {
-		items[i] = item{Unit: u, dma: p.DMAMs(u.Bytes)}
-	}
-	compress(items, p, opts)
-	if err := checkPasses(items); err != nil {
+	items, err := itemsOf(units, p, opts)
+	if err != nil {
 		return nil, err
 	}
 	pl := newPlanner(arch, items, w, p, budget, opts)
@@ -301,6 +295,22 @@ func newPlan(arch *Arch, units []placement.Unit, w placement.Workload, p *Profil
 		plan.applyGraphs(p)
 	}
 	return plan, nil
+}
+
+// itemsOf are the planner's items for units (a copy, timed by p) under
+// opts: their copy times, and which stream compressed.
+func itemsOf(units []placement.Unit, p *Profile, opts Options) ([]item, error) {
+	units = slices.Clone(units)
+	p.Cost(units)
+	items := make([]item, len(units))
+	for i, u := range units {
+		items[i] = item{Unit: u, dma: p.DMAMs(u.Bytes)}
+	}
+	compress(items, p, opts)
+	if err := checkPasses(items); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 // assemble writes the plan of a choice.

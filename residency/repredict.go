@@ -18,14 +18,8 @@ func Repredict(arch *Arch, units []placement.Unit, plan *Plan, p *Profile) (*Pla
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	units = slices.Clone(units)
-	p.Cost(units)
-	items := make([]item, len(units))
-	for i, u := range units {
-		items[i] = item{Unit: u, dma: p.DMAMs(u.Bytes)}
-	}
-	compress(items, p, plan.Options)
-	if err := checkPasses(items); err != nil {
+	items, err := itemsOf(units, p, plan.Options)
+	if err != nil {
 		return nil, err
 	}
 	pl := newPlanner(arch, items, plan.Workload, p, plan.BudgetBytes, plan.Options)

@@ -686,11 +686,7 @@ func measuredCPURate(runs []cpuRun) float64 {
 // set to gbps, its placement and shares as loaded (residency.Repredict),
 // ms by stage and "total".
 func repredictAt(s budgetSpec, plan *residency.Plan, gbps float64) (map[string]float64, error) {
-	arch, err := loadArch(s.dir, s.vlm)
-	if err != nil {
-		return nil, err
-	}
-	prof, _, err := loadProfile(s.layers.profile)
+	arch, prof, err := s.archProfile()
 	if err != nil {
 		return nil, err
 	}

@@ -174,15 +174,25 @@ func loadBudgeted(s budgetSpec, log io.Writer) (*budgeted, error) {
 	return loadPlanned(s, plan, mode, log)
 }
 
+// archProfile is the spec's model architecture (from its config files)
+// and the device profile it plans with.
+func (s budgetSpec) archProfile() (*residency.Arch, *residency.Profile, error) {
+	arch, err := loadArch(s.dir, s.vlm)
+	if err != nil {
+		return nil, nil, err
+	}
+	prof, _, err := loadProfile(s.layers.profile)
+	if err != nil {
+		return nil, nil, err
+	}
+	return arch, prof, nil
+}
+
 // planBudgeted plans the checkpoint for the standard workload within the
 // budget and picks the executor's mode; it reads only the configs and
 // the profile. A budget below the plan's minimum is refused with it.
 func planBudgeted(s budgetSpec) (*residency.Plan, layering.Mode, error) {
-	arch, err := loadArch(s.dir, s.vlm)
-	if err != nil {
-		return nil, 0, err
-	}
-	prof, _, err := loadProfile(s.layers.profile)
+	arch, prof, err := s.archProfile()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -234,11 +244,7 @@ func loadPlanned(s budgetSpec, plan *residency.Plan, mode layering.Mode, log io.
 		// coded, plan again with the exact ones (same placement expected).
 		lay.Compress.Progress = log
 		lay.Replan = func(stored map[placement.ID]int64, shares map[placement.ID]float64) (*residency.Plan, error) {
-			arch, err := loadArch(s.dir, s.vlm)
-			if err != nil {
-				return nil, err
-			}
-			prof, _, err := loadProfile(s.layers.profile)
+			arch, prof, err := s.archProfile()
 			if err != nil {
 				return nil, err
 			}
