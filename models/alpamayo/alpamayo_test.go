@@ -60,6 +60,19 @@ func tinyCheckpoint(t *testing.T) string {
 	return tinyDir
 }
 
+// loadResident loads the checkpoint in dir with every unit resident on a
+// CPU backend; the model and the backend are closed when t ends.
+func loadResident(t *testing.T, dir string) *alpamayo.Model {
+	t.Helper()
+	be, err := cpu.New()
+	require.NoError(t, err)
+	t.Cleanup(func() { be.Close() })
+	m, err := alpamayo.Load(be, dir, alpamayo.LoadOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
 // request builds 16 random 64×96 images (grid 1×4×6) and a straight,
 // constant-speed ego history.
 func request(seed uint64) *alpamayo.Request {
@@ -83,12 +96,7 @@ func request(seed uint64) *alpamayo.Request {
 
 func TestInferTiny(t *testing.T) {
 	dir := tinyCheckpoint(t)
-	be, err := cpu.New()
-	require.NoError(t, err)
-	defer be.Close()
-	m, err := alpamayo.Load(be, dir, alpamayo.LoadOptions{})
-	require.NoError(t, err)
-	defer m.Close()
+	m := loadResident(t, dir)
 
 	req := request(3)
 	req.Greedy = true
@@ -208,16 +216,11 @@ func TestInferGraphsTiny(t *testing.T) {
 
 func TestInferRejectsBadRequests(t *testing.T) {
 	dir := tinyCheckpoint(t)
-	be, err := cpu.New()
-	require.NoError(t, err)
-	defer be.Close()
-	m, err := alpamayo.Load(be, dir, alpamayo.LoadOptions{})
-	require.NoError(t, err)
-	defer m.Close()
+	m := loadResident(t, dir)
 
 	short := request(1)
 	short.HistXYZ = short.HistXYZ[:15]
-	_, err = m.Infer(context.Background(), short)
+	_, err := m.Infer(context.Background(), short)
 	assert.ErrorContains(t, err, "want 16 poses")
 
 	nan := request(1)
@@ -236,12 +239,7 @@ func TestInferRejectsBadRequests(t *testing.T) {
 // argmax is the step's token; fed another token at step 1, the steps after
 // it see that token (the ids follow it) and its logits differ.
 func TestTeacherForced(t *testing.T) {
-	be, err := cpu.New()
-	require.NoError(t, err)
-	defer be.Close()
-	m, err := alpamayo.Load(be, tinyCheckpoint(t), alpamayo.LoadOptions{})
-	require.NoError(t, err)
-	defer m.Close()
+	m := loadResident(t, tinyCheckpoint(t))
 
 	req := request(5)
 	req.Greedy = true

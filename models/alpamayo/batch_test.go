@@ -60,15 +60,10 @@ func TestSamplesShareTheReasoning(t *testing.T) {
 // number of samples, is bad input.
 func TestSamplesBounds(t *testing.T) {
 	dir := tinyCheckpoint(t)
-	be, err := cpu.New()
-	require.NoError(t, err)
-	defer be.Close()
-	m, err := alpamayo.Load(be, dir, alpamayo.LoadOptions{})
-	require.NoError(t, err)
-	defer m.Close()
+	m := loadResident(t, dir)
 	req := request(5)
 	req.Samples = alpamayo.MaxSamples + 1
-	_, err = m.Infer(context.Background(), req)
+	_, err := m.Infer(context.Background(), req)
 	assert.ErrorIs(t, err, models.ErrBadInput)
 	assert.ErrorContains(t, err, "trajectory samples")
 	req.Samples = 2

@@ -297,12 +297,7 @@ func TestLayeredCPUShards(t *testing.T) {
 // (qwen3's TestMLPSplitMatchesWhole).
 func TestTinyFlowAmplifiesRounding(t *testing.T) {
 	dir := tinyCheckpoint(t)
-	be, err := cpu.New()
-	require.NoError(t, err)
-	defer be.Close()
-	m, err := alpamayo.Load(be, dir, alpamayo.LoadOptions{})
-	require.NoError(t, err)
-	defer m.Close()
+	m := loadResident(t, dir)
 	infer := func(scale float32) *alpamayo.Result {
 		req := request(9)
 		req.Greedy, req.MaxReasoningTokens = true, 6

@@ -176,12 +176,7 @@ func TestLayeredGreedyMatchesTransformers(t *testing.T) {
 			{"dynamic", streamAll(c.planned, residency.Dynamic), true, true},
 		} {
 			t.Run(name+"/"+tc.name, func(t *testing.T) {
-				be, err := cpu.New()
-				require.NoError(t, err)
-				defer be.Close()
-				engine, err := cpu.New(cpu.WithThreads(2))
-				require.NoError(t, err)
-				defer engine.Close()
+				be, engine := cpuBackends(t)
 				dev := layering.NewHost()
 				lay := &layered.Config{Plan: tc.plan, Mode: layering.Pipelined, Device: dev, View: dev.WeightView(be), CPU: engine, Profile: true}
 				ck, err := safetensors.Open(c.dir)
@@ -221,12 +216,7 @@ func TestLayeredGreedyMatchesTransformers(t *testing.T) {
 // A plan that cuts the LM head differently is refused.
 func TestReplanGreedyMatchesTransformers(t *testing.T) {
 	c := newLayeredCase(t, referenceCases(t)[0])
-	be, err := cpu.New()
-	require.NoError(t, err)
-	defer be.Close()
-	engine, err := cpu.New(cpu.WithThreads(2))
-	require.NoError(t, err)
-	defer engine.Close()
+	be, engine := cpuBackends(t)
 	config := func(plan *residency.Plan) *layered.Config {
 		dev := layering.NewHost()
 		return &layered.Config{Plan: plan, Mode: layering.Pipelined, Device: dev, View: dev.WeightView(be), CPU: engine, Replaceable: true}
@@ -258,4 +248,18 @@ func TestReplanGreedyMatchesTransformers(t *testing.T) {
 	assert.ErrorContains(t, err, "could not be placed")
 	require.NoError(t, m.Replan(config(c.planned)))
 	c.generate(t, m, atol, rtol)
+}
+
+// cpuBackends are a CPU backend standing in for the device and a
+// two-thread CPU engine for the CPU shares, both closed when t ends
+// (after the test's own deferred closes: the models first).
+func cpuBackends(t *testing.T) (be, engine *cpu.Backend) {
+	t.Helper()
+	be, err := cpu.New()
+	require.NoError(t, err)
+	t.Cleanup(func() { be.Close() })
+	engine, err = cpu.New(cpu.WithThreads(2))
+	require.NoError(t, err)
+	t.Cleanup(func() { engine.Close() })
+	return be, engine
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"vlanode/configs"
-	"vlanode/cpu"
 	"vlanode/layering"
 	"vlanode/models/layered"
 	"vlanode/models/qwen3"
@@ -35,12 +34,7 @@ func TestPlannedGenerationMatchesResident(t *testing.T) {
 	require.NoError(t, err)
 	_, err = synth.Write(context.Background(), dir, l, synth.Options{Seed: 3, Overwrite: true})
 	require.NoError(t, err)
-	be, err := cpu.New()
-	require.NoError(t, err)
-	defer be.Close()
-	engine, err := cpu.New(cpu.WithThreads(2))
-	require.NoError(t, err)
-	defer engine.Close()
+	be, engine := cpuBackends(t)
 	ck, err := safetensors.Open(dir)
 	require.NoError(t, err)
 	defer ck.Close()
