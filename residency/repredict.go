@@ -71,15 +71,27 @@ func (p *Profile) WithCPURate(rows int, gbps float64) (*Profile, error) {
 	q := *p
 	c := *p.CPU
 	c.Rates = slices.Clone(p.CPU.Rates)
+	c.Tier(rows).SetGBps(gbps)
+	q.CPU = &c
+	return &q, nil
+}
+
+// Tier is the profiled tier whose rows are nearest rows (the first of two
+// as near): the one a calibration of that many rows sets.
+func (c *CPUProfile) Tier(rows int) *CPURate {
 	best := 0
 	for i, r := range c.Rates {
 		if max(r.Rows-rows, rows-r.Rows) < max(c.Rates[best].Rows-rows, rows-c.Rates[best].Rows) {
 			best = i
 		}
 	}
-	r := &c.Rates[best]
+	return &c.Rates[best]
+}
+
+// SetGBps sets the tier's rate, scaling its compute roof with it: at few
+// rows the roof is the byte rate in FLOPs, measured from the same calls
+// (a roof left behind would cap the new rate: CPUProfile.Ms).
+func (r *CPURate) SetGBps(gbps float64) {
 	r.TFLOPs *= gbps / r.GBps
 	r.GBps = gbps
-	q.CPU = &c
-	return &q, nil
 }

@@ -92,13 +92,7 @@ func (s coexecSample) apply(c *residency.CPUProfile) (string, error) {
 	if c == nil || len(c.Rates) == 0 {
 		return "", errors.New("the profile has no CPU section to calibrate (vlanode profile --cpu-only first)")
 	}
-	best := 0
-	for i, r := range c.Rates {
-		if abs(r.Rows-s.Rows) < abs(c.Rates[best].Rows-s.Rows) {
-			best = i
-		}
-	}
-	r := &c.Rates[best]
+	r := c.Tier(s.Rows)
 	compute := s.CPUMs - float64(s.Tasks)*r.CallMs
 	if compute <= 0 {
 		return "", fmt.Errorf("stage %s: %d CPU tasks took %.3f ms, less than their cost per call (%.3f ms each)", s.Stage, s.Tasks, s.CPUMs, r.CallMs)
@@ -107,15 +101,10 @@ func (s coexecSample) apply(c *residency.CPUProfile) (string, error) {
 	h2d := float64(s.CopyBytes) / (s.CopyMs * 1e6)
 	note := fmt.Sprintf("%d-row rate %.1f → %.1f GB/s (%d tasks, %.1f ms, %.2f GB), copies while it computes %.1f → %.1f GB/s (%.2f GB in %.1f ms)",
 		r.Rows, r.GBps, gbps, s.Tasks, s.CPUMs, float64(s.CPUBytes)/1e9, c.H2DBusyGBps, h2d, float64(s.CopyBytes)/1e9, s.CopyMs)
-	// The tier's compute roof moves with it: the loop measured both from
-	// the same calls, and at few rows its FLOP rate is its byte rate in
-	// FLOPs (a roof left behind would cap the new rate: CPUProfile.Ms).
-	r.TFLOPs *= gbps / r.GBps
-	r.GBps, c.H2DBusyGBps = gbps, h2d
+	r.SetGBps(gbps) // the tier's compute roof moves with it
+	c.H2DBusyGBps = h2d
 	return note, nil
 }
-
-func abs(x int) int { return max(x, -x) }
 
 // calibrateEntries adds to each stage's entry cost (Profile.StageEntryMs)
 // the difference between its measured time and the plan's prediction, for
