@@ -61,7 +61,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	asJSON := fs.Bool("json", false, "print the report (bench.json's content) instead of the tables")
 	withMargins := fs.Bool("margins", false, "after each budget's runs, one more inference teacher-forced on the first budget's greedy reasoning tokens, its logits compared step by step with that budget's: the largest logit difference, the reference's top-1 margins, and every step whose top token differs, with its margins (docs/planning.md, Fidelity)")
 	probe := fs.Bool("host-probe", false, "before each load and after its runs, measure the CPU engine's one-row read rate from pinned host memory, alone and with copies in flight (about a second each; CUDA only); each inference's CPU rate is printed anyway where the plan gives the CPU shares")
-	kindList := fs.String("plan-kinds", "", "comma-separated plans to run at each budget (and prompt length), each from its own load: auto (the planner's pick per stage), gpu-only, static, dynamic (forced for every stage that streams), or all (the four); with two or more, a sweep table compares the planner's pick per stage with the measured best of the three forced plans; default: --plan-kind's, or auto")
+	kindList := fs.String("plan-kinds", "", "comma-separated plans to run at each budget (and prompt length), each from its own load: auto (the planner's pick per stage), gpu-only, static, dynamic (forced for every stage that streams), or all (the four); with two or more, a sweep table compares the planner's pick per stage (without auto: planned, not run) with the measured best of the three forced plans; default: --plan-kind's, or auto")
 	var tf textFlags
 	promptList := fs.String("prompt-lens", fmt.Sprint(defaultPromptLen), "Qwen3 text models: comma-separated prompt lengths (K = 1024 tokens: 512,2K,4K,8K), each a synthetic prompt (as generate --prompt-len)")
 	fs.IntVar(&tf.newTokens, "new-tokens", 16, "Qwen3 text models: the tokens generated after each prompt")
@@ -195,6 +195,20 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		for _, r := range rep.Runs {
 			rows = append(rows, sweepRun{Workload: placement.StandardWorkloadName, Budget: r.Budget, Mode: r.Mode, Kind: r.PlanKind,
 				StageKinds: r.StageKinds, PredictedMs: r.PredictedMs, MeasuredMs: r.MeasuredMs, Error: r.Error})
+		}
+		if !slices.Contains(kinds, autoKind) {
+			// The planner's pick without a load of its own: its plan.
+			for _, b := range budgets {
+				for _, mode := range modes {
+					s := budgetSpec{dir: mf.dir, vlm: *vlm, device: mf.device, threads: mf.threads, budget: b, samples: *samples,
+						layers: layerFlags{mode: mode, profile: lf.profile, planOpts: lf.planOpts}}
+					p, m, err := planBudgeted(s)
+					if err != nil {
+						return fmt.Errorf("planning the pick at %s: %w", budgetText(b), err)
+					}
+					rows = append(rows, plannedRun(placement.StandardWorkloadName, b, m.String(), p))
+				}
+			}
 		}
 		rep.Sweep = newSweep(rows)
 	}
@@ -608,7 +622,7 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline, pro
 	r.CPUBytes = cpuBytesOf(bm.plan, res)
 	if r.CPUBusyMs > 0 {
 		r.CPUGBps = float64(r.CPUBytes) / (r.CPUBusyMs * 1e6)
-		if prof, _, err := loadProfile(s.layers.profile); err == nil && prof.CPU != nil {
+		if prof, _, err := loadProfile(s.layers.profile); err == nil && prof.CPU != nil && decodeOnlyCPU(bm.plan) {
 			if note := cpuRateNote(r.CPUGBps, prof.CPU); note != "" {
 				fmt.Fprintf(log, "vlanode bench: %s: %s\n", budgetText(s.budget), note)
 			}
@@ -616,7 +630,9 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline, pro
 	}
 	r.ResultSHA256 = resultDigest(res)
 	r.MeasuredMs = medianTiming(times)
-	if rate := measuredCPURate(r.CPURuns); rate > 0 && r.Backend == "cuda" {
+	// The measured rate is the one-row tier's where the decode alone has
+	// CPU shares; with other tiers' tasks in it, it is no tier's.
+	if rate := measuredCPURate(r.CPURuns); rate > 0 && r.Backend == "cuda" && decodeOnlyCPU(bm.plan) {
 		if at, err := repredictAt(s, bm.plan, rate); err != nil {
 			fmt.Fprintf(log, "vlanode bench: %s: the plan at the measured CPU rate: %v\n", budgetText(s.budget), err)
 		} else {
@@ -703,6 +719,22 @@ func repredictAt(s budgetSpec, plan *residency.Plan, gbps float64) (map[string]f
 		out[string(st)] = ms
 	}
 	return out, nil
+}
+
+// decodeOnlyCPU says the plan gives the CPU shares in the decode stage
+// alone: its CPU tasks are all of the one-row tier.
+func decodeOnlyCPU(p *residency.Plan) bool {
+	decode := false
+	for _, sp := range p.Stages {
+		if sp.CPUBytes == 0 {
+			continue
+		}
+		if sp.Stage != placement.StageDecode {
+			return false
+		}
+		decode = true
+	}
+	return decode
 }
 
 // cpuRateNote says when the CPU engine read the decode's shares more than

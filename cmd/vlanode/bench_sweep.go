@@ -68,13 +68,22 @@ func stageKindMap(p *residency.Plan) map[string]string {
 	return out
 }
 
+// stageAbbrev shortens a stage's name for kindsText (decode and
+// diffusion share their first letter).
+var stageAbbrev = map[placement.Stage]string{placement.StageVision: "vis", placement.StagePrefill: "pre",
+	placement.StageDecode: "dec", placement.StageDiffusion: "diff"}
+
 // kindsText is a run's plan for a table: the kind asked for and, where
-// the stages differ from it, each stage's: "auto: p gpu-only, d dynamic".
+// the stages differ from it, each stage's: "auto: pre gpu-only, dec dynamic".
 func kindsText(kind string, stages map[string]string) string {
 	var parts []string
 	for _, s := range placement.Stages() {
 		if k, ok := stages[string(s)]; ok && k != kind {
-			parts = append(parts, string(s)[:1]+" "+k)
+			name, ok := stageAbbrev[s]
+			if !ok {
+				name = string(s)
+			}
+			parts = append(parts, name+" "+k)
 		}
 	}
 	if kind == "" {
@@ -97,6 +106,20 @@ type sweepRun struct {
 	PredictedMs map[string]float64
 	MeasuredMs  map[string]float64
 	Error       string
+	// Planned says the run was planned and not loaded (an auto run that
+	// --plan-kinds did not ask for: its pick, no measurement).
+	Planned bool
+}
+
+// plannedRun is the sweep's auto run when --plan-kinds leaves it out:
+// the planner's pick per stage and its predictions, from the plan alone.
+func plannedRun(workload string, budget int64, mode string, p *residency.Plan) sweepRun {
+	r := sweepRun{Workload: workload, Budget: budget, Mode: mode, Kind: autoKind, StageKinds: stageKindMap(p),
+		PredictedMs: map[string]float64{"total": p.TotalMs}, Planned: true}
+	for st, ms := range p.PredictedMs {
+		r.PredictedMs[string(st)] = ms
+	}
+	return r
 }
 
 // sweep compares, per budget, workload and stage, the planner's pick
@@ -120,9 +143,11 @@ type sweepRow struct {
 	Mode     string `json:"mode,omitempty"`
 	Stage    string `json:"stage"`
 	// Pick is the auto plan's kind for the stage; Best the forced kind
-	// that measured least.
-	Pick string `json:"pick"`
-	Best string `json:"best"`
+	// that measured least. PickPlanned says the auto plan was planned,
+	// not run (--plan-kinds without auto).
+	Pick        string `json:"pick"`
+	PickPlanned bool   `json:"pick_planned,omitempty"`
+	Best        string `json:"best"`
 	// MeasuredMs and PredictedMs are each forced plan's stage time, and
 	// the auto plan's under "auto".
 	MeasuredMs  map[string]float64 `json:"measured_ms"`
@@ -168,8 +193,11 @@ func newSweep(runs []sweepRun) *sweep {
 			if !ok {
 				continue
 			}
-			row := sweepRow{Workload: k.workload, Budget: k.budget, Mode: k.mode, Stage: s, Pick: pick,
-				MeasuredMs: map[string]float64{autoKind: auto.MeasuredMs[s]}, PredictedMs: map[string]float64{autoKind: auto.PredictedMs[s]}}
+			row := sweepRow{Workload: k.workload, Budget: k.budget, Mode: k.mode, Stage: s, Pick: pick, PickPlanned: auto.Planned,
+				MeasuredMs: map[string]float64{}, PredictedMs: map[string]float64{autoKind: auto.PredictedMs[s]}}
+			if !auto.Planned {
+				row.MeasuredMs[autoKind] = auto.MeasuredMs[s]
+			}
 			for _, f := range forcedKinds {
 				r, ok := g[f]
 				if !ok {
@@ -239,4 +267,10 @@ func (sw *sweep) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "planner's pick = measured best in %d of %d configurations with a choice (%.0f%%); within 2%% of the best in %d (%.0f%%)\n",
 		sw.Matches, sw.Configurations, pct(sw.Matches), sw.Within2Pct, pct(sw.Within2Pct))
+	for _, r := range sw.Rows {
+		if r.PickPlanned {
+			fmt.Fprintln(w, "picks planned, not run: --plan-kinds left out auto, so each pick is the planner's plan for the budget (no load, no auto ms)")
+			break
+		}
+	}
 }

@@ -182,6 +182,22 @@ func TestBenchTextSweep(t *testing.T) {
 	require.NotNil(t, rep.Sweep)
 	assert.Len(t, rep.Sweep.Rows, 2*2*2, "budgets × prompts × stages")
 
+	// Without auto, the picks come from the plan: no run of their own.
+	code, stdout, stderr = runCLI("bench", "--model", dir, "--device", "cpu", "--budgets", "none", "--plan-kinds", "gpu-only,static",
+		"--prompt-lens", "16", "--new-tokens", "2", "--runs", "1", "--warmup", "0", "--json")
+	require.Equal(t, 0, code, stderr)
+	var planned textBenchReport
+	require.NoError(t, json.Unmarshal([]byte(stdout), &planned))
+	require.Len(t, planned.Runs, 2)
+	require.NotNil(t, planned.Sweep)
+	require.Len(t, planned.Sweep.Rows, 2)
+	for _, r := range planned.Sweep.Rows {
+		assert.True(t, r.PickPlanned, "%+v", r)
+		assert.Equal(t, "gpu-only", r.Pick, "%+v", r)
+		assert.NotContains(t, r.MeasuredMs, "auto")
+		assert.Contains(t, r.PredictedMs, "auto")
+	}
+
 	code, _, stderr = runCLI("bench", "--model", dir, "--device", "cpu", "--plan-kinds", "all", "--exact")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "--exact forbids")
@@ -191,6 +207,32 @@ func TestBenchTextSweep(t *testing.T) {
 	code, _, stderr = runCLI("bench", "--model", dir, "--device", "cpu", "--prompt-lens", "2X")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "--prompt-lens")
+}
+
+// TestBenchSweepPlannedPick runs a standard-workload sweep of two forced
+// plans without auto on the CPU: the planner's pick per stage comes from
+// its plan (bench.json's sweep rows say so), and the table counts it.
+func TestBenchSweepPlannedPick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the standard workload twice on the CPU")
+	}
+	model := tinyAlpamayo(t)
+	code, stdout, stderr := runCLI("bench", "--model", model, "--device", "cpu", "--budgets", fmt.Sprint(tinyMinBudget(t, model)),
+		"--plan-kinds", "gpu-only,dynamic", "--runs", "1", "--warmup", "0", "--json")
+	require.Equal(t, 0, code, stderr)
+	var rep benchReport
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep))
+	require.Len(t, rep.Runs, 2)
+	assert.Equal(t, []string{"gpu-only", "dynamic"}, []string{rep.Runs[0].PlanKind, rep.Runs[1].PlanKind})
+	require.NotNil(t, rep.Sweep)
+	require.NotEmpty(t, rep.Sweep.Rows)
+	for _, r := range rep.Sweep.Rows {
+		assert.True(t, r.PickPlanned, "%+v", r)
+		assert.NotEmpty(t, r.Pick)
+		assert.NotContains(t, r.MeasuredMs, "auto")
+		assert.Positive(t, r.PredictedMs["auto"], "%+v", r)
+		assert.Contains(t, r.MeasuredMs, "gpu-only")
+	}
 }
 
 // TestSweepTally checks the sweep's comparison on hand-made runs: a stage
@@ -236,6 +278,33 @@ func TestSweepTally(t *testing.T) {
 	assert.Contains(t, b.String(), "planner's pick = measured best in 1 of 3 configurations with a choice (33%); within 2% of the best in 3 (100%)")
 	assert.Contains(t, b.String(), "no choice")
 	assert.Contains(t, b.String(), "within 2%")
+	assert.NotContains(t, b.String(), "picks planned")
+
+	// An auto run planned, not loaded (--plan-kinds without auto): its
+	// pick counts, with no measured auto time.
+	planned := run(4, "auto", map[string]string{"prefill": "gpu-only", "decode": "static"}, nil)
+	planned.PredictedMs, planned.Planned = map[string]float64{"prefill": 10, "decode": 65}, true
+	sw = newSweep([]sweepRun{
+		run(4, "gpu-only", g, map[string]float64{"prefill": 10, "decode": 100}),
+		run(4, "static", map[string]string{"prefill": "static", "decode": "static"}, map[string]float64{"prefill": 30, "decode": 60}),
+		planned,
+	})
+	require.Len(t, sw.Rows, 2)
+	assert.True(t, sw.Rows[1].PickPlanned)
+	assert.Equal(t, "static", sw.Rows[1].Best)
+	assert.True(t, sw.Rows[1].Match)
+	assert.NotContains(t, sw.Rows[1].MeasuredMs, "auto")
+	assert.Equal(t, 65.0, sw.Rows[1].PredictedMs["auto"])
+	assert.Equal(t, 2, sw.Configurations)
+	assert.Equal(t, 2, sw.Matches, "prefill: gpu-only picked and best (static ran it on the CPU); decode: static")
+	b.Reset()
+	sw.print(&b)
+	assert.Contains(t, b.String(), "picks planned, not run")
+
+	assert.Equal(t, "auto: vis gpu-only, dec dynamic, diff gpu-only",
+		kindsText("", map[string]string{"vision": "gpu-only", "decode": "dynamic", "diffusion": "gpu-only"}))
+	assert.Equal(t, "static: pre gpu-only", kindsText("static", map[string]string{"prefill": "gpu-only", "decode": "static"}))
+	assert.Equal(t, "dynamic", kindsText("dynamic", map[string]string{"decode": "dynamic"}))
 }
 
 // TestCPURateNote names a CPU rate more than 10% off the profile's
@@ -248,6 +317,20 @@ func TestCPURateNote(t *testing.T) {
 	assert.Contains(t, note, "55.2 GB/s, the profile plans with 86.5 GB/s (-36%)")
 	assert.Contains(t, cpuRateNote(100, c), "(+16%)")
 	assert.Empty(t, cpuRateNote(10, &residency.CPUProfile{Rates: []residency.CPURate{{Rows: 64, GBps: 45}}}))
+
+	// The note and the re-prediction read the measured rate as the
+	// one-row tier's: only where the decode alone has CPU shares.
+	stages := func(cpu ...int64) *residency.Plan {
+		p := &residency.Plan{}
+		for i, st := range []placement.Stage{placement.StagePrefill, placement.StageDecode, placement.StageDiffusion} {
+			p.Stages = append(p.Stages, residency.StagePlan{Stage: st, CPUBytes: cpu[i]})
+		}
+		return p
+	}
+	assert.True(t, decodeOnlyCPU(stages(0, 5, 0)))
+	assert.False(t, decodeOnlyCPU(stages(0, 0, 0)), "no CPU shares")
+	assert.False(t, decodeOnlyCPU(stages(1, 5, 0)), "the prefill's tier too")
+	assert.False(t, decodeOnlyCPU(stages(0, 5, 2)), "the Euler steps' tier too")
 }
 
 // TestCPUBytesOf: each stage's CPU bytes a pass times its passes, the

@@ -185,6 +185,20 @@ func runBenchText(ctx context.Context, sp benchTextSpec, stdout, stderr io.Write
 			rows = append(rows, sweepRun{Workload: fmt.Sprintf("text %d+%d", r.Prompt, sp.newTokens), Budget: r.Budget, Kind: r.PlanKind,
 				StageKinds: r.StageKinds, PredictedMs: r.PredictedMs, MeasuredMs: r.MeasuredMs, Error: r.Error})
 		}
+		if !slices.Contains(sp.kinds, autoKind) {
+			// The planner's pick without a generation of its own: its plan.
+			for _, b := range sp.budgets {
+				for _, prompt := range sp.prompts {
+					lf := sp.lf
+					lf.kind = ""
+					p, err := planText(textSpec{dir: sp.mf.dir, budget: b, layers: lf, promptLen: prompt, newTokens: sp.newTokens, chunk: sp.chunk})
+					if err != nil {
+						return fmt.Errorf("planning the pick at %s, prompt %d: %w", budgetText(b), prompt, err)
+					}
+					rows = append(rows, plannedRun(fmt.Sprintf("text %d+%d", prompt, sp.newTokens), b, "", p))
+				}
+			}
+		}
 		rep.Sweep = newSweep(rows)
 	}
 	if sp.out != "" {
