@@ -39,8 +39,12 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	decodeOnly := fs.Bool("decode-only", false, "measure the decode kernel alone and replace the decode section of the profile --from names, keeping the rest")
 	calibrate := fs.String("calibrate", "", "a VRAM budget whose plan gives the CPU decode shares (e.g. 8GiB): load --model within it with the profile --from names, run the standard workload, and set the CPU's decode rate and the copy rate while it computes to what the executor measured")
 	rounds := fs.Int("rounds", 2, "with --calibrate: calibrations, each planning with the figures of the one before")
+	calStage := fs.String("calibrate-stage", "decode", "with --calibrate: the stage whose CPU tier is measured: decode (its one-row rate and the copy rate, from the budget's own plan) or diffusion (the Euler steps' 64-row tier: its cost per call and rate, fitted through the forced Static and Dynamic plans' shares at the budget, e.g. 4GiB; --rounds does not apply)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *calStage != string(placement.StageDecode) && *calibrate == "" {
+		return usagef("--calibrate-stage goes with --calibrate")
 	}
 	if *calibrate != "" {
 		if *from == "" || *dir == "" || *cpuOnly || *decodeOnly {
@@ -48,6 +52,10 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		if *rounds < 1 {
 			return usagef("--rounds must be ≥ 1")
+		}
+		stage := placement.Stage(*calStage)
+		if stage != placement.StageDecode && stage != placement.StageDiffusion {
+			return usagef("--calibrate-stage: decode or diffusion, got %q", *calStage)
 		}
 		budget, err := residency.ParseBudget(*calibrate)
 		if err != nil || budget <= 0 {
@@ -62,6 +70,12 @@ func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		spec := budgetSpec{dir: *dir, vlm: *vlm, device: "cuda", budget: budget,
 			layers: layerFlags{mode: "auto", planOpts: planOpts{cpuThreads: *cpuThreads}}}
+		if stage == placement.StageDiffusion {
+			if err := calibrateTier(ctx, p, spec, stage, *from, stderr); err != nil {
+				return fmt.Errorf("calibrating the CPU engine's %s tier: %w", stage, err)
+			}
+			return writeProfile(p, *out, stdout, stderr)
+		}
 		if err := calibrateCPU(ctx, p, spec, *rounds, *from, stderr); err != nil {
 			return fmt.Errorf("calibrating the CPU engine: %w", err)
 		}

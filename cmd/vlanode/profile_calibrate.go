@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -204,5 +205,115 @@ func calibrateCPU(ctx context.Context, p *residency.Profile, spec budgetSpec, ro
 	}
 	p.CPU.Source += fmt.Sprintf("; calibrated in the executor (vlanode profile --calibrate %s, %s): %s",
 		budgetText(spec.budget), time.Now().UTC().Format("2006-01-02"), strings.Join(notes, "; then "))
+	return nil
+}
+
+// tierFit is a CPU tier's cost per call and rate fitted through the
+// executor's tasks of two plans whose shares differ in size: each plan's
+// tasks give a mean share (bytes) and a mean time; the line through the
+// two points has the cost per call for its intercept and the rate for its
+// slope.
+type tierFit struct {
+	CallMs float64
+	GBps   float64
+}
+
+// fitTier fits a and b (the same stage, the same tier, shares of
+// different sizes). A line whose intercept falls below zero (the larger
+// share read faster per byte than the smaller) keeps no cost per call and
+// takes the rate of both samples' bytes over their time.
+func fitTier(a, b coexecSample) (tierFit, error) {
+	if a.Tasks == 0 || b.Tasks == 0 {
+		return tierFit{}, errors.New("a plan ran no CPU tasks in the stage")
+	}
+	ba, bb := float64(a.CPUBytes)/float64(a.Tasks), float64(b.CPUBytes)/float64(b.Tasks)
+	ma, mb := a.CPUMs/float64(a.Tasks), b.CPUMs/float64(b.Tasks)
+	if math.Abs(ba-bb) < 0.25*max(ba, bb) {
+		return tierFit{}, fmt.Errorf("the two plans' CPU shares are alike (%.1f and %.1f MB a task): the fit needs two sizes", ba/1e6, bb/1e6)
+	}
+	slope := (ma - mb) / (ba - bb) // ms per byte
+	call := ma - slope*ba
+	if slope <= 0 || call < 0 {
+		total := a.CPUMs + b.CPUMs
+		if total <= 0 {
+			return tierFit{}, errors.New("the CPU tasks took no time")
+		}
+		return tierFit{GBps: float64(a.CPUBytes+b.CPUBytes) / (total * 1e6)}, nil
+	}
+	return tierFit{CallMs: call, GBps: 1 / (slope * 1e6)}, nil
+}
+
+// apply sets the tier of rows rows to the fit (its compute roof moving
+// with the rate) and returns what changed.
+func (f tierFit) apply(c *residency.CPUProfile, rows int, a, b coexecSample) (string, error) {
+	if c == nil || len(c.Rates) == 0 {
+		return "", errors.New("the profile has no CPU section to calibrate (vlanode profile --cpu-only first)")
+	}
+	r := c.Tier(rows)
+	note := fmt.Sprintf("%d-row tier from the %s stage's tasks of two plans (%d of %.1f MB in %.3f ms, %d of %.1f MB in %.3f ms, means): rate %.1f → %.1f GB/s, cost per call %.4f → %.4f ms",
+		r.Rows, a.Stage, a.Tasks, float64(a.CPUBytes)/float64(a.Tasks)/1e6, a.CPUMs/float64(a.Tasks),
+		b.Tasks, float64(b.CPUBytes)/float64(b.Tasks)/1e6, b.CPUMs/float64(b.Tasks), r.GBps, f.GBps, r.CallMs, f.CallMs)
+	r.SetGBps(f.GBps)
+	r.CallMs = f.CallMs
+	return note, nil
+}
+
+// calibrateTier measures the CPU tier of a stage that the auto plans
+// give the GPU alone but the forced ones share (the Euler steps'
+// 64-row tier at small budgets): it loads the checkpoint within the
+// budget twice, with the Static plan (the stage's MLPs whole on the CPU)
+// and with the Dynamic one (a share of each), times one inference of
+// each turn by turn after a warm-up, and fits the tier's cost per call
+// and rate through the two share sizes (fitTier). The profile's
+// one-shape loop (measureCPU: one 302 MB share, whole and half) leaves
+// the cost per call of small shares uncertain: on the H200 it put
+// 1.52 ms a call at 64 rows, and the 4 GiB Dynamic plan's Euler steps,
+// predicted at 695 ms, measured 354.
+func calibrateTier(ctx context.Context, p *residency.Profile, spec budgetSpec, stage placement.Stage, from string, log io.Writer) error {
+	spec.layers.profile = from
+	var samples []coexecSample
+	for _, kind := range []residency.Kind{residency.Static, residency.Dynamic} {
+		s := spec
+		s.layers.kind = string(kind)
+		bm, err := loadBudgeted(s, log)
+		if err != nil {
+			return fmt.Errorf("the %s plan: %w", kind, err)
+		}
+		sample, err := func() (coexecSample, error) {
+			defer bm.Close()
+			req := standardRequest(bm.model, placement.StandardWorkload())
+			if _, err := bm.model.Infer(ctx, req); err != nil {
+				return coexecSample{}, fmt.Errorf("warm-up: %w", err)
+			}
+			bm.model.SetProfiling(true)
+			res, err := bm.model.Infer(ctx, req)
+			bm.model.SetProfiling(false)
+			if err != nil {
+				return coexecSample{}, fmt.Errorf("timed inference: %w", err)
+			}
+			if res.Layers == nil {
+				return coexecSample{}, errors.New("the inference ran no layered plan")
+			}
+			sp, _ := bm.plan.Stage(stage)
+			return sampleStage(bm.plan, stage, res.Layers.Turns, sp.Passes)
+		}()
+		if err != nil {
+			return fmt.Errorf("the %s plan: %w", kind, err)
+		}
+		fmt.Fprintf(log, "vlanode profile: %s plan at %s: %d CPU tasks in the %s stage, %.2f GB in %.1f ms\n",
+			kind, budgetText(spec.budget), sample.Tasks, stage, float64(sample.CPUBytes)/1e9, sample.CPUMs)
+		samples = append(samples, sample)
+	}
+	fit, err := fitTier(samples[0], samples[1])
+	if err != nil {
+		return err
+	}
+	note, err := fit.apply(p.CPU, samples[0].Rows, samples[0], samples[1])
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "vlanode profile: calibration at %s: %s\n", budgetText(spec.budget), note)
+	p.CPU.Source += fmt.Sprintf("; calibrated in the executor (vlanode profile --calibrate %s --calibrate-stage %s, %s): %s",
+		budgetText(spec.budget), stage, time.Now().UTC().Format("2006-01-02"), note)
 	return nil
 }

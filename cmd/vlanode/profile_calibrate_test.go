@@ -96,3 +96,42 @@ func TestCalibrateEntries(t *testing.T) {
 	assert.Equal(t, map[placement.Stage]float64{placement.StagePrefill: 4, placement.StageDiffusion: 16}, p.StageEntryMs)
 	assert.Equal(t, "prefill +4.0 → 4.0 ms, diffusion +6.0 → 16.0 ms", note)
 }
+
+// TestFitTier fits a tier's cost per call and rate through two plans'
+// tasks: the line through their mean shares and times; a line with a
+// negative intercept keeps no cost per call; alike shares are refused.
+func TestFitTier(t *testing.T) {
+	// 1 ms a call and 50 GB/s: 100 MB in 3 ms, 10 MB in 1.2 ms.
+	static := coexecSample{Stage: placement.StageDiffusion, Rows: 64, Tasks: 20, CPUBytes: 20 * 100e6, CPUMs: 20 * 3}
+	dynamic := coexecSample{Stage: placement.StageDiffusion, Rows: 64, Tasks: 30, CPUBytes: 30 * 10e6, CPUMs: 30 * 1.2}
+	f, err := fitTier(static, dynamic)
+	require.NoError(t, err)
+	assert.InDelta(t, 1, f.CallMs, 1e-9)
+	assert.InDelta(t, 50, f.GBps, 1e-9)
+
+	cpu := &residency.CPUProfile{Rates: []residency.CPURate{{Rows: 1, GBps: 80, TFLOPs: 0.08}, {Rows: 64, GBps: 40, TFLOPs: 2.56, CallMs: 1.5}}}
+	note, err := f.apply(cpu, 64, static, dynamic)
+	require.NoError(t, err)
+	assert.Equal(t, residency.CPURate{Rows: 64, GBps: 50, TFLOPs: 3.2, CallMs: 1}, cpu.Rates[1], "the roof scaled with the rate")
+	assert.Equal(t, 80.0, cpu.Rates[0].GBps, "the other tier is left as it was")
+	assert.Contains(t, note, "64-row tier from the diffusion stage's tasks of two plans")
+	assert.Contains(t, note, "rate 40.0 → 50.0 GB/s, cost per call 1.5000 → 1.0000 ms")
+
+	// The larger share read faster per byte: no cost per call, the
+	// samples' bytes over their time.
+	slow := dynamic
+	slow.CPUMs = 30 * 3.5
+	f, err = fitTier(static, slow)
+	require.NoError(t, err)
+	assert.Zero(t, f.CallMs)
+	assert.InDelta(t, (2000e6+300e6)/((60+105)*1e6), f.GBps, 1e-9)
+
+	alike := dynamic
+	alike.CPUBytes = 30 * 90e6
+	_, err = fitTier(static, alike)
+	assert.ErrorContains(t, err, "alike")
+	_, err = fitTier(static, coexecSample{})
+	assert.ErrorContains(t, err, "no CPU tasks")
+	_, err = f.apply(nil, 64, static, dynamic)
+	assert.ErrorContains(t, err, "no CPU section")
+}
