@@ -188,6 +188,17 @@ type stagePick struct {
 	enter int64 // bytes copied into homes in the stage's first pass
 }
 
+// cpuStages are the stages of c whose plan gives the CPU shares.
+func (c *choice) cpuStages() stageSet {
+	var set stageSet
+	for s, p := range c.stages {
+		if p.kind != GPUOnly {
+			set |= stageBit(s)
+		}
+	}
+	return set
+}
+
 // plan chooses the best placement.
 func (pl *planner) plan() (*choice, int64, error) {
 	var all int64
@@ -233,17 +244,28 @@ func (pl *planner) plan() (*choice, int64, error) {
 	slices.SortFunc(sizes, func(a, b int64) int { return int(min(max(b-a, -1), 1)) })
 	var best *choice
 	for _, slot := range sizes[:min(len(sizes), 3)] {
-		cands := [][]stageSet{pl.fill(slot, false), pl.classic(slot)}
+		cands := [][]stageSet{pl.fill(slot, 0), pl.classic(slot)}
 		if pl.cpuAllowed() {
-			cands = append(cands, pl.fill(slot, true))
+			cands = append(cands, pl.fill(slot, pl.all))
 		}
-		for _, homes := range cands {
+		for k := 0; k < len(cands); k++ {
+			homes := cands[k]
 			if pl.streamedSlot(homes) > slot {
 				continue // it streams a unit the slots cannot hold
 			}
 			c := pl.evaluate(homes, slot)
 			if best == nil || c.total < best.total-1e-9 {
 				best = c
+			}
+			if k == 2 {
+				// The co-executing fill weighed every stage's CPU
+				// alternative; where the evaluation gave some stages
+				// the GPU alone, fill again weighing only the stages
+				// that share (a cheap CPU tier of a stage that stays
+				// GPU-only must not cost it its homes).
+				if shared := c.cpuStages(); shared != 0 && shared != pl.all {
+					cands = append(cands, pl.fill(slot, shared))
+				}
 			}
 		}
 	}
@@ -304,12 +326,13 @@ func (pl *planner) classic(slot int64) []stageSet {
 // for exactly those stages (a unit is copied into its home in the first
 // pass of its first stage, where it would be copied anyway, and its VRAM
 // serves the other groups in the other stages), with the language model's
-// promotions into the activations the prefill frees (with coexec, a unit
-// the CPU can share counts only the copy time the CPU leaves to PCIe);
+// promotions into the activations the prefill frees (a unit the CPU can
+// share, whose busiest stage is in coexec, counts only the copy time the
+// CPU leaves to PCIe);
 // then residents whose
 // homes fit in every other stage's leftover room stay for good, never
 // copied again, the ones that save the most first.
-func (pl *planner) fill(slot int64, coexec bool) []stageSet {
+func (pl *planner) fill(slot int64, coexec stageSet) []stageSet {
 	rooms := pl.rooms(slot)
 	homes := make([]stageSet, len(pl.items))
 	var sides []stageSet
@@ -324,8 +347,8 @@ func (pl *planner) fill(slot int64, coexec bool) []stageSet {
 		for i, it := range pl.items {
 			if !it.HostOnly && it.workSet() == side {
 				idx = append(idx, i)
-				if coexec {
-					it.dma *= pl.coexecFactor(&it)
+				if coexec != 0 {
+					it.dma *= pl.coexecFactor(&it, coexec)
 				}
 				sub = append(sub, it)
 			}
@@ -363,8 +386,9 @@ func (pl *planner) fill(slot int64, coexec bool) []stageSet {
 // saves when the CPU may compute it instead: in its busiest stage, the
 // copy stream and the CPU share it in the ratio of their rates, so a
 // resident byte of it saves only the copy stream's part (1 for a unit the
-// CPU cannot share, or without CPU shards).
-func (pl *planner) coexecFactor(it *item) float64 {
+// CPU cannot share, whose busiest stage is not in stages, or without CPU
+// shards).
+func (pl *planner) coexecFactor(it *item, stages stageSet) float64 {
 	if !pl.cpuAllowed() || it.SplitDim <= 0 || it.Bytes <= 0 {
 		return 1
 	}
@@ -374,7 +398,7 @@ func (pl *planner) coexecFactor(it *item) float64 {
 			busiest = w
 		}
 	}
-	if busiest.Passes <= 1 {
+	if busiest.Passes <= 1 || !stages.has(busiest.Stage) {
 		return 1
 	}
 	copyMs := float64(it.Bytes) / (pl.prof.CPU.H2DBusyGBps * 1e9) * 1e3

@@ -130,3 +130,28 @@ func TestShippedProfileCoExecutes(t *testing.T) {
 		assert.Zero(t, st.CPUBytes, st.Stage)
 	}
 }
+
+// TestCheapTierKeepsHomes: a cheaper CPU tier for a stage whose plan stays
+// GPU-only (the Euler steps' 64-row tier: 45.7 GB/s and 1.52 ms a call in
+// the profile's loop, 69.0 GB/s and 0.83 ms as the executor measured it,
+// bench/results/budgets.md run 41) leaves the 10B's auto plans at 5–14 GiB
+// as they were: the co-executing fill weighs only the stages that share.
+// Before, the fill gave the expert's MLPs fewer diffusion homes for a CPU
+// alternative the plan then did not take (8 GiB: 1672.4 ms predicted
+// against 1663.7).
+func TestCheapTierKeepsHomes(t *testing.T) {
+	cheap := shipped(t)
+	a := alpamayo10B(t)
+	require.Greater(t, cheap.CPU.Tier(64).GBps, 60.0, "the shipped tier is the executor's")
+	loop, err := cheap.WithCPURate(64, 45.7)
+	require.NoError(t, err)
+	loop.CPU.Tier(64).CallMs = 1.5173
+	for _, gib := range []int64{5, 8, 11, 14} {
+		base := plan(t, a, loop, gib<<30, residency.Options{})
+		got := plan(t, a, cheap, gib<<30, residency.Options{})
+		for i, st := range got.Stages {
+			assert.Equal(t, base.Stages[i].Kind, st.Kind, "%d GiB %s", gib, st.Stage)
+		}
+		assert.InDelta(t, base.TotalMs, got.TotalMs, 1e-6, "%d GiB", gib)
+	}
+}
