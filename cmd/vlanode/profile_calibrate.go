@@ -132,6 +132,21 @@ func calibrateEntries(p *residency.Profile, plan *residency.Plan, t alpamayo.Tim
 	return strings.Join(parts, ", ")
 }
 
+// profiledInfer runs req with every copy, compute and CPU task timed
+// (Result.Layers.Turns).
+func profiledInfer(ctx context.Context, bm *budgeted, req *alpamayo.Request) (*alpamayo.Result, error) {
+	bm.model.SetProfiling(true)
+	res, err := bm.model.Infer(ctx, req)
+	bm.model.SetProfiling(false)
+	if err != nil {
+		return nil, fmt.Errorf("timed inference: %w", err)
+	}
+	if res.Layers == nil {
+		return nil, errors.New("the inference ran no layered plan")
+	}
+	return res, nil
+}
+
 // calibrateCPU measures the CPU engine where the planner uses it: it
 // loads the checkpoint within budget with profile p, runs the standard
 // workload (a warm-up, one inference timed per stage, then one with every
@@ -170,14 +185,9 @@ func calibrateCPU(ctx context.Context, p *residency.Profile, spec budgetSpec, ro
 				return coexecSample{}, fmt.Errorf("timed inference: %w", err)
 			}
 			entries = calibrateEntries(p, bm.plan, plain.Timing)
-			bm.model.SetProfiling(true)
-			res, err := bm.model.Infer(ctx, req)
-			bm.model.SetProfiling(false)
+			res, err := profiledInfer(ctx, bm, req)
 			if err != nil {
-				return coexecSample{}, fmt.Errorf("timed inference: %w", err)
-			}
-			if res.Layers == nil {
-				return coexecSample{}, errors.New("the inference ran no layered plan")
+				return coexecSample{}, err
 			}
 			sample, err := sampleStage(bm.plan, placement.StageDecode, res.Layers.Turns, res.CachedTokens-res.PromptTokens)
 			if err == nil {
@@ -285,14 +295,9 @@ func calibrateTier(ctx context.Context, p *residency.Profile, spec budgetSpec, s
 			if _, err := bm.model.Infer(ctx, req); err != nil {
 				return coexecSample{}, fmt.Errorf("warm-up: %w", err)
 			}
-			bm.model.SetProfiling(true)
-			res, err := bm.model.Infer(ctx, req)
-			bm.model.SetProfiling(false)
+			res, err := profiledInfer(ctx, bm, req)
 			if err != nil {
-				return coexecSample{}, fmt.Errorf("timed inference: %w", err)
-			}
-			if res.Layers == nil {
-				return coexecSample{}, errors.New("the inference ran no layered plan")
+				return coexecSample{}, err
 			}
 			sp, _ := bm.plan.Stage(stage)
 			return sampleStage(bm.plan, stage, res.Layers.Turns, sp.Passes)
