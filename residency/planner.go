@@ -245,7 +245,9 @@ func (pl *planner) plan() (*choice, int64, error) {
 	var best *choice
 	for _, slot := range sizes[:min(len(sizes), 3)] {
 		cands := [][]stageSet{pl.fill(slot, 0), pl.classic(slot)}
+		coexec := -1 // the co-executing fill's candidate
 		if pl.cpuAllowed() {
+			coexec = len(cands)
 			cands = append(cands, pl.fill(slot, pl.all))
 		}
 		for k := 0; k < len(cands); k++ {
@@ -257,7 +259,7 @@ func (pl *planner) plan() (*choice, int64, error) {
 			if best == nil || c.total < best.total-1e-9 {
 				best = c
 			}
-			if k == 2 {
+			if k == coexec {
 				// The co-executing fill weighed every stage's CPU
 				// alternative; where the evaluation gave some stages
 				// the GPU alone, fill again weighing only the stages

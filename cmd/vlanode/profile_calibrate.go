@@ -229,9 +229,10 @@ type tierFit struct {
 }
 
 // fitTier fits a and b (the same stage, the same tier, shares of
-// different sizes). A line whose intercept falls below zero (the larger
-// share read faster per byte than the smaller) keeps no cost per call and
-// takes the rate of both samples' bytes over their time.
+// different sizes). A line that does not rise (the larger share took no
+// longer) or whose intercept falls below zero (the larger share read
+// slower per byte than the smaller) keeps no cost per call and takes the
+// rate of both samples' bytes over their time.
 func fitTier(a, b coexecSample) (tierFit, error) {
 	if a.Tasks == 0 || b.Tasks == 0 {
 		return tierFit{}, errors.New("a plan ran no CPU tasks in the stage")

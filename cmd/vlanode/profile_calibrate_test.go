@@ -117,14 +117,22 @@ func TestFitTier(t *testing.T) {
 	assert.Contains(t, note, "64-row tier from the diffusion stage's tasks of two plans")
 	assert.Contains(t, note, "rate 40.0 → 50.0 GB/s, cost per call 1.5000 → 1.0000 ms")
 
-	// The larger share read faster per byte: no cost per call, the
-	// samples' bytes over their time.
+	// The smaller share took longer than the larger: no cost per call,
+	// the samples' bytes over their time.
 	slow := dynamic
 	slow.CPUMs = 30 * 3.5
 	f, err = fitTier(static, slow)
 	require.NoError(t, err)
 	assert.Zero(t, f.CallMs)
 	assert.InDelta(t, (2000e6+300e6)/((60+105)*1e6), f.GBps, 1e-9)
+
+	// A negative intercept (the larger share slower per byte): the same.
+	steep := dynamic
+	steep.CPUMs = 30 * 0.2
+	f, err = fitTier(static, steep)
+	require.NoError(t, err)
+	assert.Zero(t, f.CallMs)
+	assert.InDelta(t, (2000e6+300e6)/((60+6)*1e6), f.GBps, 1e-9)
 
 	alike := dynamic
 	alike.CPUBytes = 30 * 90e6
