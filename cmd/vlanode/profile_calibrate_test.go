@@ -117,22 +117,17 @@ func TestFitTier(t *testing.T) {
 	assert.Contains(t, note, "64-row tier from the diffusion stage's tasks of two plans")
 	assert.Contains(t, note, "rate 40.0 → 50.0 GB/s, cost per call 1.5000 → 1.0000 ms")
 
-	// The smaller share took longer than the larger: no cost per call,
-	// the samples' bytes over their time.
-	slow := dynamic
-	slow.CPUMs = 30 * 3.5
-	f, err = fitTier(static, slow)
-	require.NoError(t, err)
-	assert.Zero(t, f.CallMs)
-	assert.InDelta(t, (2000e6+300e6)/((60+105)*1e6), f.GBps, 1e-9)
-
-	// A negative intercept (the larger share slower per byte): the same.
-	steep := dynamic
-	steep.CPUMs = 30 * 0.2
-	f, err = fitTier(static, steep)
-	require.NoError(t, err)
-	assert.Zero(t, f.CallMs)
-	assert.InDelta(t, (2000e6+300e6)/((60+6)*1e6), f.GBps, 1e-9)
+	// No cost per call, the samples' bytes over their time, where the
+	// smaller share took longer than the larger (3.5 ms a task) or the
+	// intercept falls below zero (the larger share slower per byte: 0.2).
+	for _, ms := range []float64{3.5, 0.2} {
+		other := dynamic
+		other.CPUMs = 30 * ms
+		f, err = fitTier(static, other)
+		require.NoError(t, err)
+		assert.Zero(t, f.CallMs, ms)
+		assert.InDelta(t, (2000e6+300e6)/((60+30*ms)*1e6), f.GBps, 1e-9, ms)
+	}
 
 	alike := dynamic
 	alike.CPUBytes = 30 * 90e6
