@@ -524,15 +524,12 @@ func benchOne(ctx context.Context, s budgetSpec, warmup, runs int, timeline, pro
 	r := benchRun{
 		Budget: s.budget, Mode: bm.mode.String(), Resident: residentUnits(bm.plan), Streamed: streamedUnits(bm.plan),
 		SlotBytes: bm.plan.SlotBytes, LoadSeconds: time.Since(t0).Seconds(), Backend: bm.be.Name(),
-		PredictedMs: map[string]float64{"total": bm.plan.TotalMs},
+		PredictedMs: predictedMap(bm.plan),
 	}
 	r.Compress = s.layers.compress
 	compressionOf(&r, bm)
 	r.StreamedBytes, r.EnterBytes = streamedPerPass(bm.plan)
 	r.StageKinds = stageKindMap(bm.plan)
-	for st, ms := range bm.plan.PredictedMs {
-		r.PredictedMs[string(st)] = ms
-	}
 	req := standardRequest(bm.model, placement.StandardWorkload())
 	req.Samples = s.samples
 	var res *alpamayo.Result
@@ -714,11 +711,7 @@ func repredictAt(s budgetSpec, plan *residency.Plan, gbps float64) (map[string]f
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]float64{"total": again.TotalMs}
-	for st, ms := range again.PredictedMs {
-		out[string(st)] = ms
-	}
-	return out, nil
+	return predictedMap(again), nil
 }
 
 // decodeOnlyCPU says the plan gives the CPU shares in the decode stage

@@ -59,6 +59,15 @@ func kindOption(kind string) string {
 	return kind
 }
 
+// predictedMap is a plan's predicted ms per stage and in all ("total").
+func predictedMap(p *residency.Plan) map[string]float64 {
+	out := map[string]float64{"total": p.TotalMs}
+	for st, ms := range p.PredictedMs {
+		out[string(st)] = ms
+	}
+	return out
+}
+
 // stageKindMap is each stage's plan kind.
 func stageKindMap(p *residency.Plan) map[string]string {
 	out := map[string]string{}
@@ -114,12 +123,8 @@ type sweepRun struct {
 // plannedRun is the sweep's auto run when --plan-kinds leaves it out:
 // the planner's pick per stage and its predictions, from the plan alone.
 func plannedRun(workload string, budget int64, mode string, p *residency.Plan) sweepRun {
-	r := sweepRun{Workload: workload, Budget: budget, Mode: mode, Kind: autoKind, StageKinds: stageKindMap(p),
-		PredictedMs: map[string]float64{"total": p.TotalMs}, Planned: true}
-	for st, ms := range p.PredictedMs {
-		r.PredictedMs[string(st)] = ms
-	}
-	return r
+	return sweepRun{Workload: workload, Budget: budget, Mode: mode, Kind: autoKind, StageKinds: stageKindMap(p),
+		PredictedMs: predictedMap(p), Planned: true}
 }
 
 // sweep compares, per budget, workload and stage, the planner's pick

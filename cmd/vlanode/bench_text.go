@@ -265,10 +265,7 @@ func benchTextOne(ctx context.Context, bm *budgetedText, s textSpec, prompt []in
 	r.CPUBusyMs, r.CPUWaitMs, r.HomeError = g.cpuBusyMs, g.cpuWaitMs, g.gen.HomeError
 	r.MeasuredMs = map[string]float64{string(placement.StagePrefill): r.Timing.PrefillMs, string(placement.StageDecode): r.Timing.DecodeMs,
 		"total": r.Timing.PrefillMs + r.Timing.DecodeMs}
-	r.PredictedMs = map[string]float64{"total": bm.plan.TotalMs}
-	for st, ms := range bm.plan.PredictedMs {
-		r.PredictedMs[string(st)] = ms
-	}
+	r.PredictedMs = predictedMap(bm.plan)
 	h := sha256.New()
 	_ = binary.Write(h, binary.LittleEndian, r.ids)
 	r.IDsSHA256 = fmt.Sprintf("%x", h.Sum(nil))
